@@ -1,0 +1,2 @@
+//! Formal models of the tenure lifecycle. They drive the real `tenure::machine`; they never restate
+//! its rules.
