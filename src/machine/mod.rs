@@ -1,7 +1,34 @@
-//! The pure lifecycle machine (being written on main by the lead). This file currently only
-//! fixes the phase names shared by every module.
+//! The pure lifecycle machine: the one transition function that the library, the runner and the
+//! models all execute.
+//!
+//! The machine is sans-IO (in the sense of quinn-proto): it reads no clock, touches no file and
+//! starts no thread. The driver observes the world, turns what it sees into an [`Event`], calls
+//! [`Machine::handle`] and executes the returned [`Action`]s in order. Time enters only as the
+//! expiry of a [`Timer`] the machine armed. An event that is illegal in the current phase is a
+//! typed [`Rejected`] error naming both; events the spec calls "ignored" return an empty
+//! [`Handled`] with `ignored` set. Nothing here panics.
+//!
+//! Why a plain enum and not statig: see spec/lifecycle.md, "Why not statig".
+
+mod action;
+mod admission;
+mod event;
+mod residency;
+mod rules;
+pub mod table;
+
+pub use action::{
+    Action, DrainCause, EXIT_BUSY, EXIT_DID_NOT_STOP, EXIT_IO, EXIT_KILLED, EXIT_NOT_EXECUTABLE,
+    EXIT_NOT_FOUND, EXIT_NOT_READY, EXIT_REFUSED, EXIT_USAGE, Note, Outcome, Reason, Refusal,
+    reason_name, refusal_name,
+};
+pub use admission::{NotAdmitted, OpClass, admit};
+pub use event::{ChildStatus, Event, ExecFailure, Fault, Signal, Timer};
+pub use residency::{IdleDecision, Residencies, ResidencyKind, RetireMode};
 
 use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::time::Duration;
 
 /// The name of a lifecycle phase, without the data the machine keeps in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -21,4 +48,429 @@ pub enum PhaseKind {
     Cancelled,
     /// Terminal: stopped or failed while recovering, or the state was refused.
     Refused,
+}
+
+impl PhaseKind {
+    /// Every phase, in lifecycle order.
+    pub const ALL: [PhaseKind; 7] = [
+        PhaseKind::Cold,
+        PhaseKind::Recovering,
+        PhaseKind::Ready,
+        PhaseKind::Draining,
+        PhaseKind::Released,
+        PhaseKind::Cancelled,
+        PhaseKind::Refused,
+    ];
+
+    /// Whether the phase is an end: nothing leaves it.
+    pub const fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            PhaseKind::Released | PhaseKind::Cancelled | PhaseKind::Refused
+        )
+    }
+
+    /// Whether a process in this phase owns the lease.
+    pub const fn owns(self) -> bool {
+        matches!(
+            self,
+            PhaseKind::Recovering | PhaseKind::Ready | PhaseKind::Draining
+        )
+    }
+
+    /// The lowercase name used in records, logs and the spec.
+    pub const fn name(self) -> &'static str {
+        phase_name(self)
+    }
+}
+
+impl fmt::Display for PhaseKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(phase_name(*self))
+    }
+}
+
+pub(crate) const fn phase_name(p: PhaseKind) -> &'static str {
+    match p {
+        PhaseKind::Cold => "cold",
+        PhaseKind::Recovering => "recovering",
+        PhaseKind::Ready => "ready",
+        PhaseKind::Draining => "draining",
+        PhaseKind::Released => "released",
+        PhaseKind::Cancelled => "cancelled",
+        PhaseKind::Refused => "refused",
+    }
+}
+
+/// How the owner decides that its workload is ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReadyMode {
+    /// Ready as soon as the child is spawned.
+    Start,
+    /// Ready when the child sends `READY=1` over `NOTIFY_SOCKET`.
+    Notify,
+}
+
+/// What the owner runs while it owns the state dir.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// The host process itself (library use): recovery is the host's, drain waits for
+    /// residencies to settle.
+    InProcess,
+    /// A supervised child process (the runner): signals are forwarded, the child is reaped.
+    Child(ReadyMode),
+}
+
+/// The machine's fixed configuration. Durations are validated by the caller (card H6): the
+/// machine only carries them into [`Action::ArmTimer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Config {
+    /// What runs while owning.
+    pub workload: Workload,
+    /// How long the workload may take to stop before it is killed (child) or reported as not
+    /// settled (in-process).
+    pub grace: Duration,
+    /// How long a killed child may take to be reaped before `did not stop` is reported.
+    pub kill_wait: Duration,
+    /// How long a notify-mode child may take to send `READY=1`; `None` waits forever.
+    pub ready_timeout: Option<Duration>,
+    /// The exit code of the busy outcome (default 75, like flock's `-E`).
+    pub busy_code: u8,
+}
+
+impl Config {
+    /// Defaults of the runner: a child ready at spawn, 10 s grace, 5 s kill wait, busy = 75.
+    pub const fn child(ready: ReadyMode) -> Config {
+        Config {
+            workload: Workload::Child(ready),
+            grace: Duration::from_secs(10),
+            kill_wait: Duration::from_secs(5),
+            ready_timeout: None,
+            busy_code: EXIT_BUSY,
+        }
+    }
+
+    /// Defaults of an in-process host: 10 s to settle residencies.
+    pub const fn in_process() -> Config {
+        Config {
+            workload: Workload::InProcess,
+            grace: Duration::from_secs(10),
+            kill_wait: Duration::from_secs(5),
+            ready_timeout: None,
+            busy_code: EXIT_BUSY,
+        }
+    }
+}
+
+/// Steps of the cold phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ColdStep {
+    /// Not started.
+    Idle,
+    /// Trying to take the lock.
+    Acquiring,
+    /// The lock is held by another owner; visible as a waiter.
+    Waiting,
+}
+
+/// How far stopping the child has gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChildStop {
+    /// The child announced `STOPPING=1`; nothing was sent to it and no timer runs.
+    Announced,
+    /// A stop signal was forwarded; the grace timer runs.
+    Signalled,
+    /// SIGKILL was sent; the kill-wait timer runs.
+    Killed,
+    /// The child survived SIGKILL past the kill wait; the lease is kept until it is reaped.
+    Unreapable,
+}
+
+/// Steps of the recovering phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecoveryStep {
+    /// The checkpoint is being read and verified (and, in-process, the host recovers).
+    Verifying,
+    /// The child is being started.
+    Spawning,
+    /// The child runs; waiting for `READY=1`.
+    AwaitingReady,
+    /// Recovery was abandoned; the child is being stopped. Nothing will be published.
+    Aborting(ChildStop),
+    /// Recovery was abandoned; the lease is being released.
+    Releasing,
+}
+
+/// Steps of the draining phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DrainStep {
+    /// In-process: waiting for active residencies to settle; the grace timer runs.
+    Settling,
+    /// In-process: the grace expired with active residencies; the lease is kept until they
+    /// settle.
+    Unsettled,
+    /// The child is being stopped.
+    Stopping(ChildStop),
+    /// The checkpoint is being published.
+    Publishing,
+    /// The lease is being released.
+    Releasing,
+}
+
+/// A phase with the data the machine keeps in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "phase")]
+pub enum Phase {
+    /// Not owning.
+    Cold {
+        /// Where in acquiring.
+        step: ColdStep,
+        /// A drain was requested (and begun) before the lease: recover, then close.
+        drain_pending: bool,
+    },
+    /// Owning, recovering.
+    Recovering {
+        /// The ownership's epoch.
+        epoch: u64,
+        /// Where in recovery.
+        step: RecoveryStep,
+        /// A drain was requested (and begun) before recovery completed.
+        drain_pending: bool,
+        /// The end recorded when recovery was abandoned.
+        outcome: Option<Outcome>,
+    },
+    /// Owning, serving.
+    Ready {
+        /// The ownership's epoch.
+        epoch: u64,
+    },
+    /// Owning, draining.
+    Draining {
+        /// The ownership's epoch.
+        epoch: u64,
+        /// Why the drain began.
+        cause: DrainCause,
+        /// Where in the drain.
+        step: DrainStep,
+        /// The end being built.
+        outcome: Outcome,
+    },
+    /// Terminal: released after an orderly end.
+    Released(Outcome),
+    /// Terminal: ended before owning.
+    Cancelled(Outcome),
+    /// Terminal: refused while or before recovering.
+    Refused(Outcome),
+}
+
+impl Phase {
+    /// The phase's name.
+    pub const fn kind(&self) -> PhaseKind {
+        match self {
+            Phase::Cold { .. } => PhaseKind::Cold,
+            Phase::Recovering { .. } => PhaseKind::Recovering,
+            Phase::Ready { .. } => PhaseKind::Ready,
+            Phase::Draining { .. } => PhaseKind::Draining,
+            Phase::Released(_) => PhaseKind::Released,
+            Phase::Cancelled(_) => PhaseKind::Cancelled,
+            Phase::Refused(_) => PhaseKind::Refused,
+        }
+    }
+
+    /// The epoch of the ownership, while owning.
+    pub const fn epoch(&self) -> Option<u64> {
+        match self {
+            Phase::Recovering { epoch, .. }
+            | Phase::Ready { epoch }
+            | Phase::Draining { epoch, .. } => Some(*epoch),
+            Phase::Cold { .. } | Phase::Released(_) | Phase::Cancelled(_) | Phase::Refused(_) => {
+                None
+            }
+        }
+    }
+
+    /// The outcome, once the machine ended.
+    pub const fn outcome(&self) -> Option<Outcome> {
+        match self {
+            Phase::Released(o) | Phase::Cancelled(o) | Phase::Refused(o) => Some(*o),
+            Phase::Cold { .. }
+            | Phase::Recovering { .. }
+            | Phase::Ready { .. }
+            | Phase::Draining { .. } => None,
+        }
+    }
+
+    /// A short label with the step, e.g. `draining(stopping: signalled)`, used by the spec
+    /// table and traces.
+    pub fn label(&self) -> String {
+        match self {
+            Phase::Cold {
+                step,
+                drain_pending,
+            } => {
+                let s = match step {
+                    ColdStep::Idle => "idle",
+                    ColdStep::Acquiring => "acquiring",
+                    ColdStep::Waiting => "waiting",
+                };
+                format!(
+                    "cold({s}{})",
+                    if *drain_pending {
+                        ", drain pending"
+                    } else {
+                        ""
+                    }
+                )
+            }
+            Phase::Recovering {
+                step,
+                drain_pending,
+                ..
+            } => {
+                let s = match step {
+                    RecoveryStep::Verifying => "verifying".to_string(),
+                    RecoveryStep::Spawning => "spawning".to_string(),
+                    RecoveryStep::AwaitingReady => "awaiting ready".to_string(),
+                    RecoveryStep::Aborting(c) => format!("aborting: {}", child_stop_name(*c)),
+                    RecoveryStep::Releasing => "releasing".to_string(),
+                };
+                format!(
+                    "recovering({s}{})",
+                    if *drain_pending {
+                        ", drain pending"
+                    } else {
+                        ""
+                    }
+                )
+            }
+            Phase::Ready { .. } => "ready".to_string(),
+            Phase::Draining { step, .. } => {
+                let s = match step {
+                    DrainStep::Settling => "settling".to_string(),
+                    DrainStep::Unsettled => "unsettled".to_string(),
+                    DrainStep::Stopping(c) => format!("stopping: {}", child_stop_name(*c)),
+                    DrainStep::Publishing => "publishing".to_string(),
+                    DrainStep::Releasing => "releasing".to_string(),
+                };
+                format!("draining({s})")
+            }
+            Phase::Released(o) => format!("released({})", o.summary()),
+            Phase::Cancelled(o) => format!("cancelled({})", o.summary()),
+            Phase::Refused(o) => format!("refused({})", o.summary()),
+        }
+    }
+}
+
+pub(crate) const fn child_stop_name(c: ChildStop) -> &'static str {
+    match c {
+        ChildStop::Announced => "announced",
+        ChildStop::Signalled => "signalled",
+        ChildStop::Killed => "killed",
+        ChildStop::Unreapable => "unreapable",
+    }
+}
+
+/// The lifecycle machine of one owner: its configuration and its phase. Cheap to clone, `Eq` and
+/// `Hash`, so the models can keep many of them in a state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Machine {
+    config: Config,
+    phase: Phase,
+}
+
+/// An event that is illegal in the current phase. The machine is left unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("event `{event}` is not allowed in phase `{phase}` ({label})")]
+pub struct Rejected {
+    /// The phase the machine was in.
+    pub phase: PhaseKind,
+    /// The phase with its step.
+    pub label: String,
+    /// The rejected event.
+    pub event: Event,
+}
+
+/// The result of an accepted event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct Handled {
+    /// What the driver must do, in order.
+    pub actions: Vec<Action>,
+    /// The spec says this event is ignored in this phase: nothing changed.
+    pub ignored: bool,
+}
+
+impl Machine {
+    /// A new machine in `cold(idle)`.
+    pub const fn new(config: Config) -> Machine {
+        Machine {
+            config,
+            phase: Phase::Cold {
+                step: ColdStep::Idle,
+                drain_pending: false,
+            },
+        }
+    }
+
+    /// A machine in an arbitrary phase; for renderers and models that enumerate states.
+    pub const fn with_phase(config: Config, phase: Phase) -> Machine {
+        Machine { config, phase }
+    }
+
+    /// The configuration.
+    pub const fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The current phase with its data.
+    pub const fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    /// The current phase's name.
+    pub const fn kind(&self) -> PhaseKind {
+        self.phase.kind()
+    }
+
+    /// Whether the machine has ended.
+    pub const fn is_terminal(&self) -> bool {
+        self.phase.kind().is_terminal()
+    }
+
+    /// Feed one event. On success the phase may have changed and the actions must be executed in
+    /// order; on rejection nothing changed.
+    pub fn handle(&mut self, event: Event) -> Result<Handled, Rejected> {
+        match rules::next(&self.config, &self.phase, event) {
+            rules::Decision::Move(phase, actions) => {
+                self.phase = phase;
+                Ok(Handled {
+                    actions,
+                    ignored: false,
+                })
+            }
+            rules::Decision::Ignore => Ok(Handled {
+                actions: Vec::new(),
+                ignored: true,
+            }),
+            rules::Decision::Reject => Err(Rejected {
+                phase: self.phase.kind(),
+                label: self.phase.label(),
+                event,
+            }),
+        }
+    }
+
+    /// The pure form of [`Machine::handle`]: the next machine and its actions, leaving `self`
+    /// untouched.
+    pub fn step(&self, event: Event) -> Result<(Machine, Handled), Rejected> {
+        let mut next = *self;
+        let handled = next.handle(event)?;
+        Ok((next, handled))
+    }
 }
