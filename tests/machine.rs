@@ -336,3 +336,42 @@ fn machine_invariants_hold_in_every_reachable_state() {
     }
     assert!(checked > 100, "explored only {checked} states");
 }
+
+/// A trace line survives a JSON round trip (the runner writes it, the models read it).
+#[test]
+fn trace_lines_round_trip() {
+    use tenure::machine::trace::{TraceLine, TraceStep};
+    let mut m = Machine::new(Config::child(ReadyMode::Notify));
+    let mut lines = vec![TraceLine::Header {
+        version: tenure::machine::trace::TRACE_VERSION,
+        config: *m.config(),
+        pid: 1,
+    }];
+    for (i, e) in [
+        Event::Start,
+        Event::LeaseGranted { epoch: 7 },
+        Event::RecoveryDone,
+        Event::ChildSpawned,
+        Event::Stop(Signal::Int),
+        Event::Start,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        lines.push(TraceLine::Step(TraceStep::record(
+            &mut m,
+            i as u64 + 1,
+            0,
+            e,
+        )));
+    }
+    for l in &lines {
+        let text = serde_json::to_string(l).unwrap();
+        let back: TraceLine = serde_json::from_str(&text).unwrap();
+        assert_eq!(&back, l, "{text}");
+    }
+    let TraceLine::Step(last) = lines.last().unwrap() else {
+        panic!()
+    };
+    assert!(last.rejected.is_some(), "start is illegal while aborting");
+}

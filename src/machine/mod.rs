@@ -16,6 +16,7 @@ mod event;
 mod residency;
 mod rules;
 pub mod table;
+pub mod trace;
 
 pub use action::{
     Action, DrainCause, EXIT_BUSY, EXIT_DID_NOT_STOP, EXIT_IO, EXIT_KILLED, EXIT_NOT_EXECUTABLE,
