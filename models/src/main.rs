@@ -1,0 +1,322 @@
+//! `tenure-models`: checks the stateright models of the tenure lifecycle, runs their mutants,
+//! replays traces of real runs, and prints the benchmark numbers.
+//!
+//! ```text
+//! tenure-models check [lease|signals|checkpoint|all] [--processes N] [--symmetry] [--dfs]
+//!                     [--threads T] [--mutant NAME] [--explore ADDR]
+//! tenure-models mutants [lease|signals|checkpoint|all] [--processes N]
+//! tenure-models trace FILE...
+//! tenure-models bench [--long]
+//! ```
+//! Exit codes: 0 when every check passed (every property holds, every mutant is killed, every
+//! trace conforms), 1 when one did not, 64 for a usage error.
+
+use std::process::ExitCode;
+use std::time::Instant;
+use stateright::{Model, Representative};
+use tenure_models::catalog::{self, Which};
+use tenure_models::checkpoint::CheckpointModel;
+use tenure_models::lease::{LeaseModel, LeaseState};
+use tenure_models::run::{self, Report, Search};
+use tenure_models::signals::SignalModel;
+
+const USAGE: &str = "usage:
+  tenure-models check [lease|signals|checkpoint|all] [--processes N] [--symmetry] [--dfs]
+                      [--threads T] [--mutant NAME] [--explore ADDR]
+  tenure-models mutants [lease|signals|checkpoint|all] [--processes N]
+  tenure-models trace FILE...
+  tenure-models bench [--long]";
+
+/// A command line that cannot be run.
+#[derive(Debug)]
+struct Usage(String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}\n{USAGE}", self.0)
+    }
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tenure-models: {e}");
+            ExitCode::from(64)
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Opts {
+    models: Vec<Which>,
+    processes: Option<usize>,
+    symmetry: bool,
+    dfs: bool,
+    threads: usize,
+    mutant: Option<String>,
+    explore: Option<String>,
+    long: bool,
+    files: Vec<String>,
+}
+
+fn parse(args: &[String]) -> Result<Opts, Usage> {
+    let mut o = Opts {
+        threads: 1,
+        ..Opts::default()
+    };
+    let mut it = args.iter();
+    let value = |it: &mut std::slice::Iter<'_, String>, flag: &str| {
+        it.next()
+            .cloned()
+            .ok_or_else(|| Usage(format!("{flag} needs a value")))
+    };
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--processes" => {
+                let v = value(&mut it, a)?;
+                let n: usize = v
+                    .parse()
+                    .map_err(|_| Usage(format!("--processes takes a number, not {v:?}")))?;
+                if !(1..=6).contains(&n) {
+                    return Err(Usage(format!("--processes must be 1 to 6, not {n}")));
+                }
+                o.processes = Some(n);
+            }
+            "--threads" => {
+                let v = value(&mut it, a)?;
+                o.threads = v
+                    .parse()
+                    .map_err(|_| Usage(format!("--threads takes a number, not {v:?}")))?;
+            }
+            "--symmetry" => o.symmetry = true,
+            "--dfs" => o.dfs = true,
+            "--long" => o.long = true,
+            "--mutant" => o.mutant = Some(value(&mut it, a)?),
+            "--explore" => o.explore = Some(value(&mut it, a)?),
+            "all" => o.models.extend(Which::ALL),
+            s if s.starts_with("--") => return Err(Usage(format!("unknown option {s}"))),
+            s => match Which::from_name(s) {
+                Some(w) => o.models.push(w),
+                None => o.files.push(s.to_string()),
+            },
+        }
+    }
+    Ok(o)
+}
+
+fn run() -> Result<ExitCode, Usage> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((cmd, rest)) = args.split_first() else {
+        return Err(Usage("no command".into()));
+    };
+    let mut o = parse(rest)?;
+    match cmd.as_str() {
+        "check" => {
+            if !o.files.is_empty() {
+                return Err(Usage(format!("unknown model {:?}", o.files[0])));
+            }
+            if o.models.is_empty() {
+                o.models.extend(Which::ALL);
+            }
+            check(&o)
+        }
+        "mutants" => {
+            if o.models.is_empty() {
+                o.models.extend(Which::ALL);
+            }
+            Ok(mutants(&o))
+        }
+        "trace" => {
+            if o.files.is_empty() {
+                return Err(Usage("trace needs a file".into()));
+            }
+            Ok(traces(&o.files))
+        }
+        "bench" => Ok(bench(o.long)),
+        other => Err(Usage(format!("unknown command {other:?}"))),
+    }
+}
+
+fn check(o: &Opts) -> Result<ExitCode, Usage> {
+    let processes = o.processes.unwrap_or(3);
+    if let Some(addr) = &o.explore {
+        let [which] = o.models[..] else {
+            return Err(Usage("--explore serves one model".into()));
+        };
+        println!("serving the {which} model's explorer on http://{addr}");
+        match which {
+            Which::Lease => {
+                LeaseModel::ci(processes).checker().serve(addr.as_str());
+            }
+            Which::Signals => {
+                SignalModel::ci().checker().serve(addr.as_str());
+            }
+            Which::Checkpoint => {
+                CheckpointModel::ci().checker().serve(addr.as_str());
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(name) = &o.mutant {
+        let Some(m) = catalog::mutants()
+            .into_iter()
+            .find(|m| m.name == name && o.models.contains(&m.model))
+        else {
+            return Err(Usage(format!(
+                "no mutant {name:?} in {:?}; `tenure-models mutants` lists them",
+                o.models
+            )));
+        };
+        let r = catalog::run_mutant(m, processes);
+        print_mutant(&r, true);
+        return Ok(if r.killed {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    let search = match (o.symmetry, o.dfs) {
+        (true, _) => Search::DfsSymmetry,
+        (false, true) => Search::Dfs,
+        (false, false) => Search::Bfs,
+    };
+    let mut ok = true;
+    for &which in &o.models {
+        let label = match which {
+            Which::Lease => format!("lease, {processes} processes"),
+            Which::Signals | Which::Checkpoint => which.to_string(),
+        };
+        println!("== {label} ({search:?}, {} thread(s))", o.threads.max(1));
+        let r = catalog::check_ci(which, processes, search, o.threads);
+        print!("{r}");
+        ok &= r.all_hold();
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn print_mutant(r: &catalog::MutantReport, path: bool) {
+    println!(
+        "{:<11} {:<30} breaks {:<28} ({:>4}): {} — shortest counterexample {} steps, {} states, {:.2?}",
+        r.mutant.model.name(),
+        r.mutant.name,
+        format!("`{}`", r.mutant.breaks),
+        catalog::invariant(r.mutant.breaks),
+        if r.killed { "killed" } else { "SURVIVED" },
+        r.length,
+        r.unique,
+        r.elapsed
+    );
+    if path {
+        for line in &r.path {
+            println!("    {line}");
+        }
+    }
+}
+
+fn mutants(o: &Opts) -> ExitCode {
+    let processes = o.processes.unwrap_or(3);
+    let mut ok = true;
+    for m in catalog::mutants() {
+        if !o.models.contains(&m.model) {
+            continue;
+        }
+        let r = catalog::run_mutant(m, processes);
+        print_mutant(&r, false);
+        ok &= r.killed;
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn traces(files: &[String]) -> ExitCode {
+    let mut ok = true;
+    for f in files {
+        match tenure_models::trace::check_file(f) {
+            Ok(s) => println!(
+                "{f}: conforms ({} steps, ends in {}{})",
+                s.steps,
+                s.final_phase,
+                s.exit_code()
+                    .map(|c| format!(", exit {c}"))
+                    .unwrap_or_default()
+            ),
+            Err(v) => {
+                ok = false;
+                println!("{f}: does not conform: {v}");
+            }
+        }
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn line(name: &str, r: &Report) {
+    println!(
+        "{name:<40} {:>10} {:>10} {:>6} {:>9.2?} {:>12.0}",
+        r.unique,
+        r.states,
+        r.max_depth,
+        r.elapsed,
+        r.states_per_second()
+    );
+}
+
+/// Unique states, time and states/second for the CI configurations, and the symmetry reduction
+/// factor of the lease model (unique states without / with symmetry) at N = 3 (and N = 4 with
+/// `--long`).
+fn bench(long: bool) -> ExitCode {
+    println!(
+        "{:<40} {:>10} {:>10} {:>6} {:>9} {:>12}",
+        "configuration", "unique", "generated", "depth", "time", "states/s"
+    );
+    let started = Instant::now();
+    let sizes: &[usize] = if long { &[2, 3, 4] } else { &[2, 3] };
+    let rep = Some(<LeaseState as Representative>::representative as fn(&LeaseState) -> LeaseState);
+    let mut factors = Vec::new();
+    for &n in sizes {
+        let plain = run::check(LeaseModel::ci(n), Search::Bfs, 1, None, None);
+        line(&format!("lease N={n} bfs"), &plain);
+        let sym = run::check(LeaseModel::ci(n), Search::DfsSymmetry, 1, rep, None);
+        line(&format!("lease N={n} dfs + symmetry"), &sym);
+        factors.push((n, plain.unique as f64 / sym.unique as f64));
+    }
+    line("signals", &run::check(SignalModel::ci(), Search::Bfs, 1, None, None));
+    line(
+        "checkpoint",
+        &run::check(CheckpointModel::ci(), Search::Bfs, 1, None, None),
+    );
+    if long {
+        let mut cp = CheckpointModel::ci();
+        cp.runs = 5;
+        cp.crashes = 3;
+        line("checkpoint (5 runs, 3 crashes)", &run::check(cp, Search::Bfs, 2, None, None));
+    }
+    let m0 = Instant::now();
+    let mut killed = 0;
+    let all = catalog::mutants();
+    for m in &all {
+        killed += usize::from(catalog::run_mutant(*m, 3).killed);
+    }
+    println!(
+        "mutants: {killed}/{} killed in {:.2?}",
+        all.len(),
+        m0.elapsed()
+    );
+    for (n, f) in factors {
+        println!("symmetry reduction at N={n}: {f:.2}x (bfs unique / dfs+symmetry unique)");
+    }
+    println!("total {:.2?}", started.elapsed());
+    ExitCode::SUCCESS
+}
+

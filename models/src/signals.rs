@@ -1,0 +1,739 @@
+//! Signal interleavings: one owner and its workload (a supervised child, or the in-process
+//! host), every stop signal in every phase, twice, during every driver step.
+//!
+//! The process runs the real machine through the shared [`Driver`]; every action of a step is a
+//! separate model step, so a signal (TERM, INT or HUP) can arrive between any two of them and
+//! waits in the driver's queue until the step is done. The world answers each request with every
+//! answer it could give: the lease is granted at once or after contention (then granted or the
+//! wait expires) or fails; recovery verifies or refuses the checkpoint; the child spawns or its
+//! executable is missing or not executable; a publish is durable, skipped (nothing staged) or
+//! fails. The child lives its own life: it can announce `READY=1` and `STOPPING=1` (notify mode),
+//! exit by itself with 0 or 3 or be killed by someone else (SIGABRT) at any point, exit 0 after a
+//! forwarded signal, die of SIGKILL, or
+//! survive SIGKILL past the kill wait and be reaped later. Armed timers fire at any point. The
+//! in-process host can request a drain (also before recovery, card H2) and settles its
+//! residencies at any point of the drain; the root can be lost while owning (H7).
+//!
+//! Three workloads are checked in one run: the runner with `--ready start`, the runner with
+//! `--ready notify --ready-timeout`, and the in-process host.
+//!
+//! The world records what an observer would see: when the lease is taken and released, whether
+//! a child may still run, what CURRENT holds, how often the drain hook ran, and each end record
+//! and exit code. The properties are about those records.
+
+use crate::driver::{Driver, Request};
+use crate::spec::ExitTable;
+use stateright::{Model, Property};
+use std::time::Duration;
+use tenure::machine::{
+    Action, ChildStatus, Config, Event, ExecFailure, Fault, Note, Outcome, PhaseKind, ReadyMode,
+    Reason, Signal, Timer,
+};
+
+/// Deliberate bugs in the driver's execution; each must make a property fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mutation {
+    /// I7: the driver releases the lease as soon as it sends SIGKILL, assuming the child died.
+    ReleaseOnKill,
+    /// I8: the driver releases the lease when it starts publishing (release before publish).
+    ReleaseBeforePublish,
+    /// I9: the driver publishes the staged checkpoint whenever it releases, even when the
+    /// machine did not ask for a publish (a refused recovery).
+    PublishOnRelease,
+    /// I10: the driver writes an end record for the terminal note as well as for `Exit`.
+    DoubleEndRecord,
+    /// I10: the driver computes the exit code as 128 + the signal whenever the outcome names
+    /// one, instead of `Outcome::code`.
+    ExitCodeFromSignal,
+    /// I11: the driver also runs the drain hook when it rewrites the record as draining.
+    BeginDrainOnSetPhase,
+    /// I6: after `Exit(busy)` the driver starts the machine again in the same process.
+    RetryAfterBusy,
+    /// Legal events: the driver delivers a queued signal while the spawn is outstanding.
+    SignalDuringSpawn,
+}
+
+impl Mutation {
+    /// Every mutation of this model.
+    pub const ALL: [Mutation; 8] = [
+        Mutation::ReleaseOnKill,
+        Mutation::ReleaseBeforePublish,
+        Mutation::PublishOnRelease,
+        Mutation::DoubleEndRecord,
+        Mutation::ExitCodeFromSignal,
+        Mutation::BeginDrainOnSetPhase,
+        Mutation::RetryAfterBusy,
+        Mutation::SignalDuringSpawn,
+    ];
+
+    /// The name used on the command line and in the README.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Mutation::ReleaseOnKill => "release-on-kill",
+            Mutation::ReleaseBeforePublish => "release-before-publish",
+            Mutation::PublishOnRelease => "publish-on-release",
+            Mutation::DoubleEndRecord => "double-end-record",
+            Mutation::ExitCodeFromSignal => "exit-code-from-signal",
+            Mutation::BeginDrainOnSetPhase => "begin-drain-on-set-phase",
+            Mutation::RetryAfterBusy => "retry-after-busy",
+            Mutation::SignalDuringSpawn => "signal-during-spawn",
+        }
+    }
+
+    /// The property the mutation must break.
+    pub const fn breaks(self) -> &'static str {
+        match self {
+            Mutation::ReleaseOnKill => LEASE_OUTLIVES_CHILD,
+            Mutation::ReleaseBeforePublish => CHECKPOINT_BEFORE_RELEASE,
+            Mutation::PublishOnRelease => REFUSED_KEEPS_CURRENT,
+            Mutation::DoubleEndRecord => ONE_OUTCOME,
+            Mutation::ExitCodeFromSignal => EXIT_CODE_PER_SPEC,
+            Mutation::BeginDrainOnSetPhase => DRAIN_ONCE,
+            Mutation::RetryAfterBusy => TERMINAL_IS_FINAL,
+            Mutation::SignalDuringSpawn => LEGAL_EVENTS,
+        }
+    }
+
+    /// Looks a mutation up by name.
+    pub fn from_name(name: &str) -> Option<Mutation> {
+        Mutation::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+/// I7: the lease is never released while a supervised child may still run.
+pub const LEASE_OUTLIVES_CHILD: &str = "lease outlives the child";
+/// I8: the drain's checkpoint is durable before the lease is released.
+pub const CHECKPOINT_BEFORE_RELEASE: &str = "checkpoint before release";
+/// I9: a stop or failure while recovering never moves CURRENT.
+pub const REFUSED_KEEPS_CURRENT: &str = "refused recovery keeps CURRENT";
+/// I10: every run ends with exactly one end record.
+pub const ONE_OUTCOME: &str = "one outcome";
+/// I10: the exit code is `Outcome::code`, agrees with the spec table, and the outcome is true.
+pub const EXIT_CODE_PER_SPEC: &str = "exit code per spec";
+/// I11: the drain hook runs at most once per ownership.
+pub const DRAIN_ONCE: &str = "drain once";
+/// I6: a terminal phase is never left.
+pub const TERMINAL_IS_FINAL: &str = "terminal is final";
+/// The driver feeds only events its semantics allow and the machine accepts.
+pub const LEGAL_EVENTS: &str = "legal events";
+
+const V_CHILD: u16 = 1;
+const V_DURABLE: u16 = 2;
+const V_ILLEGAL: u16 = 4;
+const V_CODE: u16 = 8;
+
+/// The signal model and its bounds.
+#[derive(Debug, Clone)]
+pub struct SignalModel {
+    /// Stop signals that may arrive in all (each TERM, INT or HUP).
+    pub signals: u8,
+    /// The workloads checked (one initial state each).
+    pub workloads: Vec<Config>,
+    /// The bug to inject, if any.
+    pub mutation: Option<Mutation>,
+}
+
+impl SignalModel {
+    /// The full model checked in CI: two signals, three workloads.
+    pub fn ci() -> SignalModel {
+        let mut notify = Config::child(ReadyMode::Notify);
+        notify.ready_timeout = Some(Duration::from_secs(30));
+        SignalModel {
+            signals: 2,
+            workloads: vec![
+                Config::child(ReadyMode::Start),
+                notify,
+                Config::in_process(),
+            ],
+            mutation: None,
+        }
+    }
+
+    /// The same model with a bug injected.
+    pub fn with_mutation(mut self, m: Option<Mutation>) -> SignalModel {
+        self.mutation = m;
+        self
+    }
+
+    fn is(&self, m: Mutation) -> bool {
+        self.mutation == Some(m)
+    }
+}
+
+/// The child process as the world knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Child {
+    /// Not spawned (or no child in this workload).
+    None,
+    /// Running.
+    Running {
+        /// A stop signal was forwarded to it.
+        signalled: bool,
+        /// SIGKILL was sent to it.
+        killed: bool,
+        /// It sent `READY=1`.
+        ready: bool,
+        /// It sent `STOPPING=1`.
+        stopping: bool,
+    },
+    /// Exited and reaped with this status.
+    Reaped(ChildStatus),
+}
+
+/// What CURRENT holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Current {
+    /// The checkpoint present before the run.
+    Old,
+    /// The checkpoint this run published.
+    New,
+}
+
+/// The state of the signal world.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SignalState {
+    /// The owner's driver and machine.
+    pub drv: Driver,
+    /// Whether this process holds the kernel lock.
+    pub lock: bool,
+    /// Whether it held the lock at some point.
+    pub owned: bool,
+    /// The child.
+    pub child: Child,
+    /// What CURRENT holds.
+    pub current: Current,
+    /// A publish was asked for and is not durable yet.
+    pub publish_pending: bool,
+    /// Signals still to arrive.
+    pub signals_left: u8,
+    /// Signals waiting to be delivered, oldest first.
+    pub queue: [Option<Signal>; 2],
+    /// Signals delivered (bit per signal) — what an outcome may name.
+    pub delivered: u8,
+    /// Stop signals delivered while draining.
+    pub delivered_draining: u8,
+    /// The host requested a drain / the root was lost / residencies were reported settled.
+    pub drain_fed: bool,
+    /// See `drain_fed`.
+    pub root_lost_fed: bool,
+    /// See `drain_fed`.
+    pub settle_fed: bool,
+    /// Whether the drain hook ran before the owner was ready (card H2).
+    pub early_drain: bool,
+    /// Times the drain hook ran in this run (a run has at most one ownership; a drain begun
+    /// before the lease belongs to the ownership that follows, card H2).
+    pub drains_begun: u8,
+    /// End records written.
+    pub end_records: u8,
+    /// The recorded outcome and the process's exit code.
+    pub exit: Option<(Outcome, u8)>,
+    /// The first terminal phase reached (for I6).
+    pub ended: Option<PhaseKind>,
+    /// Violations recorded by steps (bit set).
+    pub violations: u16,
+}
+
+/// A step of the signal world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SignalAction {
+    /// The driver executes the next action of its step.
+    Exec,
+    /// The world answers the outstanding request with this event.
+    Answer(Event),
+    /// A stop signal arrives (queued).
+    Arrive(Signal),
+    /// The oldest queued signal is delivered.
+    Deliver,
+    /// An armed timer fires.
+    Fire(Timer),
+    /// The child sends `READY=1`.
+    Ready,
+    /// The child sends `STOPPING=1`.
+    Stopping,
+    /// The child exits (or dies) and is reaped with this status.
+    Exit(ChildStatus),
+    /// The host requests a drain.
+    Drain,
+    /// The state dir is moved away.
+    RootLost,
+    /// The host's residencies settle.
+    Settle,
+}
+
+fn bit(s: Signal) -> u8 {
+    match s {
+        Signal::Term => 1,
+        Signal::Int => 2,
+        Signal::Hup => 4,
+    }
+}
+
+impl SignalState {
+    fn feed(&mut self, ev: Event) {
+        match self.drv.feed(ev) {
+            Ok(_) => {
+                if self.ended.is_none() && self.drv.machine().is_terminal() {
+                    self.ended = Some(self.drv.machine().kind());
+                }
+            }
+            Err(_) => self.violations |= V_ILLEGAL,
+        }
+    }
+
+    fn child_running(&self) -> bool {
+        matches!(self.child, Child::Running { .. })
+    }
+
+    /// The world's side of releasing the lease, with the checks of I7 and I8.
+    fn release(&mut self) {
+        if !self.lock {
+            return;
+        }
+        if self.child_running() {
+            self.violations |= V_CHILD;
+        }
+        if self.publish_pending {
+            self.violations |= V_DURABLE;
+        }
+        self.lock = false;
+    }
+
+    fn end_record(&mut self, o: Outcome, code: u8) {
+        self.end_records += 1;
+        self.exit = Some((o, code));
+        let record = o.summary();
+        let spec_ok = match ExitTable::spec().code_of(&record) {
+            Ok(c) => c == code,
+            Err(_) => ExitTable::is_known_gap(&record),
+        };
+        if !spec_ok || code != o.code() || !self.truthful(o) {
+            self.violations |= V_CODE;
+        }
+    }
+
+    /// The outcome says only what happened: a signal it names was delivered, a child status it
+    /// names is the reaped one, `killed` means SIGKILL was sent, and a cancelled or busy run
+    /// never owned the lease.
+    fn truthful(&self, o: Outcome) -> bool {
+        let signal_ok = o.signal.is_none_or(|s| self.delivered & bit(s) != 0);
+        let child_ok = o.child.is_none_or(|c| self.child == Child::Reaped(c));
+        let killed_ok =
+            !o.killed || matches!(self.child, Child::Reaped(ChildStatus::Signaled(9)));
+        let owned_ok = !matches!(o.reason, Reason::Cancelled | Reason::Busy) || !self.owned;
+        signal_ok && child_ok && killed_ok && owned_ok
+    }
+}
+
+impl Model for SignalModel {
+    type State = SignalState;
+    type Action = SignalAction;
+
+    fn init_states(&self) -> Vec<SignalState> {
+        self.workloads
+            .iter()
+            .map(|c| {
+                let mut s = SignalState {
+                    drv: Driver::new(*c),
+                    lock: false,
+                    owned: false,
+                    child: Child::None,
+                    current: Current::Old,
+                    publish_pending: false,
+                    signals_left: self.signals,
+                    queue: [None; 2],
+                    delivered: 0,
+                    delivered_draining: 0,
+                    drain_fed: false,
+                    root_lost_fed: false,
+                    settle_fed: false,
+                    early_drain: false,
+                    drains_begun: 0,
+                    end_records: 0,
+                    exit: None,
+                    ended: None,
+                    violations: 0,
+                };
+                s.feed(Event::Start);
+                s
+            })
+            .collect()
+    }
+
+    fn actions(&self, s: &SignalState, out: &mut Vec<SignalAction>) {
+        // A signal can arrive at any moment, even after the run ended (it then changes nothing).
+        if s.signals_left > 0 && !s.drv.exited() {
+            for sig in Signal::ALL {
+                out.push(SignalAction::Arrive(sig));
+            }
+        }
+        if s.drv.peek().is_some() {
+            out.push(SignalAction::Exec);
+        }
+        let notify = matches!(
+            s.drv.machine().config().workload,
+            tenure::machine::Workload::Child(ReadyMode::Notify)
+        );
+        if !s.drv.between_steps() {
+            return;
+        }
+        match s.drv.request() {
+            Some(Request::Acquire { busy }) => {
+                out.push(SignalAction::Answer(Event::LeaseGranted { epoch: 1 }));
+                if busy {
+                    out.push(SignalAction::Answer(Event::WaitExpired));
+                } else {
+                    out.push(SignalAction::Answer(Event::LeaseBusy));
+                    out.push(SignalAction::Answer(Event::LeaseFailed(Fault::Io)));
+                }
+            }
+            Some(Request::Recover) => {
+                out.push(SignalAction::Answer(Event::RecoveryDone));
+                out.push(SignalAction::Answer(Event::RecoveryFailed(Fault::State)));
+            }
+            Some(Request::Spawn) => {
+                out.push(SignalAction::Answer(Event::ChildSpawned));
+                out.push(SignalAction::Answer(Event::SpawnFailed(
+                    ExecFailure::NotFound,
+                )));
+                out.push(SignalAction::Answer(Event::SpawnFailed(
+                    ExecFailure::NotExecutable,
+                )));
+            }
+            Some(Request::Publish) => {
+                out.push(SignalAction::Answer(Event::CheckpointPublished));
+                out.push(SignalAction::Answer(Event::CheckpointSkipped));
+                out.push(SignalAction::Answer(Event::CheckpointFailed));
+            }
+            Some(Request::Release) => out.push(SignalAction::Answer(Event::LeaseReleased)),
+            None => {}
+        }
+        let spawning = s.drv.request() == Some(Request::Spawn);
+        if s.queue[0].is_some() && (!spawning || self.is(Mutation::SignalDuringSpawn)) {
+            out.push(SignalAction::Deliver);
+        }
+        if spawning {
+            return;
+        }
+        // The driver sees the child (its exit through the pidfd, its datagrams on the notify
+        // socket) between steps; when exactly the child acted before that is immaterial.
+        if let Child::Running {
+            killed,
+            ready,
+            stopping,
+            ..
+        } = s.child
+        {
+            if killed {
+                out.push(SignalAction::Exit(ChildStatus::Signaled(9)));
+            } else {
+                out.push(SignalAction::Exit(ChildStatus::Exited(0)));
+                out.push(SignalAction::Exit(ChildStatus::Exited(3)));
+                // Killed by someone else (SIGABRT): exit code 134.
+                out.push(SignalAction::Exit(ChildStatus::Signaled(6)));
+                if notify && !ready {
+                    out.push(SignalAction::Ready);
+                }
+                if notify && !stopping {
+                    out.push(SignalAction::Stopping);
+                }
+            }
+        }
+        for t in s.drv.armed_timers() {
+            out.push(SignalAction::Fire(t));
+        }
+        let in_process = matches!(
+            s.drv.machine().config().workload,
+            tenure::machine::Workload::InProcess
+        );
+        if in_process && !s.drain_fed {
+            out.push(SignalAction::Drain);
+        }
+        if !s.root_lost_fed && s.drv.machine().kind().owns() {
+            out.push(SignalAction::RootLost);
+        }
+        if !s.settle_fed && s.drv.admits(Event::ResidenciesSettled).is_ok() {
+            out.push(SignalAction::Settle);
+        }
+    }
+
+    fn next_state(&self, s: &SignalState, action: SignalAction) -> Option<SignalState> {
+        let mut s = s.clone();
+        match action {
+            SignalAction::Exec => self.exec(&mut s),
+            SignalAction::Answer(ev) => {
+                match ev {
+                    Event::LeaseGranted { .. } => {
+                        s.lock = true;
+                        s.owned = true;
+                    }
+                    Event::CheckpointPublished => {
+                        s.current = Current::New;
+                        s.publish_pending = false;
+                    }
+                    Event::CheckpointSkipped | Event::CheckpointFailed => {
+                        s.publish_pending = false;
+                    }
+                    Event::LeaseReleased => s.release(),
+                    Event::ChildSpawned => {
+                        s.child = Child::Running {
+                            signalled: false,
+                            killed: false,
+                            ready: false,
+                            stopping: false,
+                        };
+                    }
+                    _ => {}
+                }
+                s.feed(ev);
+            }
+            SignalAction::Arrive(sig) => {
+                s.signals_left -= 1;
+                match s.queue {
+                    [None, _] => s.queue[0] = Some(sig),
+                    [Some(_), None] => s.queue[1] = Some(sig),
+                    [Some(_), Some(_)] => {}
+                }
+            }
+            SignalAction::Deliver => {
+                let sig = s.queue[0]?;
+                s.queue = [s.queue[1], None];
+                s.delivered |= bit(sig);
+                if s.drv.machine().kind() == PhaseKind::Draining {
+                    s.delivered_draining += 1;
+                }
+                s.feed(Event::Stop(sig));
+            }
+            SignalAction::Fire(t) => s.feed(Event::TimerExpired(t)),
+            SignalAction::Ready => {
+                if let Child::Running { ref mut ready, .. } = s.child {
+                    *ready = true;
+                }
+                s.feed(Event::ChildReady);
+            }
+            SignalAction::Stopping => {
+                if let Child::Running {
+                    ref mut stopping, ..
+                } = s.child
+                {
+                    *stopping = true;
+                }
+                s.feed(Event::ChildStopping);
+            }
+            SignalAction::Exit(status) => {
+                s.child = Child::Reaped(status);
+                s.feed(Event::ChildExited(status));
+            }
+            SignalAction::Drain => {
+                s.drain_fed = true;
+                s.feed(Event::DrainRequested);
+            }
+            SignalAction::RootLost => {
+                s.root_lost_fed = true;
+                s.feed(Event::RootLost);
+            }
+            SignalAction::Settle => {
+                s.settle_fed = true;
+                s.feed(Event::ResidenciesSettled);
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            // I7: checked whenever the lease is released: no child that may still run.
+            Property::always(LEASE_OUTLIVES_CHILD, |_, s: &SignalState| {
+                s.violations & V_CHILD == 0
+            }),
+            Property::sometimes("killed after grace", |_, s: &SignalState| {
+                s.exit.is_some_and(|(o, _)| o.reason == Reason::Killed) && !s.lock
+            }),
+            Property::sometimes("did not stop, reaped later", |_, s: &SignalState| {
+                s.exit.is_some_and(|(o, _)| o.reason == Reason::DidNotStop)
+            }),
+            // I8: checked whenever the lease is released: no publish asked for and not durable.
+            Property::always(CHECKPOINT_BEFORE_RELEASE, |_, s: &SignalState| {
+                s.violations & V_DURABLE == 0
+            }),
+            Property::sometimes("drain publishes, then releases", |_, s: &SignalState| {
+                s.current == Current::New && s.ended == Some(PhaseKind::Released)
+            }),
+            // I9: a refused run never moves CURRENT.
+            Property::always(REFUSED_KEEPS_CURRENT, |_, s: &SignalState| {
+                !s.drv.machine().phase().outcome().is_some_and(|o| o.reason == Reason::Refused)
+                    || s.current == Current::Old
+            }),
+            Property::sometimes("refused by a signal while recovering", |_, s: &SignalState| {
+                s.drv.machine().phase().outcome().is_some_and(|o| {
+                    o.reason == Reason::Refused
+                        && matches!(o.refusal, Some(tenure::machine::Refusal::Signal(_)))
+                })
+            }),
+            // I10: exactly one end record once the run exited, never more.
+            Property::always(ONE_OUTCOME, |_, s: &SignalState| {
+                s.end_records <= 1 && (!s.drv.exited() || s.end_records == 1)
+            }),
+            // I10: the exit code is Outcome::code, the spec table's code, and the outcome is true.
+            Property::always(EXIT_CODE_PER_SPEC, |_, s: &SignalState| {
+                s.violations & V_CODE == 0
+            }),
+            Property::sometimes("child's exit code passed through", |_, s: &SignalState| {
+                s.exit.is_some_and(|(_, code)| code == 3)
+            }),
+            Property::sometimes("cancelled while waiting", |_, s: &SignalState| {
+                s.exit.is_some_and(|(o, code)| o.reason == Reason::Cancelled && code >= 129)
+            }),
+            // I11: the drain hook runs at most once per ownership.
+            Property::always(DRAIN_ONCE, |_, s: &SignalState| s.drains_begun <= 1),
+            Property::sometimes("drain requested before recovery", |_, s: &SignalState| {
+                s.early_drain && s.ended == Some(PhaseKind::Released)
+            }),
+            Property::sometimes("two signals while draining", |_, s: &SignalState| {
+                s.delivered_draining == 2
+            }),
+            // I6: once terminal, the machine stays in that phase.
+            Property::always(TERMINAL_IS_FINAL, |_, s: &SignalState| {
+                s.ended.is_none_or(|k| k == s.drv.machine().kind())
+            }),
+            Property::sometimes("readiness timed out", |_, s: &SignalState| {
+                s.exit.is_some_and(|(o, _)| {
+                    o.refusal == Some(tenure::machine::Refusal::ReadinessTimedOut)
+                })
+            }),
+            Property::always(LEGAL_EVENTS, |_, s: &SignalState| {
+                s.violations & V_ILLEGAL == 0
+            }),
+            Property::sometimes("stop while spawning waits for the spawn", |_, s: &SignalState| {
+                s.drv.request() == Some(Request::Spawn) && s.queue[0].is_some()
+            }),
+        ]
+    }
+}
+
+impl SignalModel {
+    /// Executes the next action against the world (or, in a mutant, mis-executes it).
+    fn exec(&self, s: &mut SignalState) {
+        let Some(a) = s.drv.pop() else {
+            return;
+        };
+        match a {
+            Action::AcquireLease | Action::AbandonAcquire | Action::Recover => {}
+            Action::SpawnChild => {}
+            Action::SetPhase(k) => {
+                if k == PhaseKind::Draining && self.is(Mutation::BeginDrainOnSetPhase) {
+                    s.drains_begun += 1;
+                }
+            }
+            Action::BeginDrain => {
+                s.drains_begun += 1;
+                if matches!(
+                    s.drv.machine().kind(),
+                    PhaseKind::Cold | PhaseKind::Recovering
+                ) {
+                    s.early_drain = true;
+                }
+            }
+            Action::Forward(_) => {
+                if let Child::Running {
+                    ref mut signalled, ..
+                } = s.child
+                {
+                    *signalled = true;
+                }
+            }
+            Action::Kill => {
+                if let Child::Running { ref mut killed, .. } = s.child {
+                    *killed = true;
+                }
+                if self.is(Mutation::ReleaseOnKill) {
+                    s.release();
+                }
+            }
+            Action::Publish => {
+                if self.is(Mutation::ReleaseBeforePublish) {
+                    s.publish_pending = true;
+                    s.release();
+                }
+                s.publish_pending = true;
+            }
+            Action::ReleaseLease => {
+                if self.is(Mutation::PublishOnRelease) {
+                    s.current = Current::New;
+                }
+            }
+            Action::Note(n) => {
+                if self.is(Mutation::DoubleEndRecord)
+                    && matches!(
+                        n,
+                        Note::Released | Note::Refused | Note::Cancelled | Note::Busy
+                    )
+                    && let Some(o) = s.drv.machine().phase().outcome()
+                {
+                    s.end_record(o, o.code());
+                }
+            }
+            Action::Exit(o) => {
+                let code = if self.is(Mutation::ExitCodeFromSignal) {
+                    o.signal.map_or(o.code(), Signal::exit_code)
+                } else {
+                    o.code()
+                };
+                s.end_record(o, code);
+                if self.is(Mutation::RetryAfterBusy) && o.reason == Reason::Busy {
+                    s.drv.restart_machine();
+                    s.feed(Event::Start);
+                }
+            }
+            Action::ArmTimer(..)
+            | Action::DisarmTimer(_)
+            | Action::NotifyReady
+            | Action::NotifyStopping => {}
+        }
+    }
+}
+
+/// The event a step feeds the machine, if it feeds one (the mutants' extra feeds aside). The
+/// trace conformance tests turn model paths into traces with it.
+pub fn fed_event(s: &SignalState, a: SignalAction) -> Option<Event> {
+    match a {
+        SignalAction::Answer(ev) => Some(ev),
+        SignalAction::Deliver => s.queue[0].map(Event::Stop),
+        SignalAction::Fire(t) => Some(Event::TimerExpired(t)),
+        SignalAction::Ready => Some(Event::ChildReady),
+        SignalAction::Stopping => Some(Event::ChildStopping),
+        SignalAction::Exit(st) => Some(Event::ChildExited(st)),
+        SignalAction::Drain => Some(Event::DrainRequested),
+        SignalAction::RootLost => Some(Event::RootLost),
+        SignalAction::Settle => Some(Event::ResidenciesSettled),
+        SignalAction::Exec | SignalAction::Arrive(_) => None,
+    }
+}
+
+impl crate::run::Describe for SignalModel {
+    fn describe(&self, path: &[(SignalState, Option<SignalAction>)]) -> Vec<String> {
+        let mut lines = Vec::new();
+        if let Some((s, _)) = path.first() {
+            lines.push(format!("workload {:?}", s.drv.machine().config().workload));
+        }
+        for (s, a) in path {
+            let Some(a) = a else { continue };
+            lines.push(match a {
+                SignalAction::Exec => match s.drv.peek() {
+                    Some(x) => format!("execute {x}   [{}]", s.drv.machine().phase().label()),
+                    None => "execute nothing".into(),
+                },
+                SignalAction::Answer(ev) => format!("answer {ev}"),
+                SignalAction::Arrive(sig) => format!("{sig} arrives"),
+                SignalAction::Deliver => format!("deliver {:?}", s.queue[0]),
+                SignalAction::Fire(t) => format!("timer {t:?} fires"),
+                SignalAction::Ready => "child sends READY=1".into(),
+                SignalAction::Stopping => "child sends STOPPING=1".into(),
+                SignalAction::Exit(st) => format!("child exits: {st}"),
+                SignalAction::Drain => "host requests drain".into(),
+                SignalAction::RootLost => "state dir moved".into(),
+                SignalAction::Settle => "residencies settle".into(),
+            });
+        }
+        lines
+    }
+}

@@ -1,0 +1,124 @@
+//! The lease contention model (invariants I1–I6) in its CI configurations, with pinned state
+//! counts, and every lease mutant killed.
+
+use stateright::{Checker, Model};
+use tenure_models::catalog::{self, Which};
+use tenure_models::lease::{LeaseModel, Mutation};
+
+/// I1–I6 hold for three processes contending with a crash, a restart under the recycled pid, a
+/// stop signal, expiring waits and a third-party stopper; every `sometimes` beside them is
+/// reached (a handover, a crash takeover, a cancelled waiter, a recycled pid spared, ...).
+/// Checked with symmetry reduction (DFS), as stateright applies it only there.
+#[test]
+fn n3_with_crash_and_recycled_pid() {
+    let checker = LeaseModel::ci(3).checker().symmetry().spawn_dfs().join();
+    checker.assert_properties();
+    assert_eq!(checker.unique_state_count(), 690_673);
+}
+
+/// The same for two processes with every visible action a separate step (a crash can fall
+/// between the record write, the waiter-entry removal and the exit), timers firing and
+/// recovery refusing the checkpoint; breadth-first, without symmetry.
+#[test]
+fn n2_fine_grained_with_timers_and_refusals() {
+    let mut m = LeaseModel::ci(2);
+    m.atomic_steps = false;
+    m.timers = true;
+    m.recovery_failures = true;
+    let checker = m.checker().spawn_bfs().join();
+    checker.assert_properties();
+    assert_eq!(checker.unique_state_count(), 571_278);
+}
+
+/// Without the crash, the restart and the stopper, the `sometimes` properties that need them
+/// are not reached: the checks above are not vacuous.
+#[test]
+fn sometimes_properties_need_the_faults() {
+    let mut m = LeaseModel::ci(2);
+    m.crashes = 0;
+    m.restarts = 0;
+    m.stopper = false;
+    let checker = m.clone().checker().spawn_bfs().join();
+    for p in ["crash takeover", "recycled pid spared", "stopper delivers"] {
+        assert!(checker.discovery(p).is_none(), "{p} reached without faults");
+    }
+    for p in m.properties() {
+        if p.expectation == stateright::Expectation::Always {
+            checker.assert_no_discovery(p.name);
+        }
+    }
+}
+
+fn killed(mutation: Mutation) {
+    let mutant = catalog::mutants()
+        .into_iter()
+        .find(|m| m.model == Which::Lease && m.name == mutation.name())
+        .expect("catalogued");
+    let r = catalog::run_mutant(mutant, 3);
+    println!(
+        "mutant {} breaks `{}` ({}); shortest counterexample, {} steps:",
+        mutant.name,
+        mutant.breaks,
+        catalog::invariant(mutant.breaks),
+        r.length
+    );
+    for line in &r.path {
+        println!("    {line}");
+    }
+    assert!(r.killed, "mutant {} survived", mutant.name);
+    assert!(r.length > 0 && !r.path.is_empty());
+}
+
+/// I1 (card L5): breaking a lock whose recorded owner looks dead lets two processes own.
+#[test]
+fn mutant_reclaim_stale_lock() {
+    killed(Mutation::ReclaimStaleLock);
+}
+
+/// I2 (card H5): granting before the epoch is durable lets an epoch repeat after a crash.
+#[test]
+fn mutant_epoch_after_grant() {
+    killed(Mutation::EpochAfterGrant);
+}
+
+/// I3 (card H5): releasing before publishing makes the publish a non-owner's write.
+#[test]
+fn mutant_release_before_publish() {
+    killed(Mutation::ReleaseBeforePublish);
+}
+
+/// I4 (cards L5, D7): a pidfd without the identity re-check signals a recycled pid.
+#[test]
+fn mutant_signal_without_identity_check() {
+    killed(Mutation::SignalWithoutIdentityCheck);
+}
+
+/// I4 (card D7): checking the identity and then signalling by pid number races a recycle.
+#[test]
+fn mutant_signal_by_pid() {
+    killed(Mutation::SignalByPid);
+}
+
+/// I5 (card L3): a cancelled waiter that leaves its entry behind.
+#[test]
+fn mutant_waiter_left_on_cancel() {
+    killed(Mutation::WaiterLeftOnCancel);
+}
+
+/// I5 (card G1): a cancel honoured after the lock was taken leaves the record behind.
+#[test]
+fn mutant_cancel_after_lock() {
+    killed(Mutation::CancelAfterLock);
+}
+
+/// I6: a retry loop that restarts the machine after a terminal outcome.
+#[test]
+fn mutant_retry_after_exit() {
+    killed(Mutation::RetryAfterExit);
+}
+
+/// Legal events: a host that reports settled residencies twice feeds an illegal event.
+#[test]
+fn mutant_settle_twice() {
+    killed(Mutation::SettleTwice);
+}
