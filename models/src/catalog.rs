@@ -135,16 +135,13 @@ where
 {
     let started = Instant::now();
     let report = run::check(model.clone(), Search::Bfs, 1, None, Some(mutant.breaks));
-    let killed = report
-        .verdict(mutant.breaks)
-        .is_some_and(|v| !v.holds());
+    let killed = report.verdict(mutant.breaks).is_some_and(|v| !v.holds());
     let property = model.property(mutant.breaks);
-    let (path, length) = match run::shortest(&model, 20_000_000, |s| {
-        !(property.condition)(&model, s)
-    }) {
-        Some(p) => (model.describe(&p), p.len() - 1),
-        None => (Vec::new(), 0),
-    };
+    let (path, length) =
+        match run::shortest(&model, 20_000_000, |s| !(property.condition)(&model, s)) {
+            Some(p) => (model.describe(&p), p.len() - 1),
+            None => (Vec::new(), 0),
+        };
     MutantReport {
         mutant,
         killed,
@@ -185,9 +182,7 @@ pub fn check_ci(which: Which, processes: usize, search: Search, threads: usize) 
             None,
         ),
         Which::Signals => run::check(SignalModel::ci(), plain(search), threads, None, None),
-        Which::Checkpoint => {
-            run::check(CheckpointModel::ci(), plain(search), threads, None, None)
-        }
+        Which::Checkpoint => run::check(CheckpointModel::ci(), plain(search), threads, None, None),
     }
 }
 

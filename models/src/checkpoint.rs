@@ -539,13 +539,12 @@ impl CheckpointState {
                     }
                     Action::Publish => self.start_publish(m),
                     Action::Exit(_) => {
-                        self.stage = if self.drv.machine().kind()
-                            == tenure::machine::PhaseKind::Refused
-                        {
-                            Stage::Halted
-                        } else {
-                            Stage::Idle
-                        };
+                        self.stage =
+                            if self.drv.machine().kind() == tenure::machine::PhaseKind::Refused {
+                                Stage::Halted
+                            } else {
+                                Stage::Idle
+                            };
                         if self.run >= 3 && self.stage == Stage::Idle {
                             self.seen |= S_THREE;
                         }
@@ -658,7 +657,10 @@ impl CheckpointState {
                 }
             }
             FsOp::Rename(d, to) => {
-                self.fs.dir_mut(d).pending.push(DirOp::Rename(Name::Tmp, to));
+                self.fs
+                    .dir_mut(d)
+                    .pending
+                    .push(DirOp::Rename(Name::Tmp, to));
             }
             FsOp::StoreBlob(b) => {
                 let existing = self.fs.read(DirId::Blobs, Name::Blob(b));
@@ -838,10 +840,7 @@ impl CheckpointState {
         let before = self.fs.visible();
         let current = self.fs.read(DirId::Root, Name::Current);
         let valid = current.is_none_or(|c| self.fs.complete(c, true));
-        let accepted = current.is_none_or(|c| {
-            self.fs
-                .complete(c, !m.is(Mutation::SkipBlobDigest))
-        });
+        let accepted = current.is_none_or(|c| self.fs.complete(c, !m.is(Mutation::SkipBlobDigest)));
         let accepted = if !accepted && m.is(Mutation::RepairOnLoad) {
             self.repair()
         } else {
@@ -971,12 +970,7 @@ impl Model for CheckpointModel {
             Stage::Halted => {}
         }
         if s.crashes_left > 0 && matches!(s.stage, Stage::Opening | Stage::Publishing) {
-            let per_dir: Vec<u32> = s
-                .fs
-                .dirs
-                .iter()
-                .map(|d| 1u32 << d.pending.len())
-                .collect();
+            let per_dir: Vec<u32> = s.fs.dirs.iter().map(|d| 1u32 << d.pending.len()).collect();
             let files = 1u32 << s.unsynced().len();
             for a in 0..per_dir[0] {
                 for b in 0..per_dir[1] {
@@ -1054,29 +1048,34 @@ impl Model for CheckpointModel {
             Property::always(CURRENT_VALID_AFTER_CRASH, |_, s: &CheckpointState| {
                 s.violations & V_CRASH == 0
             }),
-            Property::sometimes("crash keeps the old checkpoint", |_, s: &CheckpointState| {
-                s.seen & S_KEPT_OLD != 0
-            }),
-            Property::sometimes("crash keeps the new checkpoint", |_, s: &CheckpointState| {
-                s.seen & S_KEPT_NEW != 0
-            }),
+            Property::sometimes(
+                "crash keeps the old checkpoint",
+                |_, s: &CheckpointState| s.seen & S_KEPT_OLD != 0,
+            ),
+            Property::sometimes(
+                "crash keeps the new checkpoint",
+                |_, s: &CheckpointState| s.seen & S_KEPT_NEW != 0,
+            ),
             // I13: checked at every GC unlink and at the start of every GC.
             Property::always(GC_KEEPS_CURRENT, |_, s: &CheckpointState| {
                 s.violations & V_GC == 0
             }),
-            Property::sometimes("gc deletes a superseded checkpoint", |_, s: &CheckpointState| {
-                s.seen & S_GC_DELETED != 0
-            }),
-            Property::sometimes("a shared blob is not rewritten", |_, s: &CheckpointState| {
-                s.seen & S_DEDUP != 0
-            }),
+            Property::sometimes(
+                "gc deletes a superseded checkpoint",
+                |_, s: &CheckpointState| s.seen & S_GC_DELETED != 0,
+            ),
+            Property::sometimes(
+                "a shared blob is not rewritten",
+                |_, s: &CheckpointState| s.seen & S_DEDUP != 0,
+            ),
             // I14: a refusing load changes nothing.
             Property::always(NO_REPAIR, |_, s: &CheckpointState| {
                 s.violations & V_REPAIR == 0
             }),
-            Property::sometimes("a corrupt checkpoint is refused", |_, s: &CheckpointState| {
-                s.seen & S_CORRUPT_REFUSED != 0
-            }),
+            Property::sometimes(
+                "a corrupt checkpoint is refused",
+                |_, s: &CheckpointState| s.seen & S_CORRUPT_REFUSED != 0,
+            ),
             // I14/I12: the load never accepts what is not complete and digest-valid.
             Property::always(CORRUPTION_REFUSED, |_, s: &CheckpointState| {
                 s.violations & V_ACCEPT == 0

@@ -315,7 +315,13 @@ impl Driver {
         if matches!(ev, Event::Start) == self.started {
             return Err(NotAllowed::StartOrder);
         }
-        let wants = |ok: bool| if ok { Ok(()) } else { Err(NotAllowed::NoRequest) };
+        let wants = |ok: bool| {
+            if ok {
+                Ok(())
+            } else {
+                Err(NotAllowed::NoRequest)
+            }
+        };
         let acquiring = matches!(self.request, Some(Request::Acquire { .. }));
         match ev {
             Event::Start => Ok(()),
@@ -453,6 +459,10 @@ mod tests {
     use super::*;
     use tenure::machine::{Config, ReadyMode, Signal};
 
+    fn fed(d: &mut Driver, ev: Event) {
+        let _ = d.feed(ev).unwrap();
+    }
+
     #[test]
     fn answers_need_their_request() {
         let mut d = Driver::new(Config::child(ReadyMode::Start));
@@ -460,21 +470,21 @@ mod tests {
             d.admits(Event::LeaseGranted { epoch: 1 }),
             Err(NotAllowed::StartOrder)
         );
-        d.feed(Event::Start).unwrap();
+        fed(&mut d, Event::Start);
         assert_eq!(
             d.admits(Event::LeaseGranted { epoch: 1 }),
             Err(NotAllowed::MidStep)
         );
         assert_eq!(d.pop(), Some(Action::AcquireLease));
-        d.feed(Event::LeaseBusy).unwrap();
+        fed(&mut d, Event::LeaseBusy);
         assert_eq!(d.admits(Event::LeaseBusy), Err(NotAllowed::MidStep));
         while d.pop().is_some() {}
         assert_eq!(d.admits(Event::LeaseBusy), Err(NotAllowed::BusyTwice));
         assert_eq!(d.admits(Event::RecoveryDone), Err(NotAllowed::NoRequest));
-        d.feed(Event::LeaseGranted { epoch: 1 }).unwrap();
+        fed(&mut d, Event::LeaseGranted { epoch: 1 });
         while d.pop().is_some() {}
         assert_eq!(d.request(), Some(Request::Recover));
-        d.feed(Event::RecoveryDone).unwrap();
+        fed(&mut d, Event::RecoveryDone);
         assert_eq!(d.pop(), Some(Action::SpawnChild));
         // Spawning is synchronous: a stop waits for the answer.
         assert_eq!(
@@ -485,33 +495,33 @@ mod tests {
             d.admits(Event::ChildExited(tenure::machine::ChildStatus::Exited(0))),
             Err(NotAllowed::Spawning)
         );
-        d.feed(Event::ChildSpawned).unwrap();
+        fed(&mut d, Event::ChildSpawned);
         while d.pop().is_some() {}
         assert_eq!(d.child(), ChildView::Running);
         assert_eq!(
             d.admits(Event::TimerExpired(Timer::Grace)),
             Err(NotAllowed::TimerNotArmed)
         );
-        d.feed(Event::Stop(Signal::Term)).unwrap();
+        fed(&mut d, Event::Stop(Signal::Term));
         while d.pop().is_some() {}
         assert!(d.armed(Timer::Grace));
-        d.feed(Event::TimerExpired(Timer::Grace)).unwrap();
+        fed(&mut d, Event::TimerExpired(Timer::Grace));
         assert!(!d.armed(Timer::Grace));
     }
 
     #[test]
     fn rejected_events_change_nothing() {
         let mut d = Driver::new(Config::in_process());
-        d.feed(Event::Start).unwrap();
+        fed(&mut d, Event::Start);
         while d.pop().is_some() {}
         let before = d;
         // The driver allows a drain request at any time; the machine decides what it means.
-        d.feed(Event::DrainRequested).unwrap();
+        fed(&mut d, Event::DrainRequested);
         assert_ne!(d, before);
         let mut e = Driver::new(Config::in_process());
-        e.feed(Event::Start).unwrap();
+        fed(&mut e, Event::Start);
         while e.pop().is_some() {}
-        e.feed(Event::Stop(Signal::Int)).unwrap();
+        fed(&mut e, Event::Stop(Signal::Int));
         while e.pop().is_some() {}
         assert!(e.exited());
         assert_eq!(e.admits(Event::Start), Err(NotAllowed::Exited));

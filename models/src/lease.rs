@@ -37,9 +37,9 @@
 //! could observe the difference, and it keeps the interleavings that matter.
 
 use crate::driver::{Driver, Request};
+use stateright::{Model, Property, Representative};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use stateright::{Model, Property, Representative};
 use tenure::machine::{Action, Config, Event, PhaseKind, Reason, Signal, Timer};
 
 /// Deliberate bugs in the world or the driver; each must make a property fail.
@@ -872,9 +872,7 @@ impl Model for LeaseModel {
                     c.life == Life::Crashed
                         && c.drv.machine().kind().owns()
                         && s.procs.iter().any(|p| {
-                            p.running()
-                                && p.drv.machine().kind().owns()
-                                && p.epoch() > c.epoch()
+                            p.running() && p.drv.machine().kind().owns() && p.epoch() > c.epoch()
                         })
                 })
             }),
@@ -884,7 +882,9 @@ impl Model for LeaseModel {
                 s.violations & V_FENCE == 0
             }),
             // Beside I3: a later owner's publish moves CURRENT.
-            Property::sometimes("a later owner publishes", |_, s: &LeaseState| s.current >= 2),
+            Property::sometimes("a later owner publishes", |_, s: &LeaseState| {
+                s.current >= 2
+            }),
             // I4: the stopper never signals an identity other than the recorded one.
             Property::always(IDENTITY_CHECKED, |_, s: &LeaseState| {
                 s.violations & V_SIGNAL == 0
@@ -1078,17 +1078,68 @@ impl Representative for LeaseState {
 }
 
 impl crate::run::Describe for LeaseModel {
-    /// One line per step, naming the action a driver executed.
+    /// One line per step: what happened in the world, and the phase it left the process in.
     fn describe(&self, path: &[(LeaseState, Option<LeaseAction>)]) -> Vec<String> {
         path.iter()
             .filter_map(|(s, a)| {
                 let a = (*a)?;
+                let next = self.next_state(s, a)?;
+                let phase = |p: u8| next.procs[p as usize].drv.machine().phase().label();
+                let p_of = |p: u8| format!("p{p}");
                 Some(match a {
+                    LeaseAction::Launch(p) => format!(
+                        "{} starts (pid {p}, start time {}) -> {}",
+                        p_of(p),
+                        next.procs[p as usize].start,
+                        phase(p)
+                    ),
                     LeaseAction::Exec(p) => match s.procs[p as usize].drv.peek() {
-                        Some(x) => format!("p{p} executes {x}"),
-                        None => format!("p{p} executes nothing"),
+                        Some(x) => format!("{} executes {x} -> {}", p_of(p), phase(p)),
+                        None => format!("{} executes nothing", p_of(p)),
                     },
-                    other => format!("{other:?}"),
+                    LeaseAction::TryLock(p) => match next.procs[p as usize].acq {
+                        Acq::Locked(e) => format!("{} takes the lock; epoch file {e}", p_of(p)),
+                        _ => format!("{} finds the lock busy: waiter entry, lease-busy", p_of(p)),
+                    },
+                    LeaseAction::Wake(p) => format!("{}'s wait takes the freed lock", p_of(p)),
+                    LeaseAction::Expire(p) => {
+                        format!("{}'s wait bound expires -> {}", p_of(p), phase(p))
+                    }
+                    LeaseAction::Grant(p) => format!(
+                        "{} writes the owner record and registry entry -> {}",
+                        p_of(p),
+                        phase(p)
+                    ),
+                    LeaseAction::Recover(p, ok) => format!(
+                        "{} {} -> {}",
+                        p_of(p),
+                        if ok { "recovers" } else { "refuses the checkpoint" },
+                        phase(p)
+                    ),
+                    LeaseAction::Publish(p) => format!(
+                        "{} publishes (CURRENT by epoch {}) -> {}",
+                        p_of(p),
+                        next.current,
+                        phase(p)
+                    ),
+                    LeaseAction::Release(p) => format!("{} releases -> {}", p_of(p), phase(p)),
+                    LeaseAction::Deliver(p) => {
+                        format!("{} gets its queued SIGTERM -> {}", p_of(p), phase(p))
+                    }
+                    LeaseAction::Timer(p, t) => format!("{}'s {t:?} timer fires", p_of(p)),
+                    LeaseAction::Drain(p) => {
+                        format!("{}'s host asks to drain -> {}", p_of(p), phase(p))
+                    }
+                    LeaseAction::Crash(p) => {
+                        format!("{} is SIGKILLed (the kernel drops its lock)", p_of(p))
+                    }
+                    LeaseAction::Signal(p) => format!("SIGTERM arrives for {}", p_of(p)),
+                    LeaseAction::Stopper => format!("stopper: {:?}", next.stopper),
+                    LeaseAction::Reclaim(p) => format!(
+                        "{} finds the recorded owner dead, recreates the lock file and locks it",
+                        p_of(p)
+                    ),
+                    LeaseAction::LateBump(p) => format!("{} writes the epoch file late", p_of(p)),
                 })
             })
             .collect()

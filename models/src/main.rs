@@ -11,9 +11,9 @@
 //! Exit codes: 0 when every check passed (every property holds, every mutant is killed, every
 //! trace conforms), 1 when one did not, 64 for a usage error.
 
+use stateright::{Model, Representative};
 use std::process::ExitCode;
 use std::time::Instant;
-use stateright::{Model, Representative};
 use tenure_models::catalog::{self, Which};
 use tenure_models::checkpoint::CheckpointModel;
 use tenure_models::lease::{LeaseModel, LeaseState};
@@ -291,7 +291,10 @@ fn bench(long: bool) -> ExitCode {
         line(&format!("lease N={n} dfs + symmetry"), &sym);
         factors.push((n, plain.unique as f64 / sym.unique as f64));
     }
-    line("signals", &run::check(SignalModel::ci(), Search::Bfs, 1, None, None));
+    line(
+        "signals",
+        &run::check(SignalModel::ci(), Search::Bfs, 1, None, None),
+    );
     line(
         "checkpoint",
         &run::check(CheckpointModel::ci(), Search::Bfs, 1, None, None),
@@ -300,7 +303,10 @@ fn bench(long: bool) -> ExitCode {
         let mut cp = CheckpointModel::ci();
         cp.runs = 5;
         cp.crashes = 3;
-        line("checkpoint (5 runs, 3 crashes)", &run::check(cp, Search::Bfs, 2, None, None));
+        line(
+            "checkpoint (5 runs, 3 crashes)",
+            &run::check(cp, Search::Bfs, 2, None, None),
+        );
     }
     let m0 = Instant::now();
     let mut killed = 0;
@@ -319,4 +325,3 @@ fn bench(long: bool) -> ExitCode {
     println!("total {:.2?}", started.elapsed());
     ExitCode::SUCCESS
 }
-

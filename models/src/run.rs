@@ -13,6 +13,9 @@ pub trait Describe: Model {
     fn describe(&self, path: &[(Self::State, Option<Self::Action>)]) -> Vec<String>;
 }
 
+/// A symmetry-reduction function: the representative of a state's orbit.
+pub type RepresentativeFn<S> = fn(&S) -> S;
+
 /// How the state space is searched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Search {
@@ -124,7 +127,7 @@ pub fn check<M>(
     model: M,
     search: Search,
     threads: usize,
-    representative: Option<fn(&M::State) -> M::State>,
+    representative: Option<RepresentativeFn<M::State>>,
     stop_at: Option<&'static str>,
 ) -> Report
 where
@@ -139,8 +142,20 @@ where
     }
     let started = Instant::now();
     match search {
-        Search::Bfs => summarise(&model, &properties, builder.spawn_bfs().join(), started, stop_at),
-        Search::Dfs => summarise(&model, &properties, builder.spawn_dfs().join(), started, stop_at),
+        Search::Bfs => summarise(
+            &model,
+            &properties,
+            builder.spawn_bfs().join(),
+            started,
+            stop_at,
+        ),
+        Search::Dfs => summarise(
+            &model,
+            &properties,
+            builder.spawn_dfs().join(),
+            started,
+            stop_at,
+        ),
         Search::DfsSymmetry => {
             let rep = representative.expect("symmetry needs a representative function");
             let checker = builder.symmetry_fn(rep).spawn_dfs().join();

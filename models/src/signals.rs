@@ -317,8 +317,7 @@ impl SignalState {
     fn truthful(&self, o: Outcome) -> bool {
         let signal_ok = o.signal.is_none_or(|s| self.delivered & bit(s) != 0);
         let child_ok = o.child.is_none_or(|c| self.child == Child::Reaped(c));
-        let killed_ok =
-            !o.killed || matches!(self.child, Child::Reaped(ChildStatus::Signaled(9)));
+        let killed_ok = !o.killed || matches!(self.child, Child::Reaped(ChildStatus::Signaled(9)));
         let owned_ok = !matches!(o.reason, Reason::Cancelled | Reason::Busy) || !self.owned;
         signal_ok && child_ok && killed_ok && owned_ok
     }
@@ -560,15 +559,22 @@ impl Model for SignalModel {
             }),
             // I9: a refused run never moves CURRENT.
             Property::always(REFUSED_KEEPS_CURRENT, |_, s: &SignalState| {
-                !s.drv.machine().phase().outcome().is_some_and(|o| o.reason == Reason::Refused)
+                !s.drv
+                    .machine()
+                    .phase()
+                    .outcome()
+                    .is_some_and(|o| o.reason == Reason::Refused)
                     || s.current == Current::Old
             }),
-            Property::sometimes("refused by a signal while recovering", |_, s: &SignalState| {
-                s.drv.machine().phase().outcome().is_some_and(|o| {
-                    o.reason == Reason::Refused
-                        && matches!(o.refusal, Some(tenure::machine::Refusal::Signal(_)))
-                })
-            }),
+            Property::sometimes(
+                "refused by a signal while recovering",
+                |_, s: &SignalState| {
+                    s.drv.machine().phase().outcome().is_some_and(|o| {
+                        o.reason == Reason::Refused
+                            && matches!(o.refusal, Some(tenure::machine::Refusal::Signal(_)))
+                    })
+                },
+            ),
             // I10: exactly one end record once the run exited, never more.
             Property::always(ONE_OUTCOME, |_, s: &SignalState| {
                 s.end_records <= 1 && (!s.drv.exited() || s.end_records == 1)
@@ -581,7 +587,8 @@ impl Model for SignalModel {
                 s.exit.is_some_and(|(_, code)| code == 3)
             }),
             Property::sometimes("cancelled while waiting", |_, s: &SignalState| {
-                s.exit.is_some_and(|(o, code)| o.reason == Reason::Cancelled && code >= 129)
+                s.exit
+                    .is_some_and(|(o, code)| o.reason == Reason::Cancelled && code >= 129)
             }),
             // I11: the drain hook runs at most once per ownership.
             Property::always(DRAIN_ONCE, |_, s: &SignalState| s.drains_begun <= 1),
@@ -603,9 +610,12 @@ impl Model for SignalModel {
             Property::always(LEGAL_EVENTS, |_, s: &SignalState| {
                 s.violations & V_ILLEGAL == 0
             }),
-            Property::sometimes("stop while spawning waits for the spawn", |_, s: &SignalState| {
-                s.drv.request() == Some(Request::Spawn) && s.queue[0].is_some()
-            }),
+            Property::sometimes(
+                "stop while spawning waits for the spawn",
+                |_, s: &SignalState| {
+                    s.drv.request() == Some(Request::Spawn) && s.queue[0].is_some()
+                },
+            ),
         ]
     }
 }

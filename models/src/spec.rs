@@ -46,8 +46,12 @@ impl ExitTable {
     pub fn parse(doc: &str) -> ExitTable {
         let begin = "<!-- exit-codes:begin -->";
         let end = "<!-- exit-codes:end -->";
-        let b = doc.find(begin).expect("spec/lifecycle.md has the exit-codes:begin marker");
-        let e = doc.find(end).expect("spec/lifecycle.md has the exit-codes:end marker");
+        let b = doc
+            .find(begin)
+            .expect("spec/lifecycle.md has the exit-codes:begin marker");
+        let e = doc
+            .find(end)
+            .expect("spec/lifecycle.md has the exit-codes:end marker");
         let mut exact = BTreeMap::new();
         let mut signal_reasons = Vec::new();
         let mut by_reason: BTreeMap<String, Vec<u8>> = BTreeMap::new();
@@ -65,7 +69,7 @@ impl ExitTable {
             };
             exact.insert(record.to_string(), code);
             if let Some((reason, _)) = record.split_once('/') {
-                let codes = by_reason.entry(reason.to_string()).or_insert_with(Vec::new);
+                let codes = by_reason.entry(reason.to_string()).or_default();
                 if !codes.contains(&code) {
                     codes.push(code);
                 }

@@ -219,7 +219,11 @@ impl Replay {
         if step.seq != expected {
             return Err(Problem::Sequence { expected });
         }
-        mismatch("before", &self.driver.machine().phase().label(), &step.before)?;
+        mismatch(
+            "before",
+            &self.driver.machine().phase().label(),
+            &step.before,
+        )?;
         let handled = match self.driver.feed(step.event) {
             Ok(h) => h,
             Err(FeedError::NotAllowed(n)) => return Err(Problem::NotAllowed(n)),

@@ -160,7 +160,9 @@ fn violation(config: Config, events: &[Event]) -> tenure_models::trace::Violatio
 }
 
 fn lines(text: &str) -> Vec<Value> {
-    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 fn unlines(v: &[Value]) -> String {
@@ -176,7 +178,10 @@ fn corrupted_traces_are_reported() {
     assert_eq!(v.problem, Problem::NotAllowed(NotAllowed::StartOrder));
 
     // Recovery answered while only waiting for the lease.
-    let v = violation(start(), &[Event::Start, Event::LeaseBusy, Event::RecoveryDone]);
+    let v = violation(
+        start(),
+        &[Event::Start, Event::LeaseBusy, Event::RecoveryDone],
+    );
     assert_eq!(v.seq, Some(3));
     assert_eq!(v.problem, Problem::NotAllowed(NotAllowed::NoRequest));
 
@@ -226,17 +231,38 @@ fn edited_traces_are_reported() {
     t[5]["actions"].as_array_mut().unwrap().pop();
     let v = check_str(&unlines(&t)).unwrap_err();
     assert_eq!((v.line, v.seq), (6, Some(5)));
-    assert!(matches!(v.problem, Problem::Mismatch { field: "actions", .. }), "{v}");
+    assert!(
+        matches!(
+            v.problem,
+            Problem::Mismatch {
+                field: "actions",
+                ..
+            }
+        ),
+        "{v}"
+    );
 
     let mut t = good.clone();
     t[3]["after"] = Value::from("ready");
     let v = check_str(&unlines(&t)).unwrap_err();
-    assert!(matches!(v.problem, Problem::Mismatch { field: "after", .. }), "{v}");
+    assert!(
+        matches!(v.problem, Problem::Mismatch { field: "after", .. }),
+        "{v}"
+    );
 
     let mut t = good.clone();
     t[2]["ignored"] = Value::from(true);
     let v = check_str(&unlines(&t)).unwrap_err();
-    assert!(matches!(v.problem, Problem::Mismatch { field: "ignored", .. }), "{v}");
+    assert!(
+        matches!(
+            v.problem,
+            Problem::Mismatch {
+                field: "ignored",
+                ..
+            }
+        ),
+        "{v}"
+    );
 
     let mut t = good.clone();
     t.remove(4);
