@@ -13,11 +13,13 @@
 //! - **Acquisition as built** (`tenure::lease::acquire`): try the lock; when held, publish a
 //!   waiter entry, report `LeaseBusy`, and wait until the lock is free (`Wake`), the bound
 //!   expires (`Expire`, entry removed, `WaitExpired`) or a stop signal cancels the wait (the
-//!   machine says `AbandonAcquire`, the entry is removed). Under the lock, as separate steps a
-//!   crash can fall between: bump the epoch file, write the owner record, then sweep the
-//!   registry of earlier owners and the entries of dead waiters, write our registry entry,
-//!   remove our waiter entry and answer `LeaseGranted{epoch}`. Once the lock is taken the wait
-//!   no longer looks at its cancel descriptor, so queued signals wait for the grant.
+//!   machine says `AbandonAcquire`, the entry is removed). Taking the lock and bumping the epoch
+//!   file are one step (nothing but the lock holder reads the epoch meanwhile); writing the owner
+//!   record, sweeping the registry of earlier owners and the entries of dead waiters, writing our
+//!   registry entry, removing our waiter entry and answering `LeaseGranted{epoch}` are the next,
+//!   so a crash can fall between them: the record then still names the previous owner. Once the
+//!   lock is taken the wait no longer looks at its cancel descriptor, so queued signals wait for
+//!   the grant.
 //! - **Owning** writes the owner record (`SetPhase`), publishes fenced by the epoch (the store
 //!   refuses when the epoch file names another epoch), and releases (registry entry removed,
 //!   record rewritten as released, unlock) before `LeaseReleased`.
@@ -34,7 +36,11 @@
 //!
 //! Actions with no effect on the shared world (notes, notifications, timers, the drain hook,
 //! issuing a request) are executed in the same model step as the one before them: nothing else
-//! could observe the difference, and it keeps the interleavings that matter.
+//! could observe the difference. With [`LeaseModel::atomic_steps`] (the CI configuration at
+//! N = 3) the remaining ones (`SetPhase`, `AbandonAcquire`, `Exit`) are too, since they touch
+//! only the process's own record, waiter entry and life; the N = 2 CI configuration makes each
+//! of them a step a crash can fall between. The host has no active residency, so it reports
+//! them settled as soon as the drain waits for them.
 
 use crate::driver::{Driver, Request};
 use stateright::{Model, Property, Representative};
@@ -826,7 +832,8 @@ impl Model for LeaseModel {
                 s.signals_left -= 1;
                 s.procs[p].queued += 1;
             }
-            LeaseAction::Stopper => unreachable!("handled above"),
+            // Not a process step: the stopper returned above.
+            LeaseAction::Stopper => {}
         }
         s.run_invisible(self, p);
         // No residency is ever active here, so the host reports them settled as soon as the
@@ -1113,7 +1120,11 @@ impl crate::run::Describe for LeaseModel {
                     LeaseAction::Recover(p, ok) => format!(
                         "{} {} -> {}",
                         p_of(p),
-                        if ok { "recovers" } else { "refuses the checkpoint" },
+                        if ok {
+                            "recovers"
+                        } else {
+                            "refuses the checkpoint"
+                        },
                         phase(p)
                     ),
                     LeaseAction::Publish(p) => format!(

@@ -24,14 +24,22 @@ fn check_prints_counts_and_verdicts() {
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("unique 34607"), "{text}");
     assert!(text.contains("states/s"), "{text}");
-    assert!(text.contains("lease outlives the child") && text.contains("holds"), "{text}");
+    assert!(
+        text.contains("lease outlives the child") && text.contains("holds"),
+        "{text}"
+    );
     assert!(!text.contains("VIOLATED"), "{text}");
 }
 
 /// `--mutant` prints the shortest counterexample and exits 0 when the mutant is killed.
 #[test]
 fn mutant_prints_its_counterexample() {
-    let (code, text) = cli(&["check", "checkpoint", "--mutant", "rename-current-before-fsync"]);
+    let (code, text) = cli(&[
+        "check",
+        "checkpoint",
+        "--mutant",
+        "rename-current-before-fsync",
+    ]);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("killed"), "{text}");
     assert!(text.contains("Rename(Root, Current)"), "{text}");
@@ -62,7 +70,10 @@ fn trace_checks_files() {
     std::fs::write(&bad, tenure_models::trace::record(config, 3, &events[1..])).unwrap();
     let (code, text) = cli(&["trace", good.to_str().unwrap()]);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("conforms (8 steps") && text.contains("exit 130"), "{text}");
+    assert!(
+        text.contains("conforms (8 steps") && text.contains("exit 130"),
+        "{text}"
+    );
     let (code, text) = cli(&["trace", good.to_str().unwrap(), bad.to_str().unwrap()]);
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("does not conform: line 2 (seq 1)"), "{text}");

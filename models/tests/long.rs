@@ -34,7 +34,7 @@ fn lease_n3_fine_grained() {
     m.recovery_failures = true;
     let checker = m.checker().symmetry().spawn_dfs().join();
     checker.assert_properties();
-    assert_eq!(checker.unique_state_count(), 1_974_307);
+    assert_eq!(checker.unique_state_count(), 9_280_734);
 }
 
 /// I6–I11 with three stop signals.
