@@ -505,6 +505,16 @@ impl StateDir {
         Ok(())
     }
 
+    /// A second handle on the same opened dir (the descriptor is duplicated, not reopened, so it
+    /// names the same directory even if the path has changed since).
+    pub fn try_clone(&self) -> Result<StateDir, FsError> {
+        Ok(StateDir {
+            root: self.root.try_clone()?,
+            dev: self.dev,
+            ino: self.ino,
+        })
+    }
+
     /// The canonical path the dir had when it was opened.
     pub fn path(&self) -> &Path {
         self.root.path()
@@ -557,6 +567,15 @@ impl Dir {
             path,
             poisoned: AtomicBool::new(false),
         }
+    }
+
+    /// A second handle on the same directory (a duplicated descriptor, `O_CLOEXEC`).
+    pub fn try_clone(&self) -> Result<Dir, FsError> {
+        let fd = self
+            .fd
+            .try_clone()
+            .map_err(|e| FsError::io("duplicate the descriptor of", self.path.clone(), e))?;
+        Ok(Dir::from_fd(fd, self.path.clone()))
     }
 
     /// The path of this directory (for messages; never used to open anything).
@@ -738,6 +757,37 @@ impl Dir {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Opens `name` read-write, creating it empty (0600) if it does not exist, and checks it as
+    /// [`Dir::open_file`] does (a private regular file with one link). For files that are used
+    /// through their descriptor rather than their content, such as a lock file.
+    pub fn open_or_create_file(
+        &self,
+        name: impl AsRef<OsStr>,
+        label: &str,
+    ) -> Result<File, FsError> {
+        let name = self.name(name.as_ref())?;
+        let path = self.child_path(name);
+        match self.create_exclusive(name, label) {
+            Ok(file) => return file_rw_checked(file, &path),
+            Err(FsError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        let lst = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| FsError::io("look at", path.clone(), e))?;
+        check_file_stat(&path, &lst, Links::Single)?;
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::LOOP => FsError::Symlink { path: path.clone() },
+            e => FsError::io("open", path.clone(), e),
+        })?;
+        file_rw_checked(File::from(fd), &path)
     }
 
     /// Creates `name` exclusively (`O_EXCL`, 0600) and returns it open for writing. The caller
@@ -951,6 +1001,39 @@ impl Dir {
         tmp.sync()?.rename_into(name)?;
         self.sync(label)
     }
+
+    /// Atomically (but not durably) replaces `name` with `bytes`: temp file, write, `renameat`,
+    /// no fsync. Readers see the old or the new content, never a mix; after a power loss the
+    /// file may be missing or empty. Only for ephemeral evidence (waiter and registry entries)
+    /// that readers tolerate losing and the next owner sweeps.
+    pub fn replace_volatile(
+        &self,
+        name: impl AsRef<OsStr>,
+        bytes: &[u8],
+        label: &str,
+    ) -> Result<(), FsError> {
+        let name = self.name(name.as_ref())?;
+        let mut tmp = self.create_temp(label)?;
+        tmp.write_all(bytes)?;
+        tmp.handed_over = true;
+        let tmp_name = tmp.name.clone();
+        drop(tmp);
+        match self.rename(&tmp_name, name, label) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                remove_abandoned(self, &tmp_name);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Checks a file opened for writing after the fact (a create may have raced with a planted file
+/// only if `O_EXCL` was not used, but checking is cheap and keeps one rule for every open).
+fn file_rw_checked(file: File, path: &Path) -> Result<File, FsError> {
+    let st = rustix::fs::fstat(&file).map_err(|e| FsError::io("stat", path.to_path_buf(), e))?;
+    check_file_stat(path, &st, Links::Single)?;
+    Ok(file)
 }
 
 /// An exclusive temp file being written; removed on drop unless it was renamed into place.
