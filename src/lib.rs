@@ -1,5 +1,8 @@
 //! tenure: the lifecycle of a single-owner local runtime.
 #![forbid(unsafe_op_in_unsafe_fn)]
 
+pub mod failpoint;
+pub mod lease;
 pub mod machine;
+pub mod privfs;
 pub mod sync;

@@ -1,0 +1,159 @@
+//! The epoch file `.tenure/epoch`: a strictly increasing u64 in decimal followed by `\n`.
+//!
+//! The epoch fences stale owners (card H5): every acquisition bumps it durably under the lock
+//! before `acquire` returns, and checkpoint publication refuses to proceed when the persisted
+//! epoch is newer than the publisher's. A missing file means epoch 0 (no owner ever acquired);
+//! anything that is not exactly `<digits>\n` is refused as corrupt, never rewritten.
+
+use std::path::PathBuf;
+
+use crate::privfs::{Dir, FsError};
+
+/// The name of the epoch file inside the control folder.
+pub const EPOCH_FILE: &str = "epoch";
+
+/// The largest epoch file accepted: 20 digits of u64 plus the newline, with some slack.
+const MAX_LEN: u64 = 64;
+
+/// Errors of reading or writing the epoch file.
+#[derive(Debug, thiserror::Error)]
+pub enum EpochError {
+    /// The file exists but does not hold `<decimal u64>\n`.
+    #[error(
+        "{path} is corrupt ({reason}); it must hold one decimal number and a newline: restore it from a backup or run `tenure init --adopt`"
+    )]
+    Corrupt { path: PathBuf, reason: &'static str },
+    /// The epoch cannot grow any more.
+    #[error("{path} holds the largest possible epoch; this state dir cannot be acquired again")]
+    Exhausted { path: PathBuf },
+    /// The file could not be read or written.
+    #[error(transparent)]
+    Fs(#[from] FsError),
+}
+
+/// Parses the content of an epoch file.
+pub fn parse(bytes: &[u8]) -> Result<u64, &'static str> {
+    let Some(digits) = bytes.strip_suffix(b"\n") else {
+        return Err("no trailing newline");
+    };
+    if digits.is_empty() {
+        return Err("no digits");
+    }
+    if !digits.iter().all(u8::is_ascii_digit) {
+        return Err("not a decimal number");
+    }
+    if digits.len() > 1 && digits[0] == b'0' {
+        return Err("leading zero");
+    }
+    std::str::from_utf8(digits)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or("out of range")
+}
+
+/// Reads the epoch from the control folder; 0 when the file does not exist yet.
+pub fn read(control: &Dir) -> Result<u64, EpochError> {
+    match control.read_optional(EPOCH_FILE, MAX_LEN) {
+        Ok(None) => Ok(0),
+        Ok(Some(bytes)) => parse(&bytes).map_err(|reason| EpochError::Corrupt {
+            path: control.child_path(EPOCH_FILE),
+            reason,
+        }),
+        Err(FsError::TooLarge { path, .. }) => Err(EpochError::Corrupt {
+            path,
+            reason: "too large",
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Durably replaces the epoch file with `epoch` (temp, write, fsync, rename, dir fsync; crash
+/// points `epoch.*`).
+pub fn write(control: &Dir, epoch: u64) -> Result<(), EpochError> {
+    control.replace_durable(EPOCH_FILE, format!("{epoch}\n").as_bytes(), "epoch")?;
+    Ok(())
+}
+
+/// Reads the current epoch, writes the next one durably and returns it. Only the lock holder
+/// may call this.
+pub fn bump(control: &Dir) -> Result<u64, EpochError> {
+    let current = read(control)?;
+    let next = current
+        .checked_add(1)
+        .ok_or_else(|| EpochError::Exhausted {
+            path: control.child_path(EPOCH_FILE),
+        })?;
+    write(control, next)?;
+    Ok(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::privfs::StateDir;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn parse_accepts_only_canonical_decimal() {
+        assert_eq!(parse(b"0\n"), Ok(0));
+        assert_eq!(parse(b"42\n"), Ok(42));
+        assert_eq!(parse(b"18446744073709551615\n"), Ok(u64::MAX));
+        for bad in [
+            &b"42"[..],
+            b"\n",
+            b"4 2\n",
+            b"-1\n",
+            b"042\n",
+            b"18446744073709551616\n",
+            b"42\n\n",
+            b"{not-json\n",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn bump_is_durable_and_strictly_increasing() {
+        let t = tempfile::tempdir().unwrap();
+        let sd = StateDir::open(&t.path().join("s"), true).unwrap();
+        let control = sd.root().ensure_dir(".tenure", "t").unwrap();
+        assert_eq!(read(&control).unwrap(), 0);
+        assert_eq!(bump(&control).unwrap(), 1);
+        assert_eq!(bump(&control).unwrap(), 2);
+        assert_eq!(read(&control).unwrap(), 2);
+        let bytes = std::fs::read(t.path().join("s/.tenure/epoch")).unwrap();
+        assert_eq!(bytes, b"2\n");
+    }
+
+    #[test]
+    fn h5_corrupt_epoch_refused_and_kept() {
+        let t = tempfile::tempdir().unwrap();
+        let sd = StateDir::open(&t.path().join("s"), true).unwrap();
+        let control = sd.root().ensure_dir(".tenure", "t").unwrap();
+        let path = t.path().join("s/.tenure/epoch");
+        std::fs::write(&path, b"seven\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let err = bump(&control).unwrap_err();
+        assert!(matches!(err, EpochError::Corrupt { .. }), "{err}");
+        assert!(err.to_string().contains("epoch is corrupt"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"seven\n");
+        std::fs::write(&path, [b'1'; 100]).unwrap();
+        assert!(matches!(
+            read(&control),
+            Err(EpochError::Corrupt {
+                reason: "too large",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn exhausted_epoch_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let sd = StateDir::open(&t.path().join("s"), true).unwrap();
+        let control = sd.root().ensure_dir(".tenure", "t").unwrap();
+        write(&control, u64::MAX).unwrap();
+        assert!(matches!(bump(&control), Err(EpochError::Exhausted { .. })));
+        assert_eq!(read(&control).unwrap(), u64::MAX);
+    }
+}
