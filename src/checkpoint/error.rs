@@ -7,6 +7,7 @@ use std::io;
 use std::path::PathBuf;
 
 use super::format::{CheckpointId, Digest, FormatError};
+use crate::privfs::FsError;
 
 /// Errors of the checkpoint store.
 #[derive(Debug, thiserror::Error)]
@@ -91,14 +92,10 @@ pub enum CheckpointError {
         /// Digest of the bytes found.
         actual: Digest,
     },
-    /// A file of the store is not what the private-file rules allow (symlink, permissive, ...).
-    #[error("{path}: {reason}; the store was left as it is, fix the file by hand if it is yours")]
-    Refused {
-        /// The offending file.
-        path: PathBuf,
-        /// The private-file layer's verdict.
-        reason: String,
-    },
+    /// A file or directory of the store was refused by the private-file rules (symlink,
+    /// permissive, not owned, ...) or could not be accessed.
+    #[error(transparent)]
+    Fs(#[from] FsError),
     /// The publisher's epoch is older than the one persisted in the state dir (card H5).
     #[error("{path}: publish with epoch {epoch} refused: the state dir is owned at epoch {persisted}; nothing was written")]
     StaleEpoch {
@@ -143,10 +140,11 @@ pub enum CheckpointError {
         /// What it is (symlink, fifo, socket, device).
         kind: &'static str,
     },
-    /// A staged file changed while it was being published.
-    #[error("{path}: the file changed while it was being published; stop every writer of the staging area and publish again")]
-    ChangedDuringPublish {
-        /// The staged file.
+    /// The store was opened read-only ([`super::CheckpointStore::open`]); only the owner
+    /// publishes.
+    #[error("{path}: the checkpoint store was opened read-only; open it with `open_owned` while holding the lease")]
+    ReadOnly {
+        /// The store directory.
         path: PathBuf,
     },
     /// An entry of a publish names a blob the store does not hold.
@@ -166,28 +164,22 @@ pub enum CheckpointError {
         /// The CURRENT file.
         path: PathBuf,
     },
-    /// An fsync (of a file or a directory) failed before `CURRENT` was replaced; the publish is
-    /// abandoned and `CURRENT` is unchanged.
-    #[error("{path}: fsync failed: {source}; the publish was abandoned and CURRENT is unchanged")]
-    SyncFailed {
-        /// The file or directory whose fsync failed.
-        path: PathBuf,
-        /// The OS error.
-        source: io::Error,
+    /// A step of a publish failed before `CURRENT` was replaced; the publish is abandoned and
+    /// `CURRENT` is unchanged (an fsync error also poisons the store: reopen it).
+    #[error("{source}; the publish was abandoned and CURRENT is unchanged")]
+    PublishFailed {
+        /// What failed.
+        source: FsError,
     },
     /// The fsync of the directory holding `CURRENT` failed after the rename: `CURRENT` names
     /// either the old or the new checkpoint, both complete, and which one survives a power loss
     /// is unknown, so the publish is not acknowledged.
-    #[error("{path}: fsync of the directory failed after CURRENT was replaced: {source}; the publish is not acknowledged, and CURRENT names checkpoint {old} or {new}, both complete")]
+    #[error("{source}; CURRENT was already renamed, so it names checkpoint {new} or the previous one, both complete; the publish is not acknowledged: reopen the store and publish again")]
     CurrentSyncFailed {
-        /// The directory holding CURRENT.
-        path: PathBuf,
-        /// The checkpoint CURRENT named before (none shown as 0).
-        old: u64,
         /// The checkpoint being published.
         new: CheckpointId,
-        /// The OS error.
-        source: io::Error,
+        /// The failed directory fsync.
+        source: FsError,
     },
     /// Any other I/O failure, with the file and the operation.
     #[error("{path}: {op} failed: {source}")]
@@ -224,7 +216,17 @@ impl CheckpointError {
                 | CheckpointError::BlobMissing { .. }
                 | CheckpointError::BlobSizeMismatch { .. }
                 | CheckpointError::BlobDigestMismatch { .. }
-                | CheckpointError::Refused { .. }
+        ) || matches!(
+            self,
+            CheckpointError::Fs(
+                FsError::Symlink { .. }
+                    | FsError::NotRegular { .. }
+                    | FsError::NotDirectory { .. }
+                    | FsError::NotOwned { .. }
+                    | FsError::Permissive { .. }
+                    | FsError::HardLinked { .. }
+                    | FsError::TooLarge { .. }
+            )
         )
     }
 }

@@ -20,9 +20,10 @@ pub const MAX_NAME_LEN: usize = 4096;
 /// The longest single path component accepted, in bytes (NAME_MAX on Linux).
 pub const MAX_COMPONENT_LEN: usize = 255;
 
-/// The largest manifest accepted, in bytes; a bigger file is refused before it is parsed so a
-/// corrupt or hostile manifest cannot make a loader allocate without bound.
-pub const MAX_MANIFEST_LEN: u64 = 64 * 1024 * 1024;
+/// The largest manifest accepted, in bytes (about 40,000 entries); a bigger file is refused
+/// before it is parsed so a corrupt or hostile manifest cannot make a loader allocate without
+/// bound, and loading stays within its memory budget.
+pub const MAX_MANIFEST_LEN: u64 = 8 * 1024 * 1024;
 
 /// The exact length of a well-formed `CURRENT` file: 20-digit id, a space, 64 hex digits, `\n`.
 pub const CURRENT_LEN: usize = 20 + 1 + 64 + 1;
@@ -85,7 +86,7 @@ pub enum FormatError {
     #[error("is not a valid manifest: {0}")]
     Json(String),
     /// The manifest is larger than [`MAX_MANIFEST_LEN`].
-    #[error("is {0} bytes, larger than the 64 MiB a manifest may hold")]
+    #[error("is {0} bytes, larger than the 8 MiB a manifest may hold")]
     TooLarge(u64),
 }
 
