@@ -284,6 +284,35 @@ fn check_owner_mode(path: &Path, st: &Stat) -> Result<(), FsError> {
     Ok(())
 }
 
+/// Refuses an entry of the wrong kind or owned by someone else; mode bits are not looked at.
+fn check_kind_owner(path: &Path, st: &Stat, want: FileKind) -> Result<(), FsError> {
+    let kind = FileKind::of(st);
+    if kind != want {
+        return Err(match (kind, want) {
+            (FileKind::Symlink, _) => FsError::Symlink {
+                path: path.to_path_buf(),
+            },
+            (_, FileKind::Directory) => FsError::NotDirectory {
+                path: path.to_path_buf(),
+                found: kind,
+            },
+            _ => FsError::NotRegular {
+                path: path.to_path_buf(),
+                found: kind,
+            },
+        });
+    }
+    let euid = euid();
+    if st.st_uid != euid {
+        return Err(FsError::NotOwned {
+            path: path.to_path_buf(),
+            uid: st.st_uid,
+            euid,
+        });
+    }
+    Ok(())
+}
+
 /// Refuses a file that is not a private regular file with the expected number of links.
 fn check_file_stat(path: &Path, st: &Stat, links: Links) -> Result<(), FsError> {
     let kind = FileKind::of(st);
@@ -685,6 +714,54 @@ impl Dir {
         let st = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
         check_file_stat(&path, &st, links)?;
         Ok(File::from(fd))
+    }
+
+    /// Opens a file a child process wrote inside a private directory (a checkpoint staging
+    /// area): a regular file owned by the effective uid, never a link, but with any mode bits
+    /// and any link count, because the child's umask decides those. Use it only below a
+    /// directory that was itself opened checked, so nobody else could have reached the file.
+    pub fn open_file_any_mode(&self, name: impl AsRef<OsStr>) -> Result<File, FsError> {
+        let name = self.name(name.as_ref())?;
+        let path = self.child_path(name);
+        let lst = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| FsError::io("look at", path.clone(), e))?;
+        check_kind_owner(&path, &lst, FileKind::Regular)?;
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::LOOP => FsError::Symlink { path: path.clone() },
+            e => FsError::io("open", path.clone(), e),
+        })?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
+        check_kind_owner(&path, &st, FileKind::Regular)?;
+        Ok(File::from(fd))
+    }
+
+    /// Opens a subdirectory a child process made inside a private directory: a directory owned
+    /// by the effective uid, never a link, with any mode bits (see [`Dir::open_file_any_mode`]).
+    pub fn open_dir_any_mode(&self, name: impl AsRef<OsStr>) -> Result<Dir, FsError> {
+        let name = self.name(name.as_ref())?;
+        let path = self.child_path(name);
+        let lst = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| FsError::io("look at", path.clone(), e))?;
+        check_kind_owner(&path, &lst, FileKind::Directory)?;
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::LOOP => FsError::Symlink { path: path.clone() },
+            e => FsError::io("open", path.clone(), e),
+        })?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
+        check_kind_owner(&path, &st, FileKind::Directory)?;
+        Ok(Dir::from_fd(fd, path))
     }
 
     /// Opens a private record for reading ([`Links::Single`]).
