@@ -2,6 +2,7 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 
 pub mod checkpoint;
+pub mod driver;
 pub mod failpoint;
 pub mod host;
 pub mod lease;

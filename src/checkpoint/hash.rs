@@ -195,14 +195,23 @@ mod tests {
     fn verify_names_size_and_digest_mismatches() {
         let mut buf = [0u8; 8];
         let abc: Digest = ABC.parse().unwrap();
-        assert_eq!(verify_reader(&mut &b"abc"[..], 3, &abc, &mut buf).unwrap(), Ok(()));
+        assert_eq!(
+            verify_reader(&mut &b"abc"[..], 3, &abc, &mut buf).unwrap(),
+            Ok(())
+        );
         assert_eq!(
             verify_reader(&mut &b"ab"[..], 3, &abc, &mut buf).unwrap(),
-            Err(Mismatch::Size { expected: 3, actual: 2 })
+            Err(Mismatch::Size {
+                expected: 3,
+                actual: 2
+            })
         );
         assert_eq!(
             verify_reader(&mut &b"abcdefgh"[..], 3, &abc, &mut buf).unwrap(),
-            Err(Mismatch::Size { expected: 3, actual: 4 })
+            Err(Mismatch::Size {
+                expected: 3,
+                actual: 4
+            })
         );
         assert!(matches!(
             verify_reader(&mut &b"abd"[..], 3, &abc, &mut buf).unwrap(),

@@ -15,7 +15,9 @@ use super::format::{self, CURRENT_LEN, CheckpointId, Current, Digest, Entry, MAX
 use super::gc::{self, DEFAULT_KEEP, Seen};
 use super::hash::{self, Mismatch, VerifyingReader};
 use super::tree;
-use super::{BLOBS_DIR, CURRENT_FILE, MANIFESTS_DIR, SHA256_DIR, STAGING_DIR, STORE_DIR, VIEWS_DIR};
+use super::{
+    BLOBS_DIR, CURRENT_FILE, MANIFESTS_DIR, SHA256_DIR, STAGING_DIR, STORE_DIR, VIEWS_DIR,
+};
 use crate::privfs::{Dir, FileKind, FsError, Links, StateDir};
 
 /// Options of a store.
@@ -238,28 +240,41 @@ impl<'s> CheckpointStore<'s> {
         state: &'s StateDir,
         opts: StoreOptions,
     ) -> Result<CheckpointStore<'s>, CheckpointError> {
+        let store = Self::attach_owned(state, opts)?;
+        let Some(dirs) = &store.dirs else {
+            unreachable!("attach_owned always opens the directories")
+        };
+        let (root, manifests, blobs) = (&dirs.root, &dirs.manifests, &dirs.blobs);
+        root.remove_temp_files("open.sweep")?;
+        for d in [manifests, blobs].into_iter().flatten() {
+            d.remove_temp_files("open.sweep")?;
+        }
+        for scratch in [STAGING_DIR, VIEWS_DIR] {
+            if let Some(d) = root.open_dir_optional(scratch)? {
+                for e in d.entries()? {
+                    // Anything else was not made by the store: leave it alone.
+                    if let (FileKind::Directory, Some(name)) = (e.kind, e.name.to_str()) {
+                        tree::remove_tree(&d, name, "open.sweep")?
+                    }
+                }
+            }
+        }
+        Ok(store)
+    }
+
+    /// Opens the store for its owner *without* the sweep of [`CheckpointStore::open_owned`]:
+    /// for the second and later opens within one ownership, which must keep the staging area
+    /// and views this ownership made (the child's output is in its staging area).
+    pub fn attach_owned(
+        state: &'s StateDir,
+        opts: StoreOptions,
+    ) -> Result<CheckpointStore<'s>, CheckpointError> {
         check_opts(&opts)?;
         let root = state.root().ensure_dir(STORE_DIR, "open")?;
         let manifests = root.ensure_dir(MANIFESTS_DIR, "open")?;
         let blobs = root
             .ensure_dir(BLOBS_DIR, "open")?
             .ensure_dir(SHA256_DIR, "open")?;
-        root.remove_temp_files("open.sweep")?;
-        manifests.remove_temp_files("open.sweep")?;
-        blobs.remove_temp_files("open.sweep")?;
-        for scratch in [STAGING_DIR, VIEWS_DIR] {
-            if let Some(d) = root.open_dir_optional(scratch)? {
-                for e in d.entries()? {
-                    match (e.kind, e.name.to_str()) {
-                        (FileKind::Directory, Some(name)) => {
-                            tree::remove_tree(&d, name, "open.sweep")?
-                        }
-                        // Anything else was not made by the store: leave it alone.
-                        _ => {}
-                    }
-                }
-            }
-        }
         Ok(CheckpointStore {
             state,
             dirs: Some(Dirs {
@@ -282,7 +297,9 @@ impl<'s> CheckpointStore<'s> {
     }
 
     fn manifest_path(&self, id: CheckpointId) -> PathBuf {
-        self.path().join(MANIFESTS_DIR).join(id.manifest_file_name())
+        self.path()
+            .join(MANIFESTS_DIR)
+            .join(id.manifest_file_name())
     }
 
     fn blob_path(&self, d: &Digest) -> PathBuf {
@@ -568,12 +585,11 @@ impl<'s> CheckpointStore<'s> {
             .root()
             .child_path(crate::lease::CONTROL_DIR)
             .join(crate::lease::epoch::EPOCH_FILE);
-        let persisted = crate::lease::read_epoch(self.state).map_err(|e| {
-            CheckpointError::EpochUnreadable {
+        let persisted =
+            crate::lease::read_epoch(self.state).map_err(|e| CheckpointError::EpochUnreadable {
                 path: path.clone(),
                 reason: e.to_string(),
-            }
-        })?;
+            })?;
         if persisted > epoch {
             return Err(CheckpointError::StaleEpoch {
                 path,
@@ -726,9 +742,7 @@ impl<'s> CheckpointStore<'s> {
                 .rename_into(id.manifest_file_name())
                 .map_err(publish_failed)?;
         }
-        manifests
-            .sync("publish.manifest")
-            .map_err(publish_failed)?;
+        manifests.sync("publish.manifest").map_err(publish_failed)?;
 
         // 3. CURRENT, fenced once more right before the only step that makes it visible.
         self.fence(epoch)?;
@@ -737,7 +751,8 @@ impl<'s> CheckpointStore<'s> {
             manifest_sha256,
         };
         replace_current(root, &current)?;
-        crate::failpoint::hit("publish.acked").map_err(|e| CheckpointError::io(self.path(), "acknowledge", e))?;
+        crate::failpoint::hit("publish.acked")
+            .map_err(|e| CheckpointError::io(self.path(), "acknowledge", e))?;
 
         // 4. Acknowledged: collect what the last `keep` checkpoints do not need.
         let gc = self.collect(id, manifests, blobs);
@@ -1040,7 +1055,10 @@ impl<'s> CheckpointStore<'s> {
     /// Removes a view made by [`CheckpointStore::materialise`].
     pub fn remove_view(&self, view: View) -> Result<(), CheckpointError> {
         let (root, _, _) = self.owned_dirs()?;
-        debug_assert!(view.in_store, "views made by materialise_into are the caller's");
+        debug_assert!(
+            view.in_store,
+            "views made by materialise_into are the caller's"
+        );
         let parent = root.open_dir(VIEWS_DIR)?;
         tree::remove_tree(&parent, &view.name, "view")
     }
@@ -1053,7 +1071,9 @@ impl<'s> CheckpointStore<'s> {
 /// [`CheckpointError::CurrentSyncFailed`].
 pub(crate) fn replace_current(root: &Dir, current: &Current) -> Result<(), CheckpointError> {
     let bytes = current.to_bytes();
-    let mut tmp = root.create_temp("publish.current").map_err(publish_failed)?;
+    let mut tmp = root
+        .create_temp("publish.current")
+        .map_err(publish_failed)?;
     tmp.write_all(&bytes).map_err(publish_failed)?;
     tmp.sync()
         .map_err(publish_failed)?

@@ -102,7 +102,9 @@ impl Child {
         // calls (prctl, getppid, kill), which are async-signal-safe; it allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
-                rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+                rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::KILL,
+                ))?;
                 // The parent may have died between fork and prctl: then nobody would kill us.
                 if rustix::process::getppid() != Some(parent) {
                     return Err(io::Error::from_raw_os_error(3));
@@ -217,7 +219,9 @@ impl Child {
     /// Copies what the child wrote to stderr to our stderr and keeps the last 4 KiB. Returns
     /// false once the pipe reached end of file.
     pub fn pump_stderr(&mut self) -> bool {
-        let Some(pipe) = self.stderr.as_mut() else { return false };
+        let Some(pipe) = self.stderr.as_mut() else {
+            return false;
+        };
         let mut buf = [0u8; 8192];
         loop {
             match pipe.read(&mut buf) {

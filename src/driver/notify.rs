@@ -96,7 +96,9 @@ impl Supervisor {
     /// Sends one notification (`READY=1`, `STOPPING=1`, `STATUS=...`); errors are reported to
     /// the caller, who logs them: a missing supervisor must not stop the owner.
     pub fn send(&self, text: &str) -> io::Result<()> {
-        self.sock.send_to_addr(text.as_bytes(), &self.addr).map(|_| ())
+        self.sock
+            .send_to_addr(text.as_bytes(), &self.addr)
+            .map(|_| ())
     }
 }
 

@@ -33,7 +33,10 @@ impl SignalIntake {
             // The flag is set before the byte is written (handlers run in registration order),
             // so a reader woken by the byte always finds the flag.
             ids.push(signal_hook::flag::register(n, flag.clone())?);
-            ids.push(signal_hook::low_level::pipe::register(n, write.try_clone()?)?);
+            ids.push(signal_hook::low_level::pipe::register(
+                n,
+                write.try_clone()?,
+            )?);
         }
         Ok(SignalIntake { read, flags, ids })
     }

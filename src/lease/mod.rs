@@ -44,6 +44,7 @@
 //! A waiter that stops waiting for any reason removes its entry, so a cancelled or expired
 //! contender leaves nothing but the `.tenure/` folder and lock file that any contender may create.
 
+mod election;
 pub mod epoch;
 pub mod identity;
 mod lock;
@@ -63,6 +64,7 @@ use serde::de::DeserializeOwned;
 use crate::machine::PhaseKind;
 use crate::privfs::{Dir, FsError, StateDir};
 
+pub use election::{ELECTION_FILE, Election, elect};
 pub use identity::{
     Identity, IdentityError, Liveness, SignalError, SignalOutcome, parse_start_time, signal_owner,
 };
