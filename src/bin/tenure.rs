@@ -15,7 +15,7 @@ tenure — run a command as the single owner of a state directory
 USAGE:
     tenure run    --dir DIR [options] -- CMD [ARGS...]
     tenure up     --dir DIR [--wait SECONDS] [run options] -- CMD [ARGS...]
-    tenure stop   --dir DIR [--grace SECONDS]
+    tenure stop   --dir DIR [--grace SECONDS]   (default grace 30)
     tenure status --dir DIR [--json]
     tenure verify --dir DIR
     tenure init   --dir DIR [--adopt]
@@ -103,7 +103,9 @@ fn real_main() -> Result<u8, Usage> {
         Some("stop") => {
             let mut p = Parser::new(args);
             let mut dir = None;
-            let mut grace = Duration::from_secs(10);
+            // Longer than the runner's own default grace, so the owner can stop its child and
+            // publish before `stop` escalates to SIGKILL.
+            let mut grace = Duration::from_secs(30);
             while let Some(a) = p.next_flag()? {
                 match a.as_str() {
                     "--dir" | "-d" => dir = Some(p.path(&a)?),
