@@ -335,14 +335,27 @@ impl<'a> Runner<'a> {
             phase: PhaseKind::Recovering,
         };
         let mut contended = None;
+        // The log exists once the control folder does; a waiter logs as soon as it waits, so
+        // tools see it while it waits (card L1).
+        let mut log = EventLog::open(&dir);
         let result = lease::acquire(&dir, &opts, &mut |c| {
             eprintln!("tenure: {c}");
-            contended = Some(c.owner.as_ref().map(|o| (o.identity.pid, o.epoch)));
+            let owner = c.owner.as_ref().map(|o| (o.identity.pid, o.epoch));
+            if log.is_none() {
+                log = EventLog::open(&dir);
+            }
+            if let Some(l) = &mut log {
+                let (pid, epoch) = owner.unzip();
+                l.write(
+                    "waiting",
+                    None,
+                    json!({"owner_pid": pid, "owner_epoch": epoch}),
+                );
+            }
+            contended = Some(owner);
         });
-        self.log = EventLog::open(&dir);
-        if let Some(owner) = contended {
-            let (pid, epoch) = owner.unzip();
-            self.log("waiting", json!({"owner_pid": pid, "owner_epoch": epoch}));
+        self.log = log.or_else(|| EventLog::open(&dir));
+        if contended.is_some() {
             self.queue.push_back(Event::LeaseBusy);
         }
         self.dir = Some(dir);
