@@ -122,6 +122,15 @@ pub enum LeaseError {
         recorded: PathBuf,
         actual: PathBuf,
     },
+    /// A newer ownership exists: the caller's epoch is stale and its request has no effect.
+    #[error(
+        "{dir} is now owned at epoch {current}, newer than this owner's epoch {mine}; the request was rejected without effect"
+    )]
+    StaleEpoch {
+        dir: PathBuf,
+        mine: u64,
+        current: u64,
+    },
     /// A record (owner record, registry entry) cannot be parsed.
     #[error("{path} is corrupt ({reason}); nothing was changed: inspect it, then move it aside")]
     CorruptRecord { path: PathBuf, reason: String },
@@ -464,6 +473,9 @@ fn become_owner(
     phase: PhaseKind,
 ) -> Result<Lease, LeaseError> {
     let found = inspect(dir)?;
+    // Temp files in the control folder can only be left by an owner that crashed mid-write
+    // (waiters write in `waiters/`), so the new owner removes them.
+    control.remove_temp_files("lease.sweep")?;
     let epoch = epoch::bump(control)?;
     if found.marker.is_none() {
         publish_marker(dir, control)?;
@@ -484,6 +496,9 @@ fn become_owner(
     let instances = registry.ensure_dir(INSTANCES_DIR, "lease.registry")?;
     sweep_leases(&leases, epoch)?;
     let orphans = sweep_instances(&instances, epoch)?;
+    // Created by the owner so that a waiter never has to create it (and a cancelled waiter
+    // leaves no folder behind).
+    control.ensure_dir(WAITERS_DIR, "lease.waiters")?;
     sweep_waiters(control)?;
     let entry = RegistryRecord {
         version: RECORD_VERSION,
@@ -762,6 +777,21 @@ pub fn read_epoch(dir: &StateDir) -> Result<u64, LeaseError> {
         None => Ok(0),
         Some(control) => Ok(epoch::read(&control)?),
     }
+}
+
+/// Fencing (card H5): `Ok` when `epoch` is still the newest ownership of `dir`, else
+/// [`LeaseError::StaleEpoch`]. Read-only; callers check right before an effect (publishing a
+/// checkpoint, retiring) that a stale owner must not have.
+pub fn check_epoch(dir: &StateDir, epoch: u64) -> Result<(), LeaseError> {
+    let current = read_epoch(dir)?;
+    if current > epoch {
+        return Err(LeaseError::StaleEpoch {
+            dir: dir.path().to_path_buf(),
+            mine: epoch,
+            current,
+        });
+    }
+    Ok(())
 }
 
 /// A waiter as `status` sees it.

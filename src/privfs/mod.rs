@@ -666,25 +666,42 @@ impl Dir {
     pub fn open_file_with(&self, name: impl AsRef<OsStr>, links: Links) -> Result<File, FsError> {
         let name = self.name(name.as_ref())?;
         let path = self.child_path(name);
-        // Classify before opening so that a FIFO or a device is never opened at all (opening
-        // some devices has side effects); the post-open fstat below is the check that counts.
-        let lst = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
-            .map_err(|e| FsError::io("look at", path.clone(), e))?;
-        check_file_stat(&path, &lst, links)?;
-        // O_NONBLOCK: if a FIFO is swapped in after the look, opening it must not block.
-        let fd = rustix::fs::openat(
-            &self.fd,
-            name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
-            Mode::empty(),
-        )
-        .map_err(|e| match e {
-            rustix::io::Errno::LOOP => FsError::Symlink { path: path.clone() },
-            e => FsError::io("open", path.clone(), e),
-        })?;
-        let st = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
-        check_file_stat(&path, &st, links)?;
-        Ok(File::from(fd))
+        // A writer replacing the file (temp + rename) while we look or open leaves us holding
+        // the old inode with no link at all: that is a race, not a hostile file, so look again
+        // (the replacement is complete by the time its rename is visible).
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            // Classify before opening so that a FIFO or a device is never opened at all
+            // (opening some devices has side effects); the post-open fstat is what counts.
+            let lst = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(|e| FsError::io("look at", path.clone(), e))?;
+            if lst.st_nlink == 0 && attempts < 10 {
+                continue;
+            }
+            check_file_stat(&path, &lst, links)?;
+            // O_NONBLOCK: if a FIFO is swapped in after the look, opening it must not block.
+            let fd = rustix::fs::openat(
+                &self.fd,
+                name,
+                OFlags::RDONLY
+                    | OFlags::NOFOLLOW
+                    | OFlags::CLOEXEC
+                    | OFlags::NONBLOCK
+                    | OFlags::NOCTTY,
+                Mode::empty(),
+            )
+            .map_err(|e| match e {
+                rustix::io::Errno::LOOP => FsError::Symlink { path: path.clone() },
+                e => FsError::io("open", path.clone(), e),
+            })?;
+            let st = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
+            if st.st_nlink == 0 && attempts < 10 {
+                continue;
+            }
+            check_file_stat(&path, &st, links)?;
+            return Ok(File::from(fd));
+        }
     }
 
     /// Opens a private record for reading ([`Links::Single`]).

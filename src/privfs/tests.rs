@@ -501,3 +501,33 @@ mod with_failpoints {
         assert!(ops.iter().all(|o| o.dir == sd.path()));
     }
 }
+
+/// Regression (found by the lease stress test): a reader racing a writer's durable replace may
+/// look at or open the old inode after its last link is gone; that is not a hard-linked file.
+#[test]
+fn reads_race_durable_replace_without_spurious_refusals() {
+    let t = private_tempdir();
+    let sd = StateDir::open(t.path(), false).unwrap();
+    sd.root().replace_durable("rec", b"0", "t").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let sd = sd.try_clone().unwrap();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                sd.root()
+                    .replace_volatile("rec", n.to_string().as_bytes(), "t")
+                    .unwrap();
+            }
+            n
+        })
+    };
+    for _ in 0..5000 {
+        let bytes = sd.root().read("rec", 64).unwrap();
+        assert!(!bytes.is_empty());
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(writer.join().unwrap() > 0);
+}
