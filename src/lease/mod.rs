@@ -37,9 +37,16 @@
 //! 3. try the lock; when held by another: publish a waiter entry, call `on_wait` once with the
 //!    owner record, and wait (see `lock` for the inotify-based wake-up) until the bound expires
 //!    (`busy`), the cancel fd becomes readable (`cancelled`) or the lock is ours;
-//! 4. under the lock: inspect again, bump the epoch durably, write the marker if the dir is cold,
-//!    write the owner record durably, write the registry entry, sweep leftovers of dead owners and
-//!    waiters, remove our own waiter entry; only then is the [`Lease`] returned.
+//! 4. under the lock: inspect again; write the next epoch, the marker (if the dir is cold) and
+//!    the owner record each to a temp file and fsync it, rename them into place (epoch first,
+//!    marker without replacing) and fsync the control folder once; then write the registry
+//!    entry, sweep leftovers of dead owners and waiters and remove our own waiter entry. Only
+//!    then is the [`Lease`] returned, so the epoch is durable before the caller owns.
+//!
+//! ## Release, in order
+//! [`Lease::release`] removes this owner's registry entries, rewrites the owner record with
+//! phase `released` (fsynced; its directory is left to the next owner's fsync, see the method),
+//! then unlocks (`LOCK_UN` before close, so a waiter woken by the close finds the lock free).
 //!
 //! A waiter that stops waiting for any reason removes its entry, so a cancelled or expired
 //! contender leaves nothing but the `.tenure/` folder and lock file that any contender may create.
@@ -476,10 +483,7 @@ fn become_owner(
     // Temp files in the control folder can only be left by an owner that crashed mid-write
     // (waiters write in `waiters/`), so the new owner removes them.
     control.remove_temp_files("lease.sweep")?;
-    let epoch = epoch::bump(control)?;
-    if found.marker.is_none() {
-        publish_marker(dir, control)?;
-    }
+    let epoch = epoch::next(control)?;
     let mut token = [0u8; 16];
     crate::privfs::random_bytes(&mut token)?;
     let record = OwnerRecord {
@@ -490,7 +494,27 @@ fn become_owner(
         phase,
         identity: me,
     };
-    control.replace_durable(OWNER_FILE, &to_json(&record), "lease.owner")?;
+    // Every file of the acquisition is written and fsynced first, then all are renamed into
+    // place and the control folder is fsynced once: the same guarantees as one durable replace
+    // per file, with one directory fsync instead of three. The epoch is renamed first, so a
+    // crash can leave a bumped epoch with an older record (harmless), never the reverse.
+    let epoch_tmp = durable_temp(control, &epoch::encode(epoch), "epoch")?;
+    let marker_tmp = match found.marker {
+        Some(_) => None,
+        None => Some(durable_temp(
+            control,
+            &to_json(&new_marker(dir)?),
+            "lease.marker",
+        )?),
+    };
+    let owner_tmp = durable_temp(control, &to_json(&record), "lease.owner")?;
+    epoch_tmp.rename_into(epoch::EPOCH_FILE)?;
+    if let Some(m) = marker_tmp {
+        // Without replacing: the marker of a dir is written once (card L7).
+        m.rename_into_new(IDENTITY_FILE)?;
+    }
+    owner_tmp.rename_into(OWNER_FILE)?;
+    control.sync("lease.acquire")?;
     let registry = control.ensure_dir(REGISTRY_DIR, "lease.registry")?;
     let leases = registry.ensure_dir(LEASES_DIR, "lease.registry")?;
     let instances = registry.ensure_dir(INSTANCES_DIR, "lease.registry")?;
@@ -520,23 +544,29 @@ fn become_owner(
     })
 }
 
-/// Writes the identity marker of a cold dir: temp, fsync, rename without replacing, dir fsync,
-/// so a reader sees no marker or the whole marker (card L7).
-fn publish_marker(dir: &StateDir, control: &Dir) -> Result<(), LeaseError> {
+/// A new identity marker for a cold dir (published by `become_owner`: temp, fsync, rename
+/// without replacing, dir fsync, so a reader sees no marker or the whole marker: card L7).
+fn new_marker(dir: &StateDir) -> Result<DirIdentity, LeaseError> {
     let mut root_id = [0u8; 16];
     crate::privfs::random_bytes(&mut root_id)?;
-    let marker = DirIdentity {
+    Ok(DirIdentity {
         version: RECORD_VERSION,
         root_id: Token(root_id),
         path: dir.path().to_path_buf(),
         created_at: now_ms(),
         adopted_at: None,
-    };
-    let mut tmp = control.create_temp("lease.marker")?;
-    tmp.write_all(&to_json(&marker))?;
-    tmp.sync()?.rename_into_new(IDENTITY_FILE)?;
-    control.sync("lease.marker")?;
-    Ok(())
+    })
+}
+
+/// A temp file holding `bytes`, written and fsynced, ready to be renamed into place.
+fn durable_temp<'d>(
+    dir: &'d Dir,
+    bytes: &[u8],
+    label: &str,
+) -> Result<crate::privfs::SyncedTemp<'d>, LeaseError> {
+    let mut tmp = dir.create_temp(label)?;
+    tmp.write_all(bytes)?;
+    Ok(tmp.sync()?)
 }
 
 /// The epoch a registry entry name starts with (`<epoch>.json` or `<epoch>-<name>.json`).
@@ -760,7 +790,16 @@ impl Lease {
             Ok(()) | Err(FsError::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
-        self.set_phase(PhaseKind::Released)
+        // The released record is fsynced (a reader never sees a partial one) but its directory
+        // is not: if a power loss undoes the rename, the previous complete record comes back,
+        // naming a process that no longer holds the lock, which `status` shows as stale. The
+        // next owner's directory fsync makes it durable anyway. This keeps one fsync off the
+        // handoff path.
+        let mut next = self.record.clone();
+        next.phase = PhaseKind::Released;
+        durable_temp(&self.control, &to_json(&next), "lease.owner")?.rename_into(OWNER_FILE)?;
+        self.record = next;
+        Ok(())
     }
 
     /// The descriptor holding the kernel lock, e.g. to check in a test that it is `O_CLOEXEC`.

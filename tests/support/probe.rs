@@ -18,7 +18,7 @@
 //! - `sigwatch FILE`: record every TERM, INT, HUP, USR1 and USR2 it receives into FILE (it never
 //!   dies of them), print `PROBE ready`, and exit 0 when stdin closes.
 //! - `raw DIR`: the floor for the handoff benchmark: open `DIR/.tenure/lock`, block in a plain
-//!   `flock(LOCK_EX)`, print `PROBE acquired 0`, then release when stdin closes.
+//!   `flock(LOCK_EX)` (after printing `PROBE blocking`), print `PROBE acquired 0`, then release when stdin closes.
 
 use std::io::{BufRead, Write};
 use std::os::fd::AsFd;
@@ -213,6 +213,7 @@ fn raw(dir: &Path) -> ! {
         .write(true)
         .open(dir.join(".tenure/lock"))
         .expect("open lock file");
+    say("blocking");
     rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).expect("flock");
     say("acquired 0");
     while read_line().is_some() {}
