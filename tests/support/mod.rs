@@ -29,6 +29,11 @@ pub struct Probe {
 impl Probe {
     /// Spawns this test binary as a probe with the given role arguments.
     pub fn spawn(args: &[&str]) -> Probe {
+        Probe::spawn_with_env(args, &[])
+    }
+
+    /// Spawns a probe with extra environment variables (e.g. `TENURE_FAILPOINTS`).
+    pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Probe {
         let spec = args.join(&probe::SEP.to_string());
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
@@ -39,6 +44,7 @@ impl Probe {
                 "--test-threads=1",
             ])
             .env(probe::PROBE_ENV, spec)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
