@@ -7,7 +7,9 @@
 //! renamed under our feet, a descriptor leaking into a child.
 //!
 //! Every file opened for reading is `fstat`ed after opening and refused unless it is a regular
-//! file with exactly one link, owned by the effective uid and without group/other bits. Every
+//! file with no second link (a file whose only name was just replaced by a writer has zero
+//! links and is a complete earlier version), owned by the effective uid and without group/other
+//! bits. Every
 //! refusal is a distinct [`FsError`] variant (`symlink`, `not a regular file`, `not owned`,
 //! `permissive`, `hard-linked`) that names the full path and the fix; nothing is ever chmod-ed,
 //! chown-ed, deleted or rewritten to "repair" it, so a refused tree is left byte-for-byte as it
@@ -307,7 +309,10 @@ fn check_file_stat(path: &Path, st: &Stat, links: Links) -> Result<(), FsError> 
         }
     }
     check_owner_mode(path, st)?;
-    if links == Links::Single && st.st_nlink != 1 {
+    // Zero links is not a hazard: the name was removed (a writer replaced the file while we
+    // looked or opened it), so nobody can reach this inode by another name. What we read is a
+    // complete earlier version, as if we had opened it just before the replace.
+    if links == Links::Single && st.st_nlink > 1 {
         return Err(FsError::HardLinked {
             path: path.to_path_buf(),
             nlink: st.st_nlink,
@@ -662,46 +667,29 @@ impl Dir {
     }
 
     /// Opens a file for reading and checks it after opening: a regular file owned by the
-    /// effective uid, no group/other bits, and (for [`Links::Single`]) exactly one link.
+    /// effective uid, no group/other bits, and (for [`Links::Single`]) no second hard link.
     pub fn open_file_with(&self, name: impl AsRef<OsStr>, links: Links) -> Result<File, FsError> {
         let name = self.name(name.as_ref())?;
         let path = self.child_path(name);
-        // A writer replacing the file (temp + rename) while we look or open leaves us holding
-        // the old inode with no link at all: that is a race, not a hostile file, so look again
-        // (the replacement is complete by the time its rename is visible).
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            // Classify before opening so that a FIFO or a device is never opened at all
-            // (opening some devices has side effects); the post-open fstat is what counts.
-            let lst = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
-                .map_err(|e| FsError::io("look at", path.clone(), e))?;
-            if lst.st_nlink == 0 && attempts < 10 {
-                continue;
-            }
-            check_file_stat(&path, &lst, links)?;
-            // O_NONBLOCK: if a FIFO is swapped in after the look, opening it must not block.
-            let fd = rustix::fs::openat(
-                &self.fd,
-                name,
-                OFlags::RDONLY
-                    | OFlags::NOFOLLOW
-                    | OFlags::CLOEXEC
-                    | OFlags::NONBLOCK
-                    | OFlags::NOCTTY,
-                Mode::empty(),
-            )
-            .map_err(|e| match e {
-                rustix::io::Errno::LOOP => FsError::Symlink { path: path.clone() },
-                e => FsError::io("open", path.clone(), e),
-            })?;
-            let st = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
-            if st.st_nlink == 0 && attempts < 10 {
-                continue;
-            }
-            check_file_stat(&path, &st, links)?;
-            return Ok(File::from(fd));
-        }
+        // Classify before opening so that a FIFO or a device is never opened at all (opening
+        // some devices has side effects); the post-open fstat below is the check that counts.
+        let lst = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| FsError::io("look at", path.clone(), e))?;
+        check_file_stat(&path, &lst, links)?;
+        // O_NONBLOCK: if a FIFO is swapped in after the look, opening it must not block.
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::LOOP => FsError::Symlink { path: path.clone() },
+            e => FsError::io("open", path.clone(), e),
+        })?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
+        check_file_stat(&path, &st, links)?;
+        Ok(File::from(fd))
     }
 
     /// Opens a private record for reading ([`Links::Single`]).
