@@ -9,11 +9,10 @@
 //! Every file opened for reading is `fstat`ed after opening and refused unless it is a regular
 //! file with no second link (a file whose only name was just replaced by a writer has zero
 //! links and is a complete earlier version), owned by the effective uid and without group/other
-//! bits. Every
-//! refusal is a distinct [`FsError`] variant (`symlink`, `not a regular file`, `not owned`,
-//! `permissive`, `hard-linked`) that names the full path and the fix; nothing is ever chmod-ed,
-//! chown-ed, deleted or rewritten to "repair" it, so a refused tree is left byte-for-byte as it
-//! was.
+//! bits. Every refusal is a distinct [`FsError`] variant (`symlink`, `not a regular file`, `not
+//! owned`, `permissive`, `hard-linked`) that names the full path and the fix; nothing is ever
+//! chmod-ed, chown-ed, deleted or rewritten to "repair" it, so a refused tree is left
+//! byte-for-byte as it was.
 //!
 //! Writes follow the durable replace protocol: an exclusive temp file (`.tmp-<random>`, 0600) in
 //! the target's directory, write, fsync, `renameat`, fsync of the directory ([`Dir::replace_durable`]
