@@ -1034,3 +1034,22 @@ fn acquisition_crash_points_never_wedge_the_dir() {
         eprintln!("  {point:<26} {hits}");
     }
 }
+
+/// Card H7: a candidate that opened a state dir never initialises or takes over a replacement:
+/// after the dir is moved away and an empty one put at its path, acquisition through the old
+/// handle refuses (`moved or replaced`) and neither directory changes.
+#[test]
+fn h7_replaced_dir_is_not_initialised() {
+    let t = private_tempdir();
+    let dir = t.path().join("s");
+    let sd = StateDir::open(&dir, true).unwrap();
+    acquire_here(&sd).unwrap().release().unwrap();
+    std::fs::rename(&dir, t.path().join("moved")).unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let before = snapshot(t.path());
+    let err = acquire_here(&sd).unwrap_err();
+    assert!(matches!(err, LeaseError::Moved { .. }), "{err}");
+    assert!(err.to_string().contains("moved or replaced"), "{err}");
+    assert_eq!(snapshot(t.path()), before);
+}

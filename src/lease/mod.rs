@@ -110,6 +110,11 @@ pub enum LeaseError {
     /// The caller's cancel fd became readable before the lease was acquired.
     #[error("waiting for {dir} was cancelled; nothing was changed")]
     Cancelled { dir: PathBuf },
+    /// The opened state dir is no longer at its path (moved, or replaced by another dir).
+    #[error(
+        "{dir} was moved or replaced while tenure had it open; nothing was initialised: check which directory is the real state dir and run again"
+    )]
+    Moved { dir: PathBuf },
     /// The dir holds entries tenure did not create and has no identity marker.
     #[error(
         "{dir} holds derived state but no identity marker (found {entry:?}); if this is tenure state, adopt it explicitly with `tenure init --adopt --dir {dir}`, otherwise choose an empty dir"
@@ -326,6 +331,13 @@ struct Inspection {
 
 /// Inspects a state dir without changing anything; refuses foreign, moved or corrupt state.
 fn inspect(dir: &StateDir) -> Result<Inspection, LeaseError> {
+    // Card H7: a dir that was moved or replaced since it was opened is never initialised or
+    // taken over through the old descriptor.
+    if !dir.is_still_at_path()? {
+        return Err(LeaseError::Moved {
+            dir: dir.path().to_path_buf(),
+        });
+    }
     let entries = dir.root().entries()?;
     let control = if entries.iter().any(|e| e.name == CONTROL_DIR) {
         Some(dir.root().open_dir(CONTROL_DIR)?)
@@ -443,7 +455,7 @@ pub fn acquire(
             }
         } else {
             // Register the watch before the next try so a release in between is not missed.
-            let watch = lock::CloseWatch::new(&lock_file).map_err(wait_err)?;
+            let watch = lock::CloseWatch::new(&lock_file, &lock_path).map_err(wait_err)?;
             waiter = Some(WaiterEntry::publish(&control, &me)?);
             on_wait(&Contention {
                 dir: dir_path.clone(),
