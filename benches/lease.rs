@@ -1,5 +1,7 @@
 //! Lease benchmarks (issue 3). Prints ratios against baselines measured in the same run; asserts
-//! nothing. Run: `cargo bench --bench lease` (`LEASE_BENCH_N` changes the sample counts).
+//! nothing. Run: `cargo bench --bench lease`. Knobs: `LEASE_BENCH_N` (samples),
+//! `LEASE_BENCH_SETTLE_MS` (how long a waiter parks before the release, default 10),
+//! `LEASE_BENCH_RAW=1` (print every sample, e.g. to see bimodal fsync latency on a shared disk).
 //!
 //! 1. Uncontended acquire + release (in process) vs a hand-written floor: open the lock file,
 //!    flock, one durable replace (temp, write, fsync, rename, dir fsync), unlock, close. tenure
@@ -9,7 +11,10 @@
 //!    times until the child reports that it owns (a line on a pipe). Measured the same way for
 //!    a tenure waiter (`acquire` with an unbounded wait; the holder calls `Lease::release`), a
 //!    raw blocking `flock(LOCK_EX)` waiter (the kernel floor), and `flock(1) -w` (run from `sh`
-//!    on an inherited descriptor, so its fork/exec happens before the wait, not inside it).
+//!    on an inherited descriptor, so its fork/exec happens before the wait, not inside it), plus
+//!    a durable floor: the raw waiter also does by hand the fsyncs a tenure acquisition does
+//!    (two fsynced files and a dir fsync; the holder one fsynced file), which shows how much of
+//!    tenure's handoff is the durability the issue requires and how much is tenure itself.
 
 #[path = "../tests/support/probe.rs"]
 mod probe;
@@ -204,8 +209,15 @@ fn probe_cmd(args: &[&str]) -> Command {
 }
 
 /// Gives a waiter that said it is about to block time to park in the kernel, so the sample is
-/// the wake-up and not the waiter's start-up. The same for all three kinds of waiter.
-const SETTLE: Duration = Duration::from_millis(10);
+/// the wake-up and not the waiter's start-up. The same for every kind of waiter.
+fn settle() -> Duration {
+    Duration::from_millis(
+        std::env::var("LEASE_BENCH_SETTLE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(10),
+    )
+}
 
 fn handoff() {
     let n = samples(200);
@@ -224,7 +236,8 @@ fn handoff() {
     std::fs::create_dir_all(raw_dir.join(".tenure")).unwrap();
     let raw_lock = raw_dir.join(".tenure/lock");
     std::fs::write(&raw_lock, b"").unwrap();
-    let (mut ten, mut raw, mut fl) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut ten, mut raw, mut fl, mut dur) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let raw_ctl = raw_dir.join(".tenure");
     for _ in 0..n {
         // tenure -> tenure.
         let l = lease::acquire(&sd, &opts, &mut |_| {}).unwrap();
@@ -233,7 +246,7 @@ fn handoff() {
             "PROBE ",
         );
         w.expect("waiting for ");
-        std::thread::sleep(SETTLE);
+        std::thread::sleep(settle());
         let t0 = Instant::now();
         l.release().unwrap();
         ten.push(w.expect("acquired").duration_since(t0));
@@ -248,11 +261,32 @@ fn handoff() {
         rustix::fs::flock(&holder, FlockOperation::LockExclusive).unwrap();
         let w = Waiter::start(probe_cmd(&["raw", raw_dir.to_str().unwrap()]), "PROBE ");
         w.expect("blocking");
-        std::thread::sleep(SETTLE);
+        std::thread::sleep(settle());
         let t0 = Instant::now();
         rustix::fs::flock(&holder, FlockOperation::Unlock).unwrap();
         drop(holder);
         raw.push(w.expect("acquired").duration_since(t0));
+        w.finish();
+
+        // Durable floor: the holder writes one record durably and unlocks; the raw waiter
+        // writes two records durably and fsyncs the dir, as tenure does, before it reports.
+        let holder = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&raw_lock)
+            .unwrap();
+        rustix::fs::flock(&holder, FlockOperation::LockExclusive).unwrap();
+        let w = Waiter::start(
+            probe_cmd(&["rawdurable", raw_dir.to_str().unwrap()]),
+            "PROBE ",
+        );
+        w.expect("blocking");
+        std::thread::sleep(settle());
+        let t0 = Instant::now();
+        probe::hand_replace(&raw_ctl, "released.json");
+        rustix::fs::flock(&holder, FlockOperation::Unlock).unwrap();
+        drop(holder);
+        dur.push(w.expect("acquired").duration_since(t0));
         w.finish();
 
         // Raw flock -> flock(1) -w.
@@ -269,7 +303,7 @@ fn handoff() {
             .arg(&raw_lock);
         let w = Waiter::start(cmd, "");
         w.expect("ready");
-        std::thread::sleep(SETTLE);
+        std::thread::sleep(settle());
         let t0 = Instant::now();
         rustix::fs::flock(&holder, FlockOperation::Unlock).unwrap();
         drop(holder);
@@ -279,6 +313,7 @@ fn handoff() {
     let (m_ten, p_ten) = summary("tenure waiter (release() -> owns)", ten);
     let (m_raw, p_raw) = summary("raw flock(LOCK_EX) waiter", raw);
     let (m_fl, p_fl) = summary("flock(1) -w waiter", fl);
+    let (m_dur, p_dur) = summary("durable floor (raw + same fsyncs)", dur);
     println!(
         "  ratio tenure / flock(1): median {:.2}x, p99 {:.2}x   (target median <= 1 ms, ratio <= 1.2)",
         m_ten.as_secs_f64() / m_fl.as_secs_f64(),
@@ -288,6 +323,11 @@ fn handoff() {
         "  ratio tenure / raw flock: median {:.2}x, p99 {:.2}x",
         m_ten.as_secs_f64() / m_raw.as_secs_f64(),
         p_ten.as_secs_f64() / p_raw.as_secs_f64()
+    );
+    println!(
+        "  ratio tenure / durable floor: median {:.2}x, p99 {:.2}x   (tenure's own overhead beyond its fsyncs)",
+        m_ten.as_secs_f64() / m_dur.as_secs_f64(),
+        p_ten.as_secs_f64() / p_dur.as_secs_f64()
     );
     let _ = sd.root().as_fd();
 }

@@ -327,6 +327,8 @@ fn read_owner(control: &Dir) -> Result<Option<OwnerRecord>, LeaseError> {
 struct Inspection {
     /// The identity marker, when present (and valid for this dir).
     marker: Option<DirIdentity>,
+    /// The persisted epoch (0 when none).
+    epoch: u64,
 }
 
 /// Inspects a state dir without changing anything; refuses foreign, moved or corrupt state.
@@ -367,11 +369,15 @@ fn inspect(dir: &StateDir) -> Result<Inspection, LeaseError> {
             }
         }
     }
+    let mut current_epoch = 0;
     if let Some(c) = &control {
         read_owner(c)?;
-        epoch::read(c)?;
+        current_epoch = epoch::read(c)?;
     }
-    Ok(Inspection { marker })
+    Ok(Inspection {
+        marker,
+        epoch: current_epoch,
+    })
 }
 
 /// A waiter entry of this process; removed when dropped (the wait ended for any reason).
@@ -495,7 +501,12 @@ fn become_owner(
     // Temp files in the control folder can only be left by an owner that crashed mid-write
     // (waiters write in `waiters/`), so the new owner removes them.
     control.remove_temp_files("lease.sweep")?;
-    let epoch = epoch::next(control)?;
+    let epoch = found
+        .epoch
+        .checked_add(1)
+        .ok_or_else(|| epoch::EpochError::Exhausted {
+            path: control.child_path(epoch::EPOCH_FILE),
+        })?;
     let mut token = [0u8; 16];
     crate::privfs::random_bytes(&mut token)?;
     let record = OwnerRecord {

@@ -18,7 +18,9 @@
 //! - `sigwatch FILE`: record every TERM, INT, HUP, USR1 and USR2 it receives into FILE (it never
 //!   dies of them), print `PROBE ready`, and exit 0 when stdin closes.
 //! - `raw DIR`: the floor for the handoff benchmark: open `DIR/.tenure/lock`, block in a plain
-//!   `flock(LOCK_EX)` (after printing `PROBE blocking`), print `PROBE acquired 0`, then release when stdin closes.
+//!   `flock(LOCK_EX)` (after printing `PROBE blocking`), print `PROBE acquired 0`, then release
+//!   when stdin closes. `rawdurable DIR` also writes two files durably by hand (temp, write,
+//!   fsync, rename, one dir fsync) before it says `acquired`: the durable floor.
 
 use std::io::{BufRead, Write};
 use std::os::fd::AsFd;
@@ -85,7 +87,8 @@ pub fn run(spec: &str) -> ! {
         ["hold", dir, b, rest @ ..] => hold(Path::new(dir), bound(b), rest.contains(&"go")),
         ["stress", dir, logdir, mode] => stress(Path::new(dir), Path::new(logdir), mode),
         ["sigwatch", file] => sigwatch(Path::new(file)),
-        ["raw", dir] => raw(Path::new(dir)),
+        ["raw", dir] => raw(Path::new(dir), false),
+        ["rawdurable", dir] => raw(Path::new(dir), true),
         other => panic!("unknown probe role {other:?}"),
     }
 }
@@ -207,7 +210,30 @@ fn sigwatch(file: &Path) -> ! {
     std::process::exit(0)
 }
 
-fn raw(dir: &Path) -> ! {
+/// Writes `name` durably by hand (temp, write, fsync, rename); the caller fsyncs the dir.
+pub fn hand_replace(dir: &Path, name: &str) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = dir.join(format!(".tmp-hand-{name}"));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .expect("create temp");
+    f.write_all(b"{\"version\":1,\"epoch\":1,\"phase\":\"recovering\"}\n")
+        .expect("write");
+    f.sync_all().expect("fsync");
+    std::fs::rename(&tmp, dir.join(name)).expect("rename");
+}
+
+/// fsyncs a directory.
+pub fn sync_dir(dir: &Path) {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .expect("fsync dir");
+}
+
+fn raw(dir: &Path, durable: bool) -> ! {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -215,6 +241,13 @@ fn raw(dir: &Path) -> ! {
         .expect("open lock file");
     say("blocking");
     rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).expect("flock");
+    if durable {
+        // The same durable writes as a tenure acquisition: two fsynced files, one dir fsync.
+        let ctl = dir.join(".tenure");
+        hand_replace(&ctl, "epoch");
+        hand_replace(&ctl, "owner.json");
+        sync_dir(&ctl);
+    }
     say("acquired 0");
     while read_line().is_some() {}
     std::process::exit(0)
