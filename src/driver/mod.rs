@@ -366,20 +366,6 @@ impl<'a> Runner<'a> {
                     .push_back(Event::LeaseGranted { epoch: l.epoch() });
                 self.lease = Some(l);
                 self.next_root_check = Instant::now() + ROOT_CHECK;
-                // Card H7: a candidate that waited on a dir which was moved or replaced
-                // meanwhile owns the old inode, not the path it was asked for: refuse it.
-                if self
-                    .dir
-                    .as_ref()
-                    .is_some_and(|d| !matches!(d.is_still_at_path(), Ok(true)))
-                {
-                    self.root_lost = true;
-                    self.failure = Some(format!(
-                        "{} was moved or replaced while this run waited; nothing was initialised",
-                        self.opts.dir.display()
-                    ));
-                    self.queue.push_back(Event::RootLost);
-                }
             }
             Err(LeaseError::Busy { .. }) if contended.is_none() => {
                 // Try-once found it held: contention, then the (zero) bound expired.
@@ -914,6 +900,8 @@ fn lease_refusal(e: &LeaseError) -> bool {
         | LeaseError::IdentityUnreadable { .. }
         | LeaseError::IdentityMismatch { .. }
         | LeaseError::CorruptRecord { .. }
+        | LeaseError::Moved { .. }
+        | LeaseError::StaleEpoch { .. }
         | LeaseError::BadInstanceName { .. }
         | LeaseError::Epoch(_) => true,
         LeaseError::Fs(fs) => fs_refusal(fs),

@@ -34,7 +34,7 @@ pub fn elect(
         source,
     };
     if !lock::try_lock(&file).map_err(lock_err)? {
-        let watch = lock::CloseWatch::new(&file).map_err(lock_err)?;
+        let watch = lock::CloseWatch::new(&file, &path).map_err(lock_err)?;
         match lock::wait(&file, &watch, deadline, cancel).map_err(lock_err)? {
             lock::WaitEnd::Acquired => {}
             lock::WaitEnd::Expired | lock::WaitEnd::Cancelled => return Ok(None),

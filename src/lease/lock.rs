@@ -20,7 +20,9 @@
 //!    `fsnotify_close` before `locks_remove_file`), so a try right after the event can still
 //!    fail: it is retried after 0.1, 1 and 5 ms;
 //! 4. `poll` also wakes at least every [`SAFETY_WAKE`] to try again, a backstop for events that
-//!    could still be missed (e.g. the inotify queue overflowing), not the wake-up mechanism;
+//!    could still be missed (e.g. the inotify queue overflowing), not the wake-up mechanism
+//!    (when the kernel refuses an inotify instance, waiting degrades to a try every
+//!    [`DEGRADED_WAKE`], with a warning, instead of failing);
 //! 5. the cancel fd becoming readable (or hung up) ends the wait at once; it is never read, so
 //!    the caller's signal pipe keeps its bytes.
 //!
@@ -110,14 +112,42 @@ fn poll(fds: &mut [PollFd<'_>], timeout: Option<Duration>) -> io::Result<usize> 
     }
 }
 
-/// An inotify watch for closes of the lock file.
+/// How long `poll` sleeps between tries when no inotify watch could be had (degraded mode).
+pub(crate) const DEGRADED_WAKE: Duration = Duration::from_millis(20);
+
+/// An inotify watch for closes of the lock file. When the kernel refuses one (inotify instance
+/// or watch limits exhausted, or no inotify at all), waiting degrades to trying every
+/// [`DEGRADED_WAKE`] with a warning, rather than failing the acquisition.
 pub(crate) struct CloseWatch {
-    inotify: OwnedFd,
+    inotify: Option<OwnedFd>,
 }
 
 impl CloseWatch {
     /// Watches the inode `lock` has open.
-    pub(crate) fn new(lock: &File) -> io::Result<CloseWatch> {
+    pub(crate) fn new(lock: &File, path: &Path) -> io::Result<CloseWatch> {
+        match CloseWatch::watch(lock) {
+            Ok(fd) => Ok(CloseWatch { inotify: Some(fd) }),
+            Err(e)
+                if matches!(
+                    e,
+                    rustix::io::Errno::MFILE
+                        | rustix::io::Errno::NFILE
+                        | rustix::io::Errno::NOSPC
+                        | rustix::io::Errno::NOSYS
+                ) =>
+            {
+                eprintln!(
+                    "tenure: warning: cannot watch {} with inotify ({e}); waiting by trying every {} ms: raise fs.inotify.max_user_instances or max_user_watches",
+                    path.display(),
+                    DEGRADED_WAKE.as_millis()
+                );
+                Ok(CloseWatch { inotify: None })
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn watch(lock: &File) -> rustix::io::Result<OwnedFd> {
         let inotify =
             inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)?;
         let target = format!("/proc/self/fd/{}", lock.as_raw_fd());
@@ -126,13 +156,14 @@ impl CloseWatch {
             target.as_str(),
             inotify::WatchFlags::CLOSE_WRITE | inotify::WatchFlags::CLOSE_NOWRITE,
         )?;
-        Ok(CloseWatch { inotify })
+        Ok(inotify)
     }
 
     /// Discards queued events: the caller is about to try the lock, which is what they ask for.
     fn drain(&self) {
+        let Some(fd) = &self.inotify else { return };
         let mut buf = [0u8; 4096];
-        while let Ok(n) = rustix::io::read(&self.inotify, &mut buf) {
+        while let Ok(n) = rustix::io::read(fd, &mut buf) {
             if n == 0 {
                 break;
             }
@@ -157,16 +188,24 @@ pub(crate) fn wait(
         if remaining == Some(Duration::ZERO) {
             return Ok(WaitEnd::Expired);
         }
-        let timeout = remaining.map_or(SAFETY_WAKE, |r| r.min(SAFETY_WAKE));
+        let wake = if watch.inotify.is_some() {
+            SAFETY_WAKE
+        } else {
+            DEGRADED_WAKE
+        };
+        let timeout = remaining.map_or(wake, |r| r.min(wake));
         let (woken, cancelled) = {
             let mut fds = Vec::with_capacity(2);
-            fds.push(PollFd::new(&watch.inotify, PollFlags::IN));
             if let Some(c) = cancel.as_ref() {
                 fds.push(PollFd::new(c, PollFlags::IN));
             }
+            if let Some(i) = watch.inotify.as_ref() {
+                fds.push(PollFd::new(i, PollFlags::IN));
+            }
             poll(&mut fds, Some(timeout))?;
-            let cancelled = fds.get(1).is_some_and(|f| !f.revents().is_empty());
-            (!fds[0].revents().is_empty(), cancelled)
+            let cancelled = cancel.is_some() && !fds[0].revents().is_empty();
+            let woken = watch.inotify.is_some() && !fds[fds.len() - 1].revents().is_empty();
+            (woken, cancelled)
         };
         if cancelled {
             return Ok(WaitEnd::Cancelled);

@@ -37,9 +37,16 @@
 //! 3. try the lock; when held by another: publish a waiter entry, call `on_wait` once with the
 //!    owner record, and wait (see `lock` for the inotify-based wake-up) until the bound expires
 //!    (`busy`), the cancel fd becomes readable (`cancelled`) or the lock is ours;
-//! 4. under the lock: inspect again, bump the epoch durably, write the marker if the dir is cold,
-//!    write the owner record durably, write the registry entry, sweep leftovers of dead owners and
-//!    waiters, remove our own waiter entry; only then is the [`Lease`] returned.
+//! 4. under the lock: inspect again; write the next epoch, the marker (if the dir is cold) and
+//!    the owner record each to a temp file and fsync it, rename them into place (epoch first,
+//!    marker without replacing) and fsync the control folder once; then write the registry
+//!    entry, sweep leftovers of dead owners and waiters and remove our own waiter entry. Only
+//!    then is the [`Lease`] returned, so the epoch is durable before the caller owns.
+//!
+//! ## Release, in order
+//! [`Lease::release`] removes this owner's registry entries, rewrites the owner record with
+//! phase `released` (fsynced; its directory is left to the next owner's fsync, see the method),
+//! then unlocks (`LOCK_UN` before close, so a waiter woken by the close finds the lock free).
 //!
 //! A waiter that stops waiting for any reason removes its entry, so a cancelled or expired
 //! contender leaves nothing but the `.tenure/` folder and lock file that any contender may create.
@@ -105,6 +112,11 @@ pub enum LeaseError {
     /// The caller's cancel fd became readable before the lease was acquired.
     #[error("waiting for {dir} was cancelled; nothing was changed")]
     Cancelled { dir: PathBuf },
+    /// The opened state dir is no longer at its path (moved, or replaced by another dir).
+    #[error(
+        "{dir} was moved or replaced while tenure had it open; nothing was initialised: check which directory is the real state dir and run again"
+    )]
+    Moved { dir: PathBuf },
     /// The dir holds entries tenure did not create and has no identity marker.
     #[error(
         "{dir} holds derived state but no identity marker (found {entry:?}); if this is tenure state, adopt it explicitly with `tenure init --adopt --dir {dir}`, otherwise choose an empty dir"
@@ -123,6 +135,15 @@ pub enum LeaseError {
         path: PathBuf,
         recorded: PathBuf,
         actual: PathBuf,
+    },
+    /// A newer ownership exists: the caller's epoch is stale and its request has no effect.
+    #[error(
+        "{dir} is now owned at epoch {current}, newer than this owner's epoch {mine}; the request was rejected without effect"
+    )]
+    StaleEpoch {
+        dir: PathBuf,
+        mine: u64,
+        current: u64,
     },
     /// A record (owner record, registry entry) cannot be parsed.
     #[error("{path} is corrupt ({reason}); nothing was changed: inspect it, then move it aside")]
@@ -308,10 +329,19 @@ fn read_owner(control: &Dir) -> Result<Option<OwnerRecord>, LeaseError> {
 struct Inspection {
     /// The identity marker, when present (and valid for this dir).
     marker: Option<DirIdentity>,
+    /// The persisted epoch (0 when none).
+    epoch: u64,
 }
 
 /// Inspects a state dir without changing anything; refuses foreign, moved or corrupt state.
 fn inspect(dir: &StateDir) -> Result<Inspection, LeaseError> {
+    // Card H7: a dir that was moved or replaced since it was opened is never initialised or
+    // taken over through the old descriptor.
+    if !dir.is_still_at_path()? {
+        return Err(LeaseError::Moved {
+            dir: dir.path().to_path_buf(),
+        });
+    }
     let entries = dir.root().entries()?;
     let control = if entries.iter().any(|e| e.name == CONTROL_DIR) {
         Some(dir.root().open_dir(CONTROL_DIR)?)
@@ -341,11 +371,15 @@ fn inspect(dir: &StateDir) -> Result<Inspection, LeaseError> {
             }
         }
     }
+    let mut current_epoch = 0;
     if let Some(c) = &control {
         read_owner(c)?;
-        epoch::read(c)?;
+        current_epoch = epoch::read(c)?;
     }
-    Ok(Inspection { marker })
+    Ok(Inspection {
+        marker,
+        epoch: current_epoch,
+    })
 }
 
 /// A waiter entry of this process; removed when dropped (the wait ended for any reason).
@@ -429,7 +463,7 @@ pub fn acquire(
             }
         } else {
             // Register the watch before the next try so a release in between is not missed.
-            let watch = lock::CloseWatch::new(&lock_file).map_err(wait_err)?;
+            let watch = lock::CloseWatch::new(&lock_file, &lock_path).map_err(wait_err)?;
             waiter = Some(WaiterEntry::publish(&control, &me)?);
             on_wait(&Contention {
                 dir: dir_path.clone(),
@@ -466,10 +500,15 @@ fn become_owner(
     phase: PhaseKind,
 ) -> Result<Lease, LeaseError> {
     let found = inspect(dir)?;
-    let epoch = epoch::bump(control)?;
-    if found.marker.is_none() {
-        publish_marker(dir, control)?;
-    }
+    // Temp files in the control folder can only be left by an owner that crashed mid-write
+    // (waiters write in `waiters/`), so the new owner removes them.
+    control.remove_temp_files("lease.sweep")?;
+    let epoch = found
+        .epoch
+        .checked_add(1)
+        .ok_or_else(|| epoch::EpochError::Exhausted {
+            path: control.child_path(epoch::EPOCH_FILE),
+        })?;
     let mut token = [0u8; 16];
     crate::privfs::random_bytes(&mut token)?;
     let record = OwnerRecord {
@@ -480,12 +519,35 @@ fn become_owner(
         phase,
         identity: me,
     };
-    control.replace_durable(OWNER_FILE, &to_json(&record), "lease.owner")?;
+    // Every file of the acquisition is written and fsynced first, then all are renamed into
+    // place and the control folder is fsynced once: the same guarantees as one durable replace
+    // per file, with one directory fsync instead of three. The epoch is renamed first, so a
+    // crash can leave a bumped epoch with an older record (harmless), never the reverse.
+    let epoch_tmp = durable_temp(control, &epoch::encode(epoch), "epoch")?;
+    let marker_tmp = match found.marker {
+        Some(_) => None,
+        None => Some(durable_temp(
+            control,
+            &to_json(&new_marker(dir)?),
+            "lease.marker",
+        )?),
+    };
+    let owner_tmp = durable_temp(control, &to_json(&record), "lease.owner")?;
+    epoch_tmp.rename_into(epoch::EPOCH_FILE)?;
+    if let Some(m) = marker_tmp {
+        // Without replacing: the marker of a dir is written once (card L7).
+        m.rename_into_new(IDENTITY_FILE)?;
+    }
+    owner_tmp.rename_into(OWNER_FILE)?;
+    control.sync("lease.acquire")?;
     let registry = control.ensure_dir(REGISTRY_DIR, "lease.registry")?;
     let leases = registry.ensure_dir(LEASES_DIR, "lease.registry")?;
     let instances = registry.ensure_dir(INSTANCES_DIR, "lease.registry")?;
     sweep_leases(&leases, epoch)?;
     let orphans = sweep_instances(&instances, epoch)?;
+    // Created by the owner so that a waiter never has to create it (and a cancelled waiter
+    // leaves no folder behind).
+    control.ensure_dir(WAITERS_DIR, "lease.waiters")?;
     sweep_waiters(control)?;
     let entry = RegistryRecord {
         version: RECORD_VERSION,
@@ -507,23 +569,29 @@ fn become_owner(
     })
 }
 
-/// Writes the identity marker of a cold dir: temp, fsync, rename without replacing, dir fsync,
-/// so a reader sees no marker or the whole marker (card L7).
-fn publish_marker(dir: &StateDir, control: &Dir) -> Result<(), LeaseError> {
+/// A new identity marker for a cold dir (published by `become_owner`: temp, fsync, rename
+/// without replacing, dir fsync, so a reader sees no marker or the whole marker: card L7).
+fn new_marker(dir: &StateDir) -> Result<DirIdentity, LeaseError> {
     let mut root_id = [0u8; 16];
     crate::privfs::random_bytes(&mut root_id)?;
-    let marker = DirIdentity {
+    Ok(DirIdentity {
         version: RECORD_VERSION,
         root_id: Token(root_id),
         path: dir.path().to_path_buf(),
         created_at: now_ms(),
         adopted_at: None,
-    };
-    let mut tmp = control.create_temp("lease.marker")?;
-    tmp.write_all(&to_json(&marker))?;
-    tmp.sync()?.rename_into_new(IDENTITY_FILE)?;
-    control.sync("lease.marker")?;
-    Ok(())
+    })
+}
+
+/// A temp file holding `bytes`, written and fsynced, ready to be renamed into place.
+fn durable_temp<'d>(
+    dir: &'d Dir,
+    bytes: &[u8],
+    label: &str,
+) -> Result<crate::privfs::SyncedTemp<'d>, LeaseError> {
+    let mut tmp = dir.create_temp(label)?;
+    tmp.write_all(bytes)?;
+    Ok(tmp.sync()?)
 }
 
 /// The epoch a registry entry name starts with (`<epoch>.json` or `<epoch>-<name>.json`).
@@ -747,7 +815,16 @@ impl Lease {
             Ok(()) | Err(FsError::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
-        self.set_phase(PhaseKind::Released)
+        // The released record is fsynced (a reader never sees a partial one) but its directory
+        // is not: if a power loss undoes the rename, the previous complete record comes back,
+        // naming a process that no longer holds the lock, which `status` shows as stale. The
+        // next owner's directory fsync makes it durable anyway. This keeps one fsync off the
+        // handoff path.
+        let mut next = self.record.clone();
+        next.phase = PhaseKind::Released;
+        durable_temp(&self.control, &to_json(&next), "lease.owner")?.rename_into(OWNER_FILE)?;
+        self.record = next;
+        Ok(())
     }
 
     /// The descriptor holding the kernel lock, e.g. to check in a test that it is `O_CLOEXEC`.
@@ -764,6 +841,21 @@ pub fn read_epoch(dir: &StateDir) -> Result<u64, LeaseError> {
         None => Ok(0),
         Some(control) => Ok(epoch::read(&control)?),
     }
+}
+
+/// Fencing (card H5): `Ok` when `epoch` is still the newest ownership of `dir`, else
+/// [`LeaseError::StaleEpoch`]. Read-only; callers check right before an effect (publishing a
+/// checkpoint, retiring) that a stale owner must not have.
+pub fn check_epoch(dir: &StateDir, epoch: u64) -> Result<(), LeaseError> {
+    let current = read_epoch(dir)?;
+    if current > epoch {
+        return Err(LeaseError::StaleEpoch {
+            dir: dir.path().to_path_buf(),
+            mine: epoch,
+            current,
+        });
+    }
+    Ok(())
 }
 
 /// A waiter as `status` sees it.

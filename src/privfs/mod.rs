@@ -7,11 +7,12 @@
 //! renamed under our feet, a descriptor leaking into a child.
 //!
 //! Every file opened for reading is `fstat`ed after opening and refused unless it is a regular
-//! file with exactly one link, owned by the effective uid and without group/other bits. Every
-//! refusal is a distinct [`FsError`] variant (`symlink`, `not a regular file`, `not owned`,
-//! `permissive`, `hard-linked`) that names the full path and the fix; nothing is ever chmod-ed,
-//! chown-ed, deleted or rewritten to "repair" it, so a refused tree is left byte-for-byte as it
-//! was.
+//! file with no second link (a file whose only name was just replaced by a writer has zero
+//! links and is a complete earlier version), owned by the effective uid and without group/other
+//! bits. Every refusal is a distinct [`FsError`] variant (`symlink`, `not a regular file`, `not
+//! owned`, `permissive`, `hard-linked`) that names the full path and the fix; nothing is ever
+//! chmod-ed, chown-ed, deleted or rewritten to "repair" it, so a refused tree is left
+//! byte-for-byte as it was.
 //!
 //! Writes follow the durable replace protocol: an exclusive temp file (`.tmp-<random>`, 0600) in
 //! the target's directory, write, fsync, `renameat`, fsync of the directory ([`Dir::replace_durable`]
@@ -336,7 +337,10 @@ fn check_file_stat(path: &Path, st: &Stat, links: Links) -> Result<(), FsError> 
         }
     }
     check_owner_mode(path, st)?;
-    if links == Links::Single && st.st_nlink != 1 {
+    // Zero links is not a hazard: the name was removed (a writer replaced the file while we
+    // looked or opened it), so nobody can reach this inode by another name. What we read is a
+    // complete earlier version, as if we had opened it just before the replace.
+    if links == Links::Single && st.st_nlink > 1 {
         return Err(FsError::HardLinked {
             path: path.to_path_buf(),
             nlink: st.st_nlink,
@@ -691,7 +695,7 @@ impl Dir {
     }
 
     /// Opens a file for reading and checks it after opening: a regular file owned by the
-    /// effective uid, no group/other bits, and (for [`Links::Single`]) exactly one link.
+    /// effective uid, no group/other bits, and (for [`Links::Single`]) no second hard link.
     pub fn open_file_with(&self, name: impl AsRef<OsStr>, links: Links) -> Result<File, FsError> {
         let name = self.name(name.as_ref())?;
         let path = self.child_path(name);
