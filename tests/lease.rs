@@ -135,7 +135,7 @@ fn l2_bounded_loser() {
 }
 
 /// Card L3: SIGTERM to a waiting contender cancels its wait through the signal pipe: exit 143,
-/// its waiter entry is gone, the owner and the owner record are untouched.
+/// its waiter entry is gone, the owner and the owner record are untouched (invariant I5).
 #[test]
 fn l3_interrupted_waiter() {
     let t = private_tempdir();
@@ -180,7 +180,8 @@ fn l4_independent_dirs() {
 }
 
 /// Card L5 (crash takeover): an owner killed with SIGKILL leaves its record; a waiting contender
-/// owns within 1 s with a higher epoch, replaces the record and sweeps the registry entry.
+/// owns within 1 s with a higher epoch, replaces the record and sweeps the registry entry
+/// (invariants I1, I2).
 #[test]
 fn l5_crash_takeover() {
     let t = private_tempdir();
@@ -269,7 +270,8 @@ fn l5_stale_record_and_registry_are_swept() {
 }
 
 /// Cards L5 and D7 (recycled pid): a record naming a live, unrelated process with another start
-/// time counts as dead; that process is never signalled, and the next contender owns at once.
+/// time counts as dead; that process is never signalled, and the next contender owns at once
+/// (invariant I4).
 #[test]
 fn l5_d7_recycled_pid_is_never_signalled() {
     let t = private_tempdir();
@@ -590,7 +592,7 @@ fn l10_corrupt_record_refused() {
 }
 
 /// Card H5: epochs strictly increase across ownerships and a stale epoch is rejected without
-/// effect; `read_epoch` from another process sees the owner's epoch.
+/// effect; `read_epoch` from another process sees the owner's epoch (invariants I2, I3).
 #[test]
 fn h5_epoch_fencing() {
     let t = private_tempdir();
@@ -718,7 +720,7 @@ fn cancel_fd_ends_wait_and_is_not_consumed() {
 }
 
 /// The hostile-dir matrix: each planted defect is refused with its own error and the tree is
-/// left byte-for-byte as it was.
+/// left byte-for-byte as it was (invariant I14).
 #[test]
 fn hostile_dir_matrix() {
     type Plant = fn(&Path);
@@ -859,7 +861,8 @@ fn hostile_dir_matrix() {
 
 /// Stress: rounds of 2–8 simultaneous contenders (100 rounds, 1,000 with `TENURE_LONG=1`).
 /// In `try` rounds exactly one owns; in `wait` rounds all own one after another. The owners
-/// themselves log begin/end and detect overlap; epochs strictly increase across the run.
+/// themselves log begin/end and detect overlap; epochs strictly increase across the run
+/// (invariants I1, I2).
 #[test]
 fn stress_contenders() {
     let rounds = if support::long() { 1000 } else { 100 };
