@@ -334,15 +334,33 @@ impl<'a> Runner<'a> {
             cancel: Some(self.intake.fd()),
             phase: PhaseKind::Recovering,
         };
-        let mut contended = None;
+        let mut contended = false;
+        let mut log = None;
         let result = lease::acquire(&dir, &opts, &mut |c| {
             eprintln!("tenure: {c}");
-            contended = Some(c.owner.as_ref().map(|o| (o.identity.pid, o.epoch)));
+            contended = true;
+            // The dir passed the read-only inspection and its control folder exists: the
+            // `waiting` line is written now, while we wait (card D6, L1), not once the wait is
+            // over.
+            log = EventLog::open(&dir);
+            if let Some(l) = &mut log {
+                let (pid, epoch) = c.owner.as_ref().map(|o| (o.identity.pid, o.epoch)).unzip();
+                l.write(
+                    "waiting",
+                    None,
+                    json!({"owner_pid": pid, "owner_epoch": epoch}),
+                );
+            }
         });
-        self.log = EventLog::open(&dir);
-        if let Some(owner) = contended {
-            let (pid, epoch) = owner.unzip();
-            self.log("waiting", json!({"owner_pid": pid, "owner_epoch": epoch}));
+        // A dir whose state was refused is left byte-for-byte as it was (cards L8–L10): not
+        // even the event log is created or appended to.
+        let refused = matches!(&result, Err(e) if lease_refusal(e));
+        self.log = match log {
+            Some(l) => Some(l),
+            None if refused => None,
+            None => EventLog::open(&dir),
+        };
+        if contended {
             self.queue.push_back(Event::LeaseBusy);
         }
         self.dir = Some(dir);
@@ -354,7 +372,7 @@ impl<'a> Runner<'a> {
                 self.lease = Some(l);
                 self.next_root_check = Instant::now() + ROOT_CHECK;
             }
-            Err(LeaseError::Busy { .. }) if contended.is_none() => {
+            Err(LeaseError::Busy { .. }) if !contended => {
                 // Try-once found it held: contention, then the (zero) bound expired.
                 if let Err(e) = &result {
                     self.failure = Some(e.to_string());
