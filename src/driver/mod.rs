@@ -899,7 +899,7 @@ fn cause_name(c: DrainCause) -> String {
 }
 
 /// Whether a lease error is a refusal of the dir's state (exit 65) rather than an OS failure.
-fn lease_refusal(e: &LeaseError) -> bool {
+pub(crate) fn lease_refusal(e: &LeaseError) -> bool {
     match e {
         LeaseError::ForeignState { .. }
         | LeaseError::IdentityUnreadable { .. }

@@ -5,10 +5,11 @@
 //! epoch. A failed election says why, how many launches it made, and the last 4 KiB of the
 //! candidate's output.
 
+use super::eventlog::EventLog;
 use super::signals::SignalIntake;
 use super::{RunOptions, child::STDERR_TAIL};
 use crate::lease::{self, CONTROL_DIR, OwnerState, WaitBound};
-use crate::machine::{EXIT_NOT_READY, EXIT_REFUSED, PhaseKind, ReadyMode};
+use crate::machine::{EXIT_IO, EXIT_NOT_READY, EXIT_REFUSED, PhaseKind, ReadyMode};
 use crate::privfs::StateDir;
 use serde_json::json;
 use std::ffi::OsString;
@@ -98,6 +99,16 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
             return EXIT_REFUSED;
         }
     };
+    // Refuse foreign or corrupt state before the election writes anything into the dir: a
+    // refused dir stays byte-for-byte as it was (card L8).
+    if let Err(e) = lease::check(&dir) {
+        eprintln!("tenure: {e}");
+        if !super::lease_refusal(&e) {
+            return EXIT_IO;
+        }
+        let msg = format!("tenure: {e}\n").into_bytes();
+        return fail(Failure::Refused, 0, None, Some((msg, false)));
+    }
     let deadline = Instant::now()
         + match opts.wait {
             WaitBound::Forever => DEFAULT_DEADLINE,
@@ -139,8 +150,15 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
             std::thread::sleep(POLL);
             continue;
         }
-        let Ok(Some(election)) = lease::elect(&dir, Some(deadline), Some(intake.fd())) else {
-            continue;
+        let election = match lease::elect(&dir, Some(deadline), Some(intake.fd())) {
+            Ok(Some(e)) => e,
+            // The deadline passed or a signal came: the top of the loop says which.
+            Ok(None) => continue,
+            // Retrying an election that cannot even be attempted would spin until the deadline.
+            Err(e) => {
+                eprintln!("tenure: {e}");
+                return EXIT_IO;
+            }
         };
         // Under the election: look again, a previous winner may have launched meanwhile.
         match ready_owner(&dir) {
@@ -160,7 +178,7 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
         }
         launches += 1;
         let left = deadline.saturating_duration_since(Instant::now());
-        match launch_and_wait(opts, &dir, left, deadline, intake) {
+        match launch_and_wait(opts, &dir, left, deadline, intake, launches) {
             Ok(line) => {
                 println!("{line}");
                 return 0;
@@ -189,6 +207,7 @@ fn launch_and_wait(
     left: Duration,
     deadline: Instant,
     intake: &SignalIntake,
+    launch: u32,
 ) -> Result<String, LaunchError> {
     let control = dir
         .root()
@@ -223,6 +242,14 @@ fn launch_and_wait(
         eprintln!("tenure: cannot launch the owner: {e}");
         (Failure::SpawnFailed, None, None)
     })?;
+    // Card D6: the launch is on the record, naming the owner it started.
+    if let Some(mut log) = EventLog::open(dir) {
+        log.write(
+            "launching",
+            None,
+            json!({"launched_pid": child.id(), "launch": launch}),
+        );
+    }
     let tail = || candidate_tail(&control, start);
     loop {
         match ready_owner(dir) {
