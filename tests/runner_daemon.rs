@@ -622,3 +622,59 @@ fn status_text_lists_owner_and_waiters() {
     waiter.wait().expect_code(143);
     owner.wait().expect_code(143);
 }
+
+/// `tenure demo` runs the whole lifecycle (owner, waiting contender, SIGTERM, publish, takeover
+/// with a higher epoch) in seconds, prints the timeline and leaves nothing behind in its
+/// temporary dir.
+#[test]
+fn demo_runs_the_lifecycle_and_leaves_nothing() {
+    let env = Env::new();
+    let tmp = env.path("demo-tmp");
+    fs::create_dir(&tmp).unwrap();
+    let mut c = tenure();
+    c.arg("demo").env("TMPDIR", &tmp);
+    let mut r = env.start(c);
+    r.close_stdin();
+    let f = r.wait();
+    f.expect_code(0);
+    for step in [
+        "A is ready (epoch 1)",
+        "B waits",
+        "B took over with epoch 2",
+        "counter = 2",
+        "done; removed",
+    ] {
+        assert!(f.stderr.contains(step), "missing {step:?} in:\n{}", f.stderr);
+    }
+    assert_eq!(fs::read_dir(&tmp).unwrap().count(), 0, "the demo left files behind");
+}
+
+/// `tenure init` creates a private state dir with its identity marker (card L7) and no owner
+/// left behind; a second `init` keeps the marker's bytes (it only takes the lease once more).
+#[test]
+fn init_creates_a_private_marked_dir() {
+    let env = Env::new();
+    let f = env.tool("init", &[]);
+    f.expect_code(0);
+    assert!(f.stdout.contains("initialised"), "{}", f.stdout);
+    let marker: Value =
+        serde_json::from_str(&read(&env.dir.join(".tenure/identity.json"))).unwrap();
+    assert_eq!(
+        marker["path"],
+        fs::canonicalize(&env.dir).unwrap().to_str().unwrap()
+    );
+    let mode = fs::metadata(&env.dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    let st = env.status();
+    assert_eq!(st["phase"], "released");
+    assert_eq!(st["lock_held"], false);
+    let marker_bytes = fs::read(env.dir.join(".tenure/identity.json")).unwrap();
+    let again = env.tool("init", &[]);
+    again.expect_code(0);
+    assert_eq!(
+        fs::read(env.dir.join(".tenure/identity.json")).unwrap(),
+        marker_bytes,
+        "the marker is written once"
+    );
+    assert_eq!(env.status()["epoch"], 2);
+}

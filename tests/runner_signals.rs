@@ -698,3 +698,75 @@ fn trace_replays_through_the_machine() {
         assert!(m.is_terminal(), "the trace ends in a terminal phase");
     }
 }
+
+/// Card G3 in the verifying step: SIGTERM while the recovery worker is still reading and
+/// verifying a 16 MB checkpoint. The runner is frozen (SIGSTOP) as soon as it says it owns, so
+/// the signal lands before the verification can finish even on a fast machine; on SIGCONT the
+/// stop is handled at once: refused, exit 143, no child ever spawned, CURRENT and the store's
+/// bytes unchanged, the checkpoint still verifies, and the scratch the interrupted worker left
+/// is swept by the next owner, which takes over at once.
+#[test]
+fn g3_refuse_while_verifying_the_checkpoint() {
+    let env = Env::new();
+    env.run_to_end(
+        &[],
+        &sh(
+            r#"head -c 16000000 /dev/urandom > "$TENURE_CHECKPOINT_OUT/big""#,
+            &[],
+        ),
+    )
+    .expect_code(0);
+    let store = env.checkpoint_tree();
+    let r = env.run(&["--ready", "notify"], &sh("read _", &[]));
+    env.wait_event("owned", Some(r.pid()));
+    r.signal(Signal::STOP);
+    wait_for(
+        "the runner to stop",
+        DEADLINE,
+        || (proc_state(r.pid()) == Some('T')).then_some(()),
+        String::new,
+    );
+    r.signal(Signal::TERM);
+    r.signal(Signal::CONT);
+    let f = r.wait();
+    f.expect_code(143);
+    assert_eq!(f.end()["summary"], "refused/SIGTERM");
+    let ks = kinds(&env, f.pid);
+    assert!(
+        !ks.iter().any(|k| k == "recovered" || k == "spawned"),
+        "the stop was not handled while verifying: {ks:?}"
+    );
+    assert!(f.stderr.contains("in phase recovering"), "{}", f.stderr);
+    assert_same_tree(&store, &env.checkpoint_tree());
+    env.tool("verify", &[]).expect_code(0);
+    let next = env.run_to_end(&["-n"], &["true"]);
+    next.expect_code(0);
+    assert_eq!(next.end()["epoch"], 3);
+    for scratch in ["views", "staging"] {
+        let left = std::fs::read_dir(env.dir.join("checkpoints").join(scratch))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        assert_eq!(left, 0, "scratch left in {scratch}");
+    }
+}
+
+/// Card H7 through the runner: a ready owner whose state dir is moved away drains (the child is
+/// asked to stop with SIGTERM, the lease is released) and exits 65 with `stopped/root-lost`;
+/// nothing is created at the old path.
+#[test]
+fn h7_moved_root_drains_the_owner() {
+    let env = Env::new();
+    let r = env.run(&[], &sh(TERM_CHILD, &[]));
+    env.wait_event("ready", Some(r.pid()));
+    let moved = env.path("moved");
+    std::fs::rename(&env.dir, &moved).unwrap();
+    let f = r.wait();
+    f.expect_code(65);
+    assert!(f.stderr.contains("was moved or replaced"), "{}", f.stderr);
+    assert!(!env.dir.exists(), "nothing was recreated at the old path");
+    let log = read(&moved.join(".tenure/events.jsonl"));
+    assert!(log.contains("\"root-lost\""), "{log}");
+    assert!(log.contains("\"summary\":\"stopped/root-lost\""), "{log}");
+    assert!(log.contains("\"kind\":\"signal-forwarded\""), "{log}");
+    assert!(log.contains("\"kind\":\"released\""), "{log}");
+}
