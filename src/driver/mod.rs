@@ -156,6 +156,9 @@ struct Runner<'a> {
     worker: Option<Worker>,
     recovered: Option<Recovered>,
     published: Option<CheckpointId>,
+    /// After a failed publish: what CURRENT named before it and names now (they differ when
+    /// the failure came after CURRENT was renamed, e.g. its directory fsync failed).
+    publish_failure: Option<(Option<CheckpointId>, Option<CheckpointId>)>,
     started: Instant,
     next_root_check: Instant,
     root_lost: bool,
@@ -209,6 +212,7 @@ impl<'a> Runner<'a> {
             worker: None,
             recovered: None,
             published: None,
+            publish_failure: None,
             started: Instant::now(),
             next_root_check: Instant::now() + ROOT_CHECK,
             root_lost: false,
@@ -571,8 +575,26 @@ impl<'a> Runner<'a> {
             }
             Err(e) => {
                 eprintln!("tenure: {e}");
+                // A failure after CURRENT was renamed (its directory fsync) leaves the new
+                // checkpoint current but not durable: read what CURRENT names now rather than
+                // claiming it is unchanged.
+                let before = rec.checkpoint.map(|(id, _, _)| id);
+                let now = CheckpointStore::attach_owned(
+                    dir,
+                    StoreOptions {
+                        keep: self.opts.keep,
+                    },
+                )
+                .and_then(|s| s.read_current())
+                .map(|c| c.map(|c| c.id))
+                .unwrap_or(before);
+                self.publish_failure = Some((before, now));
                 self.failure = Some(e.to_string());
-                self.log("publish-failed", json!({"error": e.to_string()}));
+                self.log(
+                    "publish-failed",
+                    json!({"error": e.to_string(), "current_before": before.map(|c| c.get()),
+                           "current": now.map(|c| c.get())}),
+                );
                 self.queue.push_back(Event::CheckpointFailed);
             }
         }
@@ -691,9 +713,28 @@ impl<'a> Runner<'a> {
                     ),
                 }
             }
-            Reason::PublishFailed => eprintln!(
-                "tenure: the checkpoint could not be published; CURRENT is unchanged; released {dir} (epoch {epoch})"
-            ),
+            Reason::PublishFailed => {
+                let name = |c: Option<CheckpointId>| {
+                    c.map_or_else(
+                        || "no checkpoint".to_owned(),
+                        |c| format!("checkpoint {}", c.get()),
+                    )
+                };
+                match self.publish_failure {
+                    Some((before, now)) if before != now => eprintln!(
+                        "tenure: the checkpoint was not published durably: CURRENT names {} now, but may name {} again after a crash; released {dir} (epoch {epoch})",
+                        name(now),
+                        name(before)
+                    ),
+                    Some((before, _)) => eprintln!(
+                        "tenure: the checkpoint could not be published; CURRENT is unchanged ({}); released {dir} (epoch {epoch})",
+                        name(before)
+                    ),
+                    None => eprintln!(
+                        "tenure: the checkpoint could not be published; released {dir} (epoch {epoch})"
+                    ),
+                }
+            }
             Reason::Refused => {
                 let why = match o.refusal {
                     Some(Refusal::Signal(s)) => format!("stopped by {s} in phase recovering"),
