@@ -72,7 +72,11 @@ fn g4_publish_failure_at_every_step_is_reported_truthfully() {
         }
         let v = env.tool("verify", &[]);
         v.expect_code(0);
-        let expect = if renamed { "checkpoint 2 is valid" } else { "checkpoint 1 is valid" };
+        let expect = if renamed {
+            "checkpoint 2 is valid"
+        } else {
+            "checkpoint 1 is valid"
+        };
         assert!(v.stdout.contains(expect), "{point}: {}", v.stdout);
         // Released: the next owner takes over at once and reads what CURRENT names.
         let want = if renamed { "new\n" } else { "old\n" };
@@ -83,13 +87,18 @@ fn g4_publish_failure_at_every_step_is_reported_truthfully() {
 /// Cards L5 and I12 through the runner: SIGKILL at every step of a publish. The runner dies
 /// without an end record; the next contender owns at once (try-once) with the next epoch;
 /// CURRENT names the old checkpoint before the CURRENT rename and the new one after it, and in
-/// both cases it verifies.
+/// both cases it verifies. A crash at a GC step never loses what CURRENT names (invariant I13).
 #[test]
 fn l5_crash_at_every_publish_step_then_takeover() {
     for point in FAILPOINTS {
         let (env, _) = seeded();
         let f = publish_with(&env, point, "kill");
-        assert_eq!(f.status.signal(), Some(9), "{point} was not reached: {}", f.stderr);
+        assert_eq!(
+            f.status.signal(),
+            Some(9),
+            "{point} was not reached: {}",
+            f.stderr
+        );
         assert!(f.end.is_none());
         let next = env.run_to_end(&["-n"], &["true"]);
         next.expect_code(0);

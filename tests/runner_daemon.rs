@@ -330,7 +330,7 @@ fn d7_stop_escalates_to_kill_after_its_grace() {
 
 /// Card D7 (identity): a record naming a live, unrelated process with another start time — while
 /// the lock is held by a test process, so the dir really looks owned — is never signalled: stop
-/// reports the mismatch and the process is still alive.
+/// reports the mismatch and the process is still alive (invariant I4).
 #[test]
 fn d7_stop_never_signals_a_mismatched_identity() {
     let env = Env::new();
@@ -376,8 +376,8 @@ fn d7_stop_never_signals_a_mismatched_identity() {
 }
 
 /// Card D8: eight concurrent `tenure up` calls on one dir launch exactly one detached owner and
-/// all print the same registration once it is ready; `tenure stop` then stops it, so nothing is
-/// left running.
+/// all print the same registration once it is ready (invariant I1: one owner, one epoch);
+/// `tenure stop` then stops it, so nothing is left running.
 #[test]
 fn d8_concurrent_up_launches_one_owner() {
     let env = Env::new();
@@ -535,11 +535,7 @@ fn redact(v: &mut Value, tmp: &str) {
             }
             a.sort_by_key(|x| x.to_string());
         }
-        Value::String(s) => {
-            if s.contains(tmp) {
-                *s = s.replace(tmp, "[tmp]");
-            }
-        }
+        Value::String(s) if s.contains(tmp) => *s = s.replace(tmp, "[tmp]"),
         _ => {}
     }
 }
@@ -644,9 +640,17 @@ fn demo_runs_the_lifecycle_and_leaves_nothing() {
         "counter = 2",
         "done; removed",
     ] {
-        assert!(f.stderr.contains(step), "missing {step:?} in:\n{}", f.stderr);
+        assert!(
+            f.stderr.contains(step),
+            "missing {step:?} in:\n{}",
+            f.stderr
+        );
     }
-    assert_eq!(fs::read_dir(&tmp).unwrap().count(), 0, "the demo left files behind");
+    assert_eq!(
+        fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "the demo left files behind"
+    );
 }
 
 /// `tenure init` creates a private state dir with its identity marker (card L7) and no owner

@@ -46,7 +46,7 @@ fn write_private(path: &Path, bytes: &[u8]) {
 /// waiter (a `waiting` line written while it waits, an entry in `status`); it owns only after
 /// the first released. Both succeed; the second starts from the first's checkpoint; a later
 /// run that changes nothing (nothing staged, or the same files again) leaves the checkpoint
-/// store's bytes unchanged.
+/// store's bytes unchanged. Invariant I1: at most one owner at any moment.
 #[test]
 fn l1_serialised_first_start() {
     let env = Env::new();
@@ -116,7 +116,8 @@ fn l1_serialised_first_start() {
 
 /// Card L2: `--wait 1` against a live owner exits non-zero (75) after about the bound with
 /// `busy` and `lock and state were preserved`; the owner record's bytes are unchanged and the
-/// owner keeps running; `-n` is busy at once; `-E` changes the code.
+/// owner keeps running; `-n` is busy at once; `-E` changes the code. Invariant I5: the loser
+/// leaves no waiter entry behind.
 #[test]
 fn l2_bounded_loser() {
     let env = Env::new();
@@ -162,7 +163,7 @@ fn l2_bounded_loser() {
 }
 
 /// Card L3: SIGTERM (or SIGINT) to a waiting contender: it exits 143 (130); the owner and its
-/// record are untouched and the waiter entry is gone.
+/// record are untouched and the waiter entry is gone (invariant I5).
 #[test]
 fn l3_interrupted_waiter() {
     let env = Env::new();
@@ -212,7 +213,7 @@ fn l4_independent_dirs() {
 
 /// Card L5: an owner killed with SIGKILL leaves its record (status: stale); its child dies with
 /// it; the next contender takes over at once (`-n`, no waiting) with a higher epoch and sweeps
-/// the dead owner's registry entries.
+/// the dead owner's registry entries. Invariant I2: the epoch increases.
 #[test]
 fn l5_crash_takeover() {
     let env = Env::new();
@@ -254,7 +255,7 @@ fn l5_crash_takeover() {
 /// Card L5 (recycled pid): an owner record naming a live, unrelated process (a `sleep` with
 /// another start time, or the same start time and another executable) counts as dead: status
 /// shows it stale / recycled, a contender owns at once, and the unrelated process is never
-/// signalled (neither by the takeover nor by `tenure stop`).
+/// signalled (neither by the takeover nor by `tenure stop`): invariant I4.
 #[test]
 fn l5_recycled_pid_counts_as_dead_and_is_never_signalled() {
     let env = Env::new();
@@ -382,7 +383,7 @@ fn assert_refused_unchanged(env: &Env, needle: &str) -> Finished {
 
 /// Card L8: foreign state is refused, not repaired: (a) files but no identity marker, (b) an
 /// unreadable marker, (c) a marker naming another root (a copied dir). Exit 65, the tree
-/// byte-for-byte unchanged; `init --adopt` is the explicit way past (a) and (c).
+/// byte-for-byte unchanged (invariant I14); `init --adopt` is the explicit way past (a) and (c).
 #[test]
 fn l8_foreign_state_refused_not_repaired() {
     // (a) derived state, no identity.

@@ -43,7 +43,7 @@ fn child_pid(env: &Env, pid: u32) -> u32 {
 /// Card G1: SIGTERM/SIGINT/SIGHUP while cold, waiting for a lease held by another process (the
 /// test itself holds the kernel lock, so nobody ever owned the dir): outcome *cancelled*, exit
 /// 128 + N, and nothing remains — no owner record, no identity marker, no checkpoint, no
-/// registry entry, no waiter entry.
+/// registry entry, no waiter entry (invariant I5).
 #[test]
 fn g1_cancel_before_owning() {
     for (sig, code, name) in [
@@ -283,11 +283,32 @@ exit 3"#;
     );
     assert!(alive(child));
     assert!(!env.kinds_of(r.pid()).iter().any(|k| k == "released"));
+    // Further stop signals while draining are ignored: nothing more is forwarded.
+    r.signal(Signal::INT);
+    wait_for(
+        "the SIGINT to be read",
+        DEADLINE,
+        || {
+            (env.events()
+                .iter()
+                .filter(|e| e["pid"] == r.pid() && e["kind"] == "signal")
+                .count()
+                == 2)
+                .then_some(())
+        },
+        || env.events_text(),
+    );
     release_fifo(&gate);
     let f = r.wait();
     f.expect_code(143);
     let ks = kinds(&env, f.pid);
     before(&ks, "child-exited", "released");
+    assert_eq!(
+        ks.iter().filter(|k| *k == "signal-forwarded").count(),
+        1,
+        "only the first stop is forwarded: {ks:?}"
+    );
+    assert_eq!(f.end()["summary"], "stopped/SIGTERM");
     let next = env.run_to_end(&["-n"], &["true"]);
     next.expect_code(0);
     assert_eq!(next.end()["epoch"], 2);
@@ -362,10 +383,11 @@ fn g6_bounded_stop_kills_after_grace() {
         stuck.kind().owns(),
         "the lease must be kept while the child may run"
     );
-    for e in [Event::Stop(tenure::machine::Signal::Term)] {
-        let h = stuck.handle(e).expect("stop accepted");
-        assert!(!h.actions.contains(&Action::ReleaseLease));
-    }
+    // Another stop signal changes nothing: only the child's end may release.
+    let h = stuck
+        .handle(Event::Stop(tenure::machine::Signal::Term))
+        .expect("stop accepted");
+    assert!(!h.actions.contains(&Action::ReleaseLease));
     let h = stuck
         .handle(Event::ChildExited(ChildStatus::Signaled(9)))
         .unwrap();
@@ -769,4 +791,64 @@ fn h7_moved_root_drains_the_owner() {
     assert!(log.contains("\"summary\":\"stopped/root-lost\""), "{log}");
     assert!(log.contains("\"kind\":\"signal-forwarded\""), "{log}");
     assert!(log.contains("\"kind\":\"released\""), "{log}");
+}
+
+/// Exit codes pass through like flock(1): a child killed by someone else's SIGKILL makes the
+/// runner exit 137 with `exited/137` (not `killed`: the runner did not kill it), and nothing is
+/// published.
+#[test]
+fn child_killed_from_outside_passes_its_status_through() {
+    let env = Env::new();
+    let r = env.run(
+        &[],
+        &sh(r#"echo x > "$TENURE_CHECKPOINT_OUT/x"; read _"#, &[]),
+    );
+    let child = child_pid(&env, r.pid());
+    env.wait_event("ready", Some(r.pid()));
+    send(child, Signal::KILL);
+    let f = r.wait();
+    f.expect_code(137);
+    assert_eq!(f.end()["summary"], "exited/137");
+    assert_eq!(f.end()["killed"], false);
+    assert!(
+        env.current_bytes().is_none(),
+        "a failed child's files are not published"
+    );
+}
+
+/// Invariant I3 (card H5) through the runner: a publish naming a stale epoch is rejected without
+/// effect. While a ready owner of epoch 1 runs, the dir's persisted epoch is moved to 9 behind
+/// its back (standing in for a successor that can only exist if the lock was lost); on SIGTERM
+/// the child's files are not published: the run ends `publish-failed` (74), CURRENT keeps its
+/// bytes, and the lease is still released.
+#[test]
+fn i3_publish_with_a_stale_epoch_is_rejected() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let env = Env::new();
+    let current = seed_checkpoint(&env);
+    let r = env.run(&[], &sh(TERM_CHILD, &[]));
+    env.wait_event("ready", Some(r.pid()));
+    let epoch = env.dir.join(".tenure/epoch");
+    let tmp = env.dir.join(".tenure/epoch.forged");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"9\n").unwrap();
+    drop(f);
+    std::fs::rename(&tmp, &epoch).unwrap();
+    r.signal(Signal::TERM);
+    let f = r.wait();
+    f.expect_code(74);
+    assert_eq!(f.end()["reason"], "publish-failed");
+    assert!(
+        f.stderr.contains("CURRENT is unchanged (checkpoint 1)"),
+        "{}",
+        f.stderr
+    );
+    assert_eq!(env.current_bytes().unwrap(), current);
+    assert!(env.kinds_of(f.pid).contains(&"released".to_owned()));
+    env.tool("verify", &[]).expect_code(0);
 }
