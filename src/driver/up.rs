@@ -36,6 +36,8 @@ pub enum Failure {
     SpawnFailed,
     /// The launched owner refused the state dir.
     Refused,
+    /// A stop signal ended the wait (the owner, if launched, keeps running).
+    Interrupted,
 }
 
 impl Failure {
@@ -46,6 +48,7 @@ impl Failure {
             Failure::OwnerUnresponsive => "owner_unresponsive",
             Failure::SpawnFailed => "spawn_failed",
             Failure::Refused => "refused",
+            Failure::Interrupted => "interrupted",
         }
     }
 }
@@ -118,8 +121,7 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
     let mut launches = 0u32;
     loop {
         if intake.pending() {
-            eprintln!("tenure: up was interrupted; the owner (if any) keeps running");
-            return 130;
+            return interrupted(intake, launches);
         }
         match ready_owner(&dir) {
             Ok(Some(line)) => {
@@ -183,6 +185,7 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
                 println!("{line}");
                 return 0;
             }
+            Err((Failure::Interrupted, _, _)) => return interrupted(intake, launches),
             Err((why, code, tail)) => return fail(why, launches, code, tail),
         }
     }
@@ -266,7 +269,11 @@ fn launch_and_wait(
             };
             return Err((why, code, tail()));
         }
-        if Instant::now() >= deadline || intake.pending() {
+        // A signal is reported as such, not as a timeout.
+        if intake.pending() {
+            return Err((Failure::Interrupted, None, None));
+        }
+        if Instant::now() >= deadline {
             return Err((Failure::StartupTimeout, None, tail()));
         }
         std::thread::sleep(POLL);
@@ -313,5 +320,22 @@ fn fail(why: Failure, launches: u32, code: Option<i32>, tail: Option<(Vec<u8>, b
             .filter(|c| *c != 0)
             .unwrap_or(EXIT_NOT_READY),
         Failure::StartupTimeout | Failure::OwnerUnresponsive => EXIT_NOT_READY,
+        Failure::Interrupted => 130,
     }
+}
+
+/// A stop signal ended `up`: say so (with the launches made) and exit 128 + N. An owner it
+/// launched keeps running: it is detached on purpose, and `tenure stop` ends it.
+fn interrupted(intake: &SignalIntake, launches: u32) -> u8 {
+    let sig = intake.take().first().copied();
+    println!(
+        "{}",
+        json!({"error": Failure::Interrupted.word(), "launches": launches,
+               "signal": sig.map(|s| s.name())})
+    );
+    eprintln!(
+        "tenure: up was interrupted by {}; the owner (if any) keeps running",
+        sig.map_or("a stop signal", |s| s.name())
+    );
+    sig.map_or(130, |s| s.exit_code())
 }
