@@ -437,7 +437,8 @@ fn up_failure(f: &Finished) -> Value {
 /// Card D8 (failed elections): each failure says why, with the number of launches and the
 /// candidate's output: `spawn_failed` (the owner exited before ready: its exit code and stderr),
 /// `startup_timeout` (launched, never ready), `owner_unresponsive` (an owner it did not launch
-/// never became ready), `refused` (a foreign dir, left unchanged). D5 for `up`: the candidate's
+/// never became ready), `interrupted` (a stop signal, exit 128 + N), `refused` (a foreign dir,
+/// left unchanged). D5 for `up`: the candidate's
 /// output is cut to its last 4 KiB with a `truncated` flag.
 #[test]
 fn d8_failed_elections_report_why() {
@@ -483,6 +484,26 @@ fn d8_failed_elections_report_why() {
     let v = up_failure(&f);
     assert_eq!(v["error"], "startup_timeout");
     assert_eq!(v["launches"], 1);
+    env.tool("stop", &[]).expect_code(0);
+
+    // interrupted: SIGTERM while `up` waits for the owner it launched is reported as such
+    // (exit 143), not as a timeout; the detached owner keeps running until `tenure stop`.
+    let env = Env::new();
+    let mut c = tenure();
+    c.arg("up")
+        .arg("--dir")
+        .arg(&env.dir)
+        .args(["--wait", "60", "--ready", "notify", "--", "sleep", "30"]);
+    let up = env.start(c);
+    env.wait_event("launching", Some(up.pid()));
+    up.signal(Signal::TERM);
+    let f = up.wait();
+    f.expect_code(143);
+    let v = up_failure(&f);
+    assert_eq!(v["error"], "interrupted");
+    assert_eq!(v["launches"], 1);
+    assert_eq!(v["signal"], "SIGTERM");
+    env.wait_status("the launched owner", |s| s["phase"] == "recovering");
     env.tool("stop", &[]).expect_code(0);
 
     // owner_unresponsive: an owner the test started stays recovering.
