@@ -238,10 +238,9 @@ fn l5_crash_takeover() {
     assert_eq!(st["phase"], "stale");
     assert_eq!(st["lock_held"], false);
     assert_eq!(st["owner"]["liveness"], "dead");
-    let t = Instant::now();
+    // Try once (`-n`): succeeding proves the takeover did not wait for anything.
     let next = env.run_to_end(&["-n"], &["true"]);
     next.expect_code(0);
-    assert!(t.elapsed() < Duration::from_secs(10));
     assert_eq!(next.end()["epoch"], 2);
     let st = env.status();
     assert_eq!(
@@ -512,4 +511,32 @@ fn l10_corrupt_checkpoint_is_refused() {
     assert_eq!(f.end()["summary"], "refused/state");
     assert_same_tree(&store, &env.checkpoint_tree());
     assert_eq!(fs::metadata(&blob).unwrap().permissions().mode(), mode);
+}
+
+/// `tenure --help` documents every subcommand, the child's environment and the exit codes the
+/// tests above rely on; an unknown subcommand is a usage error (64).
+#[test]
+fn help_documents_commands_and_exit_codes() {
+    let out = tenure().arg("--help").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8(out.stdout).unwrap();
+    for word in [
+        "tenure run",
+        "tenure up",
+        "tenure stop",
+        "tenure status",
+        "tenure verify",
+        "tenure init",
+        "TENURE_CHECKPOINT_OUT",
+        "NOTIFY_SOCKET",
+        "--env-allow",
+        "--trace",
+    ] {
+        assert!(help.contains(word), "--help lacks {word:?}");
+    }
+    for code in ["64", "65", "69", "70", "74", "75", "126", "127", "137", "143"] {
+        assert!(help.contains(code), "--help lacks exit code {code}");
+    }
+    let bad = tenure().arg("frobnicate").output().unwrap();
+    assert_eq!(bad.status.code(), Some(64));
 }

@@ -107,10 +107,15 @@ pub fn wait_blocked_in_fifo_open(pid: u32) {
         || {
             let wchan = fs::read_to_string(format!("/proc/{pid}/wchan")).ok()?;
             let syscall = fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
-            // `wchan` names the wait; `syscall` (openat = 257 on x86-64) is a fallback where
-            // wchan is hidden.
+            // `wchan` names the wait; `syscall` (the openat number) is a fallback where wchan
+            // is hidden.
+            let openat = if cfg!(target_arch = "aarch64") {
+                "56"
+            } else {
+                "257"
+            };
             let blocked =
-                wchan.trim() == "wait_for_partner" || syscall.split(' ').next() == Some("257");
+                wchan.trim() == "wait_for_partner" || syscall.split(' ').next() == Some(openat);
             (blocked && proc_state(pid) == Some('S')).then_some(())
         },
         || {
