@@ -354,6 +354,23 @@ fn h6_bad_durations_are_usage_errors_before_any_disk_change() {
             .unwrap();
         assert_eq!(out.status.code(), Some(64), "{sub} {case:?}");
     }
+    // A trace inside the state dir would make the dir foreign: refused before it is written.
+    let inside = env.dir.join("trace.jsonl");
+    let out = tenure()
+        .arg("run")
+        .arg("--dir")
+        .arg(&env.dir)
+        .arg("--trace")
+        .arg(&inside)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(!env.dir.exists());
     assert_same_tree(&around, &snapshot(env.tmp.path()));
     // The same options with sensible values are accepted (the checks are not blanket refusals).
@@ -534,7 +551,9 @@ fn help_documents_commands_and_exit_codes() {
     ] {
         assert!(help.contains(word), "--help lacks {word:?}");
     }
-    for code in ["64", "65", "69", "70", "74", "75", "126", "127", "137", "143"] {
+    for code in [
+        "64", "65", "69", "70", "74", "75", "126", "127", "137", "143",
+    ] {
         assert!(help.contains(code), "--help lacks exit code {code}");
     }
     let bad = tenure().arg("frobnicate").output().unwrap();
