@@ -9,9 +9,8 @@ use rustix::process::Signal;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::fs;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// The variable names a `/usr/bin/env` child printed.
@@ -27,20 +26,6 @@ fn env_value<'a>(stdout: &'a str, name: &str) -> Option<&'a str> {
     stdout
         .lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
-}
-
-/// Writes a private file the way tenure's own records are (0600, replaced by rename).
-fn write_private(path: &Path, bytes: &[u8]) {
-    let tmp = path.with_extension("forged");
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .unwrap();
-    std::io::Write::write_all(&mut f, bytes).unwrap();
-    drop(f);
-    fs::rename(&tmp, path).unwrap();
 }
 
 /// Card D2: with `--env-allow` the child sees exactly the allowed variables that are set, plus

@@ -7,8 +7,7 @@ use common::*;
 use rustix::process::Signal;
 use serde_json::Value;
 use std::fs;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -26,20 +25,6 @@ fn ready_owner(env: &Env) -> Running {
     env.wait_event("ready", Some(r.pid()));
     env.wait_status("phase ready", |s| s["phase"] == "ready");
     r
-}
-
-/// Writes a private file the way tenure's own records are (0600, replaced by rename).
-fn write_private(path: &Path, bytes: &[u8]) {
-    let tmp = path.with_extension("forged");
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .unwrap();
-    std::io::Write::write_all(&mut f, bytes).unwrap();
-    drop(f);
-    fs::rename(&tmp, path).unwrap();
 }
 
 /// Card L1: two runs start at once on an empty dir. Exactly one owns; the other is visibly a

@@ -823,22 +823,11 @@ fn child_killed_from_outside_passes_its_status_through() {
 /// bytes, and the lease is still released.
 #[test]
 fn i3_publish_with_a_stale_epoch_is_rejected() {
-    use std::os::unix::fs::OpenOptionsExt;
     let env = Env::new();
     let current = seed_checkpoint(&env);
     let r = env.run(&[], &sh(TERM_CHILD, &[]));
     env.wait_event("ready", Some(r.pid()));
-    let epoch = env.dir.join(".tenure/epoch");
-    let tmp = env.dir.join(".tenure/epoch.forged");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .unwrap();
-    std::io::Write::write_all(&mut f, b"9\n").unwrap();
-    drop(f);
-    std::fs::rename(&tmp, &epoch).unwrap();
+    write_private(&env.dir.join(".tenure/epoch"), b"9\n");
     r.signal(Signal::TERM);
     let f = r.wait();
     f.expect_code(74);

@@ -599,6 +599,21 @@ pub fn sh(script: &str, args: &[&str]) -> Vec<String> {
     v
 }
 
+/// Writes a private file the way tenure's own records are written (0600, replaced by rename):
+/// used to forge or corrupt records in refusal tests.
+pub fn write_private(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_extension("forged");
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .unwrap();
+    f.write_all(bytes).unwrap();
+    drop(f);
+    fs::rename(&tmp, path).unwrap();
+}
+
 /// Reads a whole file as a string (panicking with the path).
 pub fn read(path: &Path) -> String {
     let mut s = String::new();
