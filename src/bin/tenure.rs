@@ -265,6 +265,16 @@ fn parse_run(args: Vec<OsString>, needs_command: bool) -> Result<RunOptions, Usa
         return Err(Usage("--nonblock and --wait contradict each other".into()));
     }
     let dir = dir.ok_or_else(|| Usage("--dir DIR is required".into()))?;
+    // A trace written into the state dir would itself make the dir look foreign (card L8).
+    if let Some(t) = &trace
+        && is_inside(&dir, t)
+    {
+        return Err(Usage(format!(
+            "--trace {} is inside the state dir {}; write the trace elsewhere",
+            t.display(),
+            dir.display()
+        )));
+    }
     let wait = if nonblock {
         WaitBound::Try
     } else {
@@ -283,6 +293,36 @@ fn parse_run(args: Vec<OsString>, needs_command: bool) -> Result<RunOptions, Usa
         trace,
         command,
     })
+}
+
+/// Whether `path` lies inside `dir`, compared on absolute paths with existing parts resolved
+/// (neither needs to exist; nothing is created).
+fn is_inside(dir: &std::path::Path, path: &std::path::Path) -> bool {
+    fn resolve(p: &std::path::Path) -> PathBuf {
+        let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        // Resolve the longest existing prefix (symlinks included), keep the rest as written.
+        let mut existing = abs.clone();
+        let mut rest = Vec::new();
+        loop {
+            if let Ok(c) = std::fs::canonicalize(&existing) {
+                return rest
+                    .iter()
+                    .rev()
+                    .fold(c, |acc: PathBuf, part| acc.join(part));
+            }
+            match (
+                existing.file_name().map(|n| n.to_os_string()),
+                existing.parent(),
+            ) {
+                (Some(name), Some(parent)) => {
+                    rest.push(name);
+                    existing = parent.to_path_buf();
+                }
+                _ => return abs,
+            }
+        }
+    }
+    resolve(path).starts_with(resolve(dir))
 }
 
 /// A small argument parser: flags with values (`--flag VALUE` or `--flag=VALUE`), then `--` and

@@ -156,6 +156,9 @@ struct Runner<'a> {
     worker: Option<Worker>,
     recovered: Option<Recovered>,
     published: Option<CheckpointId>,
+    /// After a failed publish: what CURRENT named before it and names now (they differ when
+    /// the failure came after CURRENT was renamed, e.g. its directory fsync failed).
+    publish_failure: Option<(Option<CheckpointId>, Option<CheckpointId>)>,
     started: Instant,
     next_root_check: Instant,
     root_lost: bool,
@@ -209,6 +212,7 @@ impl<'a> Runner<'a> {
             worker: None,
             recovered: None,
             published: None,
+            publish_failure: None,
             started: Instant::now(),
             next_root_check: Instant::now() + ROOT_CHECK,
             root_lost: false,
@@ -334,28 +338,33 @@ impl<'a> Runner<'a> {
             cancel: Some(self.intake.fd()),
             phase: PhaseKind::Recovering,
         };
-        let mut contended = None;
-        // The log exists once the control folder does; a waiter logs as soon as it waits, so
-        // tools see it while it waits (card L1).
-        let mut log = EventLog::open(&dir);
+        let mut contended = false;
+        let mut log = None;
         let result = lease::acquire(&dir, &opts, &mut |c| {
             eprintln!("tenure: {c}");
-            let owner = c.owner.as_ref().map(|o| (o.identity.pid, o.epoch));
-            if log.is_none() {
-                log = EventLog::open(&dir);
-            }
+            contended = true;
+            // The dir passed the read-only inspection and its control folder exists: the
+            // `waiting` line is written now, while we wait (card D6, L1), not once the wait is
+            // over.
+            log = EventLog::open(&dir);
             if let Some(l) = &mut log {
-                let (pid, epoch) = owner.unzip();
+                let (pid, epoch) = c.owner.as_ref().map(|o| (o.identity.pid, o.epoch)).unzip();
                 l.write(
                     "waiting",
                     None,
                     json!({"owner_pid": pid, "owner_epoch": epoch}),
                 );
             }
-            contended = Some(owner);
         });
-        self.log = log.or_else(|| EventLog::open(&dir));
-        if contended.is_some() {
+        // A dir whose state was refused is left byte-for-byte as it was (cards L8–L10): not
+        // even the event log is created or appended to.
+        let refused = matches!(&result, Err(e) if lease_refusal(e));
+        self.log = match log {
+            Some(l) => Some(l),
+            None if refused => None,
+            None => EventLog::open(&dir),
+        };
+        if contended {
             self.queue.push_back(Event::LeaseBusy);
         }
         self.dir = Some(dir);
@@ -367,7 +376,7 @@ impl<'a> Runner<'a> {
                 self.lease = Some(l);
                 self.next_root_check = Instant::now() + ROOT_CHECK;
             }
-            Err(LeaseError::Busy { .. }) if contended.is_none() => {
+            Err(LeaseError::Busy { .. }) if !contended => {
                 // Try-once found it held: contention, then the (zero) bound expired.
                 if let Err(e) = &result {
                     self.failure = Some(e.to_string());
@@ -566,8 +575,26 @@ impl<'a> Runner<'a> {
             }
             Err(e) => {
                 eprintln!("tenure: {e}");
+                // A failure after CURRENT was renamed (its directory fsync) leaves the new
+                // checkpoint current but not durable: read what CURRENT names now rather than
+                // claiming it is unchanged.
+                let before = rec.checkpoint.map(|(id, _, _)| id);
+                let now = CheckpointStore::attach_owned(
+                    dir,
+                    StoreOptions {
+                        keep: self.opts.keep,
+                    },
+                )
+                .and_then(|s| s.read_current())
+                .map(|c| c.map(|c| c.id))
+                .unwrap_or(before);
+                self.publish_failure = Some((before, now));
                 self.failure = Some(e.to_string());
-                self.log("publish-failed", json!({"error": e.to_string()}));
+                self.log(
+                    "publish-failed",
+                    json!({"error": e.to_string(), "current_before": before.map(|c| c.get()),
+                           "current": now.map(|c| c.get())}),
+                );
                 self.queue.push_back(Event::CheckpointFailed);
             }
         }
@@ -686,9 +713,28 @@ impl<'a> Runner<'a> {
                     ),
                 }
             }
-            Reason::PublishFailed => eprintln!(
-                "tenure: the checkpoint could not be published; CURRENT is unchanged; released {dir} (epoch {epoch})"
-            ),
+            Reason::PublishFailed => {
+                let name = |c: Option<CheckpointId>| {
+                    c.map_or_else(
+                        || "no checkpoint".to_owned(),
+                        |c| format!("checkpoint {}", c.get()),
+                    )
+                };
+                match self.publish_failure {
+                    Some((before, now)) if before != now => eprintln!(
+                        "tenure: the checkpoint was not published durably: CURRENT names {} now, but may name {} again after a crash; released {dir} (epoch {epoch})",
+                        name(now),
+                        name(before)
+                    ),
+                    Some((before, _)) => eprintln!(
+                        "tenure: the checkpoint could not be published; CURRENT is unchanged ({}); released {dir} (epoch {epoch})",
+                        name(before)
+                    ),
+                    None => eprintln!(
+                        "tenure: the checkpoint could not be published; released {dir} (epoch {epoch})"
+                    ),
+                }
+            }
             Reason::Refused => {
                 let why = match o.refusal {
                     Some(Refusal::Signal(s)) => format!("stopped by {s} in phase recovering"),
@@ -894,7 +940,7 @@ fn cause_name(c: DrainCause) -> String {
 }
 
 /// Whether a lease error is a refusal of the dir's state (exit 65) rather than an OS failure.
-fn lease_refusal(e: &LeaseError) -> bool {
+pub(crate) fn lease_refusal(e: &LeaseError) -> bool {
     match e {
         LeaseError::ForeignState { .. }
         | LeaseError::IdentityUnreadable { .. }

@@ -5,10 +5,11 @@
 //! epoch. A failed election says why, how many launches it made, and the last 4 KiB of the
 //! candidate's output.
 
+use super::eventlog::EventLog;
 use super::signals::SignalIntake;
 use super::{RunOptions, child::STDERR_TAIL};
 use crate::lease::{self, CONTROL_DIR, OwnerState, WaitBound};
-use crate::machine::{EXIT_NOT_READY, EXIT_REFUSED, PhaseKind, ReadyMode};
+use crate::machine::{EXIT_IO, EXIT_NOT_READY, EXIT_REFUSED, PhaseKind, ReadyMode};
 use crate::privfs::StateDir;
 use serde_json::json;
 use std::ffi::OsString;
@@ -35,6 +36,8 @@ pub enum Failure {
     SpawnFailed,
     /// The launched owner refused the state dir.
     Refused,
+    /// A stop signal ended the wait (the owner, if launched, keeps running).
+    Interrupted,
 }
 
 impl Failure {
@@ -45,6 +48,7 @@ impl Failure {
             Failure::OwnerUnresponsive => "owner_unresponsive",
             Failure::SpawnFailed => "spawn_failed",
             Failure::Refused => "refused",
+            Failure::Interrupted => "interrupted",
         }
     }
 }
@@ -98,6 +102,16 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
             return EXIT_REFUSED;
         }
     };
+    // Refuse foreign or corrupt state before the election writes anything into the dir: a
+    // refused dir stays byte-for-byte as it was (card L8).
+    if let Err(e) = lease::check(&dir) {
+        eprintln!("tenure: {e}");
+        if !super::lease_refusal(&e) {
+            return EXIT_IO;
+        }
+        let msg = format!("tenure: {e}\n").into_bytes();
+        return fail(Failure::Refused, 0, None, Some((msg, false)));
+    }
     let deadline = Instant::now()
         + match opts.wait {
             WaitBound::Forever => DEFAULT_DEADLINE,
@@ -107,8 +121,7 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
     let mut launches = 0u32;
     loop {
         if intake.pending() {
-            eprintln!("tenure: up was interrupted; the owner (if any) keeps running");
-            return 130;
+            return interrupted(intake, launches);
         }
         match ready_owner(&dir) {
             Ok(Some(line)) => {
@@ -139,8 +152,15 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
             std::thread::sleep(POLL);
             continue;
         }
-        let Ok(Some(election)) = lease::elect(&dir, Some(deadline), Some(intake.fd())) else {
-            continue;
+        let election = match lease::elect(&dir, Some(deadline), Some(intake.fd())) {
+            Ok(Some(e)) => e,
+            // The deadline passed or a signal came: the top of the loop says which.
+            Ok(None) => continue,
+            // Retrying an election that cannot even be attempted would spin until the deadline.
+            Err(e) => {
+                eprintln!("tenure: {e}");
+                return EXIT_IO;
+            }
         };
         // Under the election: look again, a previous winner may have launched meanwhile.
         match ready_owner(&dir) {
@@ -160,11 +180,12 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
         }
         launches += 1;
         let left = deadline.saturating_duration_since(Instant::now());
-        match launch_and_wait(opts, &dir, left, deadline, intake) {
+        match launch_and_wait(opts, &dir, left, deadline, intake, launches) {
             Ok(line) => {
                 println!("{line}");
                 return 0;
             }
+            Err((Failure::Interrupted, _, _)) => return interrupted(intake, launches),
             Err((why, code, tail)) => return fail(why, launches, code, tail),
         }
     }
@@ -189,6 +210,7 @@ fn launch_and_wait(
     left: Duration,
     deadline: Instant,
     intake: &SignalIntake,
+    launch: u32,
 ) -> Result<String, LaunchError> {
     let control = dir
         .root()
@@ -223,6 +245,14 @@ fn launch_and_wait(
         eprintln!("tenure: cannot launch the owner: {e}");
         (Failure::SpawnFailed, None, None)
     })?;
+    // Card D6: the launch is on the record, naming the owner it started.
+    if let Some(mut log) = EventLog::open(dir) {
+        log.write(
+            "launching",
+            None,
+            json!({"launched_pid": child.id(), "launch": launch}),
+        );
+    }
     let tail = || candidate_tail(&control, start);
     loop {
         match ready_owner(dir) {
@@ -239,7 +269,11 @@ fn launch_and_wait(
             };
             return Err((why, code, tail()));
         }
-        if Instant::now() >= deadline || intake.pending() {
+        // A signal is reported as such, not as a timeout.
+        if intake.pending() {
+            return Err((Failure::Interrupted, None, None));
+        }
+        if Instant::now() >= deadline {
             return Err((Failure::StartupTimeout, None, tail()));
         }
         std::thread::sleep(POLL);
@@ -286,5 +320,22 @@ fn fail(why: Failure, launches: u32, code: Option<i32>, tail: Option<(Vec<u8>, b
             .filter(|c| *c != 0)
             .unwrap_or(EXIT_NOT_READY),
         Failure::StartupTimeout | Failure::OwnerUnresponsive => EXIT_NOT_READY,
+        Failure::Interrupted => 130,
     }
+}
+
+/// A stop signal ended `up`: say so (with the launches made) and exit 128 + N. An owner it
+/// launched keeps running: it is detached on purpose, and `tenure stop` ends it.
+fn interrupted(intake: &SignalIntake, launches: u32) -> u8 {
+    let sig = intake.take().first().copied();
+    println!(
+        "{}",
+        json!({"error": Failure::Interrupted.word(), "launches": launches,
+               "signal": sig.map(|s| s.name())})
+    );
+    eprintln!(
+        "tenure: up was interrupted by {}; the owner (if any) keeps running",
+        sig.map_or("a stop signal", |s| s.name())
+    );
+    sig.map_or(130, |s| s.exit_code())
 }

@@ -382,6 +382,13 @@ fn inspect(dir: &StateDir) -> Result<Inspection, LeaseError> {
     })
 }
 
+/// Checks read-only that `dir` holds state a contender would accept: the refusals of
+/// acquisition (foreign, moved or corrupt state, card L8) without creating anything, for front
+/// ends such as `tenure up` that would otherwise write their own files into a refused dir.
+pub fn check(dir: &StateDir) -> Result<(), LeaseError> {
+    inspect(dir).map(|_| ())
+}
+
 /// A waiter entry of this process; removed when dropped (the wait ended for any reason).
 struct WaiterEntry {
     dir: Dir,
