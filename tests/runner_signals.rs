@@ -101,11 +101,11 @@ fn g1_cancel_before_owning() {
 /// bound, generous on purpose.
 #[test]
 fn g2_cancel_blocked_bootstrap() {
-    // A refused run whose child needed SIGKILL exits 137 (`Outcome::code`: `killed` wins over
-    // the refusal's own code); its end record still says `refused`.
+    // A refused run keeps the refusal's own code even when its child needed SIGKILL; the end
+    // record says `refused` with `killed` set.
     for (script, code, summary) in [
         (r#"exec 3< "$1""#, 143, "refused/SIGTERM"),
-        (r#"trap '' TERM; exec 3< "$1""#, 137, "refused/SIGKILL"),
+        (r#"trap '' TERM; exec 3< "$1""#, 143, "refused/SIGTERM"),
     ] {
         let env = Env::new();
         let before_cp = seed_checkpoint(&env);
@@ -470,8 +470,8 @@ fn d4_readiness_start_and_notify() {
 /// reports `readiness timed out`, exits 69 and publishes nothing.
 #[test]
 fn d4_readiness_timeout_stops_the_child() {
-    // A child that needed SIGKILL makes the code 137 (`killed` wins in `Outcome::code`); the
-    // end record still says `refused`.
+    // A child that needed SIGKILL does not change the refusal's code (69); the end record says
+    // `refused` with `killed` set.
     for (script, signals, code, summary) in [
         (
             TERM_CHILD,
@@ -482,8 +482,8 @@ fn d4_readiness_timeout_stops_the_child() {
         (
             STUBBORN_CHILD,
             vec!["SIGTERM", "SIGKILL"],
-            137,
-            "refused/SIGKILL",
+            69,
+            "refused/readiness-timed-out",
         ),
     ] {
         let env = Env::new();
