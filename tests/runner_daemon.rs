@@ -302,6 +302,13 @@ fn d7_stop_escalates_to_kill_after_its_grace() {
         stop.stdout
     );
     assert!(stop.stdout.contains("the lease is free"), "{}", stop.stdout);
+    // The owner's child is killed before the owner, so it never outlives the lease.
+    assert!(
+        stop.stdout
+            .contains(&format!("sent SIGKILL to the owner's child pid {child}")),
+        "{}",
+        stop.stdout
+    );
     let f = r.wait();
     assert_eq!(f.status.signal(), Some(9));
     wait_for(

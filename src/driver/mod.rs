@@ -124,6 +124,7 @@ struct Recovered {
 
 struct Worker {
     wake: UnixStream,
+    cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
     handle: JoinHandle<Result<Recovered, (Fault, String)>>,
 }
 
@@ -425,12 +426,19 @@ impl<'a> Runner<'a> {
                 return;
             }
         };
+        // Plain std atomics: this flag is shared with one worker thread, not model-checked.
+        let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = cancel.clone();
         let handle = std::thread::spawn(move || {
-            let r = recover(&dir, keep);
+            let r = recover(&dir, keep, &flag);
             let _ = (&signal).write_all(b"x");
             r
         });
-        self.worker = Some(Worker { wake, handle });
+        self.worker = Some(Worker {
+            wake,
+            cancel,
+            handle,
+        });
     }
 
     fn finish_recovery(&mut self) {
@@ -601,6 +609,14 @@ impl<'a> Runner<'a> {
     }
 
     fn release(&mut self) {
+        // A recovery still running (a stop arrived while verifying) is told to stop writing and
+        // joined, so nothing of this run writes into the dir after the lease is released.
+        if let Some(w) = self.worker.take() {
+            w.cancel.store(true, std::sync::atomic::Ordering::SeqCst);
+            if let Ok(Ok(rec)) = w.handle.join() {
+                self.recovered = Some(rec);
+            }
+        }
         // Scratch areas of this run go first, while we still own the dir.
         if let (Some(dir), Some(rec)) = (&self.dir, self.recovered.take())
             && let Ok(store) = CheckpointStore::attach_owned(
@@ -898,7 +914,15 @@ impl TraceWriter {
 
 /// The recovery worker: verify the current checkpoint, copy it into a read-only view for the
 /// child, and make an empty staging area for the next publish.
-fn recover(dir: &StateDir, keep: usize) -> Result<Recovered, (Fault, String)> {
+/// `cancel` is checked before each step that writes (the view, the staging area): a recovery
+/// abandoned by a stop signal stops writing before the lease is released.
+fn recover(
+    dir: &StateDir,
+    keep: usize,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> Result<Recovered, (Fault, String)> {
+    let cancelled = || cancel.load(std::sync::atomic::Ordering::SeqCst);
+    let abandoned = || (Fault::Io, "recovery was abandoned".to_string());
     let fail = |e: CheckpointError| {
         let fault = if e.is_corrupt_state() {
             Fault::State
@@ -909,10 +933,19 @@ fn recover(dir: &StateDir, keep: usize) -> Result<Recovered, (Fault, String)> {
     };
     let store = CheckpointStore::open_owned(dir, StoreOptions { keep }).map_err(fail)?;
     let current = store.load().map_err(fail)?;
+    if cancelled() {
+        return Err(abandoned());
+    }
     let view = match &current {
         Some(c) => Some(store.materialise(c).map_err(fail)?),
         None => None,
     };
+    if cancelled() {
+        if let Some(v) = view {
+            let _ = store.remove_view(v);
+        }
+        return Err(abandoned());
+    }
     let staging = store.staging().map_err(fail)?;
     Ok(Recovered {
         checkpoint: current.map(|c| (c.id, c.entries.len(), c.total_size())),

@@ -427,6 +427,26 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
         id.pid,
         grace.as_secs_f64()
     );
+    // The processes the owner runs go first: killing the owner drops the lock at once, and its
+    // child would otherwise still run (until its parent-death signal lands) while a successor
+    // already owns the dir. Each is signalled only if its identity still matches.
+    if let Ok(now) = lease::status(&d) {
+        for r in now
+            .registry
+            .iter()
+            .filter(|r| r.kind == lease::INSTANCES_DIR)
+        {
+            if let Some(rec) = r.record.as_ref().filter(|rec| rec.epoch == owner.epoch)
+                && let Ok(SignalOutcome::Delivered) =
+                    lease::signal_owner(&rec.identity, rustix::process::Signal::KILL)
+            {
+                println!(
+                    "sent SIGKILL to the owner's {} pid {}",
+                    rec.name, rec.identity.pid
+                );
+            }
+        }
+    }
     match lease::signal_owner(&id, rustix::process::Signal::KILL) {
         Ok(SignalOutcome::Delivered) => {}
         Ok(_) => {}
