@@ -1,9 +1,93 @@
-//! tenure: the lifecycle of a single-owner local runtime.
+//! tenure: the lifecycle of a single-owner local runtime — one owner per state directory, a
+//! cold bootstrap, recovery from the last checkpoint, serving, a drain on SIGTERM that
+//! checkpoints before it lets go, and a successor that takes over safely after a crash.
+//!
+//! # Codemap
+//! - [`machine`]: the one pure, sans-IO transition function. Phases `cold → recovering → ready →
+//!   draining → released` (and terminal `cancelled`/`refused`), events in, actions out, time only
+//!   as timer expiries. The library, the runner and the models all execute it; spec/ is
+//!   rendered from it.
+//! - [`lease`]: ownership = a kernel `flock` held for the whole ownership, plus the owner record
+//!   (process identity, phase), the fencing epoch, waiter entries, the registry and the dir's
+//!   identity marker. [`privfs`] is the private-file layer everything on disk goes through.
+//! - [`checkpoint`]: content-addressed blobs, digest-checked manifests and a durable `CURRENT`.
+//! - [`host`]: the thread-safe in-process handle (drain once, residencies, admission, idle exit).
+//! - [`Tenure`]: the typed lifecycle for library users, built on the three above.
+//! - [`driver`]: the runner's event loop (signals, child supervision, readiness, event log);
+//!   `src/bin/tenure.rs` only parses arguments.
+//!
+//! Architecture invariants: the machine never performs I/O; exactly one module takes the kernel
+//! lock (`lease::lock`) and one function replaces `CURRENT`; the lease is never released while a
+//! supervised child may run or before the drain's checkpoint is durable; refused state is never
+//! repaired.
+//!
+//! # The typed lifecycle
+//! Each phase is a type, so an illegal order of calls does not compile. Other threads work
+//! through the [`Host`] handle.
+//! ```
+//! use tenure::machine::{OpClass, Reason, ResidencyKind};
+//! use tenure::{CheckpointFile, Options, Recovered, Tenure, WaitBound};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let tmp = tempfile::tempdir()?;
+//! let cold = Tenure::open(tmp.path().join("state"), Options::default())?;
+//! let host = cold.host(); // for request handlers, signal threads, ...
+//!
+//! // Take the lease (epoch 1 on a new dir) and recover from the last checkpoint.
+//! let recovering = cold.acquire(WaitBound::Try)?;
+//! let count: u64 = match recovering.read("count")? {
+//!     Some(bytes) => String::from_utf8(bytes)?.parse()?,
+//!     None => 0,
+//! };
+//! let Recovered::Ready(ready) = recovering.recovered()? else {
+//!     unreachable!("nobody asked to drain yet")
+//! };
+//!
+//! // Serve: work holds a residency; the drain waits for active ones.
+//! {
+//!     let _work = host.enter(OpClass::Serve, ResidencyKind::Active)?;
+//! }
+//!
+//! // Any thread may ask to drain; the drain begins exactly once.
+//! host.request_drain();
+//! let draining = ready.wait_for_drain()?;
+//! let released = draining
+//!     .close([CheckpointFile::new("count", (count + 1).to_string())])
+//!     .map_err(|e| e.map_or_else(|u| u.to_string(), |e| e.to_string()))?;
+//! assert_eq!(released.outcome.reason, Reason::Stopped);
+//! assert!(released.published.is_some());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Draining an owner that never acquired the lease does not compile:
+//! ```compile_fail,E0599
+//! use tenure::{Options, Tenure};
+//! let cold = Tenure::open("/tmp/never-created", Options::default()).unwrap();
+//! let draining = cold.wait_for_drain(); // no such method on Tenure<Cold>
+//! ```
+//! Nor does closing a ready owner without draining it first:
+//! ```compile_fail,E0599
+//! use tenure::{Options, Recovered, Tenure, WaitBound};
+//! let cold = Tenure::open("/tmp/never-created", Options::default()).unwrap();
+//! let Recovered::Ready(ready) = cold.acquire(WaitBound::Try).unwrap().recovered().unwrap() else { panic!() };
+//! ready.close(Vec::new()); // `close` exists only on Tenure<Draining>
+//! ```
 #![forbid(unsafe_op_in_unsafe_fn)]
 
+pub mod checkpoint;
+pub mod driver;
 pub mod failpoint;
 pub mod host;
 pub mod lease;
 pub mod machine;
 pub mod privfs;
 pub mod sync;
+mod typestate;
+
+pub use host::{Host, Residency};
+pub use lease::WaitBound;
+pub use typestate::{
+    CheckpointFile, Cold, Draining, Options, Ready, Recovered, Recovering, Released, Tenure,
+    TenureError, Unsettled,
+};

@@ -1,1 +1,431 @@
-fn main() {}
+//! The `tenure` runner: parses arguments and hands them to `tenure::driver`. Nothing here
+//! touches the state dir; every run is validated before anything on disk changes (card H6).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use tenure::driver::{self, RunOptions, signals::SignalIntake};
+use tenure::lease::WaitBound;
+use tenure::machine::{EXIT_BUSY, EXIT_USAGE, ReadyMode};
+
+const HELP: &str = "\
+tenure — run a command as the single owner of a state directory
+
+USAGE:
+    tenure run    --dir DIR [options] -- CMD [ARGS...]
+    tenure up     --dir DIR [--wait SECONDS] [run options] -- CMD [ARGS...]
+    tenure stop   --dir DIR [--grace SECONDS]   (default grace 30)
+    tenure status --dir DIR [--json]
+    tenure verify --dir DIR
+    tenure init   --dir DIR [--adopt]
+    tenure demo
+
+RUN OPTIONS:
+    -w, --wait SECONDS        wait at most this long for the lease (default: forever)
+    -n, --nonblock            do not wait: exit busy at once if the lease is held
+    -E, --conflict-exit-code N  exit code when busy (default 75)
+        --grace SECONDS       after forwarding a stop signal, wait this long, then SIGKILL (default 10)
+        --kill-wait SECONDS   after SIGKILL, wait this long before reporting `did not stop` (default 5)
+        --ready start|notify  ready when spawned, or when the child sends READY=1 (default start)
+        --ready-timeout SECONDS  with --ready notify: stop the child if not ready in time
+        --env-allow VAR,...   pass only these variables (plus TENURE_*) to the child
+        --keep K              checkpoints kept by garbage collection (default 2)
+        --trace FILE          write every lifecycle step as JSONL to FILE
+
+THE CHILD GETS:
+    TENURE_DIR              the state dir
+    TENURE_EPOCH            this ownership's fencing epoch
+    TENURE_CHECKPOINT       a read-only copy of the current checkpoint (unset when none)
+    TENURE_CHECKPOINT_OUT   an empty dir: files left here after exit 0 become the next checkpoint
+    NOTIFY_SOCKET           with --ready notify: send READY=1 here (sd_notify protocol)
+
+LIFECYCLE:
+    cold -> recovering -> ready -> draining -> released, or cancelled / refused.
+    SIGTERM, SIGINT or SIGHUP while waiting cancels; while recovering refuses (nothing is
+    published); while ready drains: the signal is forwarded, the grace runs, SIGKILL follows,
+    the checkpoint is published if the child exited 0, then the lease is released. The lease is
+    never released while the child may still run.
+
+EXIT CODES (see spec/lifecycle.md):
+    N          the child's own exit code when it exits by itself
+    128+N      stopped (or cancelled, or refused while recovering) by signal N, e.g. 143
+    64         usage error          65  refused state        69  readiness timed out
+    70         did not stop         74  I/O or publish error 75  busy (-E to change)
+    126, 127   the command could not be executed / was not found
+    137        the child was killed after the grace period
+";
+
+/// A usage error: printed with a hint, exit 64, nothing on disk changed.
+struct Usage(String);
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(code) => ExitCode::from(code),
+        Err(Usage(msg)) => {
+            eprintln!("tenure: {msg}\nRun `tenure --help` for usage.");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+fn real_main() -> Result<u8, Usage> {
+    // Signals first: a stop at any moment from here on is seen (card G1).
+    let intake = match SignalIntake::install() {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("tenure: cannot install signal handlers: {e}");
+            return Ok(tenure::machine::EXIT_IO);
+        }
+    };
+    let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if args.is_empty() {
+        return Err(Usage("a subcommand is required".into()));
+    }
+    let sub = args.remove(0);
+    match sub.to_str() {
+        Some("-h" | "--help" | "help") => {
+            print!("{HELP}");
+            Ok(0)
+        }
+        Some("-V" | "--version") => {
+            println!("tenure {}", env!("CARGO_PKG_VERSION"));
+            Ok(0)
+        }
+        Some("run") => {
+            let opts = parse_run(args, true)?;
+            report(driver::run(&opts, &intake))
+        }
+        Some("up") => {
+            let opts = parse_run(args, true)?;
+            Ok(driver::up::up(&opts, &intake))
+        }
+        Some("stop") => {
+            let mut p = Parser::new(args);
+            let mut dir = None;
+            // Longer than the runner's own default grace, so the owner can stop its child and
+            // publish before `stop` escalates to SIGKILL.
+            let mut grace = Duration::from_secs(30);
+            while let Some(a) = p.next_flag()? {
+                match a.as_str() {
+                    "--dir" | "-d" => dir = Some(p.path(&a)?),
+                    "--grace" => grace = p.duration(&a, false)?,
+                    _ => return Err(unknown(&a)),
+                }
+            }
+            p.no_rest("stop")?;
+            let dir = dir.ok_or_else(|| Usage("stop needs --dir DIR".into()))?;
+            Ok(driver::ops::stop(&dir, grace))
+        }
+        Some("status") => {
+            let mut p = Parser::new(args);
+            let (mut dir, mut json) = (None, false);
+            while let Some(a) = p.next_flag()? {
+                match a.as_str() {
+                    "--dir" | "-d" => dir = Some(p.path(&a)?),
+                    "--json" => json = true,
+                    _ => return Err(unknown(&a)),
+                }
+            }
+            p.no_rest("status")?;
+            let dir = dir.ok_or_else(|| Usage("status needs --dir DIR".into()))?;
+            Ok(driver::ops::status(&dir, json))
+        }
+        Some("verify") => {
+            let mut p = Parser::new(args);
+            let mut dir = None;
+            while let Some(a) = p.next_flag()? {
+                match a.as_str() {
+                    "--dir" | "-d" => dir = Some(p.path(&a)?),
+                    _ => return Err(unknown(&a)),
+                }
+            }
+            p.no_rest("verify")?;
+            let dir = dir.ok_or_else(|| Usage("verify needs --dir DIR".into()))?;
+            Ok(driver::ops::verify(&dir))
+        }
+        Some("init") => {
+            let mut p = Parser::new(args);
+            let (mut dir, mut adopt) = (None, false);
+            while let Some(a) = p.next_flag()? {
+                match a.as_str() {
+                    "--dir" | "-d" => dir = Some(p.path(&a)?),
+                    "--adopt" => adopt = true,
+                    _ => return Err(unknown(&a)),
+                }
+            }
+            p.no_rest("init")?;
+            let dir = dir.ok_or_else(|| Usage("init needs --dir DIR".into()))?;
+            Ok(driver::ops::init(&dir, adopt))
+        }
+        // The demo's own child process; not part of the command-line contract.
+        Some("demo-child") => Ok(driver::demo::child(&intake)),
+        Some("demo") => {
+            Parser::new(args).no_rest("demo")?;
+            Ok(driver::demo::demo(&intake))
+        }
+        _ => Err(Usage(format!(
+            "unknown subcommand {:?}; expected run, up, stop, status, verify, init or demo",
+            sub
+        ))),
+    }
+}
+
+fn report(r: Result<driver::RunReport, driver::DriverError>) -> Result<u8, Usage> {
+    match r {
+        Ok(rep) => Ok(rep.code),
+        Err(e) => {
+            eprintln!("tenure: {e}");
+            Ok(tenure::machine::EXIT_IO)
+        }
+    }
+}
+
+fn unknown(flag: &str) -> Usage {
+    Usage(format!("unknown option {flag}"))
+}
+
+fn parse_run(args: Vec<OsString>, needs_command: bool) -> Result<RunOptions, Usage> {
+    let mut p = Parser::new(args);
+    let mut dir = None;
+    let mut wait: Option<Duration> = None;
+    let mut nonblock = false;
+    let mut grace = Duration::from_secs(10);
+    let mut kill_wait = Duration::from_secs(5);
+    let mut ready = ReadyMode::Start;
+    let mut ready_timeout = None;
+    let mut env_allow = None;
+    let mut keep = 2usize;
+    let mut busy_code = EXIT_BUSY;
+    let mut trace = None;
+    while let Some(a) = p.next_flag()? {
+        match a.as_str() {
+            "--dir" | "-d" => dir = Some(p.path(&a)?),
+            "--wait" | "-w" | "--timeout" => wait = Some(p.duration(&a, true)?),
+            "--nonblock" | "-n" => nonblock = true,
+            "--grace" => grace = p.duration(&a, false)?,
+            "--kill-wait" => kill_wait = p.duration(&a, false)?,
+            "--ready" => {
+                ready = match p.value(&a)?.to_str() {
+                    Some("start") => ReadyMode::Start,
+                    Some("notify") => ReadyMode::Notify,
+                    other => {
+                        return Err(Usage(format!(
+                            "--ready takes `start` or `notify`, not {other:?}"
+                        )));
+                    }
+                }
+            }
+            "--ready-timeout" => ready_timeout = Some(p.duration(&a, false)?),
+            "--env-allow" => {
+                let v = p.value(&a)?;
+                let list: Vec<OsString> = v
+                    .to_str()
+                    .ok_or_else(|| Usage("--env-allow must be UTF-8".into()))?
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(OsString::from)
+                    .collect();
+                for name in &list {
+                    if !driver::child::valid_env_name(name) {
+                        return Err(Usage(format!(
+                            "--env-allow: {name:?} is not a variable name"
+                        )));
+                    }
+                }
+                env_allow.get_or_insert_with(Vec::new).extend(list);
+            }
+            "--keep" => {
+                keep = p
+                    .value(&a)?
+                    .to_str()
+                    .and_then(|s| s.parse().ok())
+                    .filter(|k| *k >= 1)
+                    .ok_or_else(|| Usage("--keep takes a whole number of at least 1".into()))?
+            }
+            "--conflict-exit-code" | "-E" => {
+                busy_code = p
+                    .value(&a)?
+                    .to_str()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| Usage(format!("{a} takes an exit code from 0 to 255")))?
+            }
+            "--trace" => trace = Some(PathBuf::from(p.value(&a)?)),
+            _ => return Err(unknown(&a)),
+        }
+    }
+    let command = p.rest();
+    if needs_command && command.is_empty() {
+        return Err(Usage("a command is required after `--`".into()));
+    }
+    if ready_timeout.is_some() && ready != ReadyMode::Notify {
+        return Err(Usage("--ready-timeout needs --ready notify".into()));
+    }
+    if nonblock && wait.is_some_and(|w| !w.is_zero()) {
+        return Err(Usage("--nonblock and --wait contradict each other".into()));
+    }
+    let dir = dir.ok_or_else(|| Usage("--dir DIR is required".into()))?;
+    // A trace written into the state dir would itself make the dir look foreign (card L8).
+    if let Some(t) = &trace
+        && is_inside(&dir, t)
+    {
+        return Err(Usage(format!(
+            "--trace {} is inside the state dir {}; write the trace elsewhere",
+            t.display(),
+            dir.display()
+        )));
+    }
+    let wait = if nonblock {
+        WaitBound::Try
+    } else {
+        WaitBound::from_option(wait)
+    };
+    Ok(RunOptions {
+        dir,
+        wait,
+        grace,
+        kill_wait,
+        ready,
+        ready_timeout,
+        env_allow,
+        keep,
+        busy_code,
+        trace,
+        command,
+    })
+}
+
+/// Whether `path` lies inside `dir`, compared on absolute paths with existing parts resolved
+/// (neither needs to exist; nothing is created).
+fn is_inside(dir: &std::path::Path, path: &std::path::Path) -> bool {
+    fn resolve(p: &std::path::Path) -> PathBuf {
+        let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        // Resolve the longest existing prefix (symlinks included), keep the rest as written.
+        let mut existing = abs.clone();
+        let mut rest = Vec::new();
+        loop {
+            if let Ok(c) = std::fs::canonicalize(&existing) {
+                return rest
+                    .iter()
+                    .rev()
+                    .fold(c, |acc: PathBuf, part| acc.join(part));
+            }
+            match (
+                existing.file_name().map(|n| n.to_os_string()),
+                existing.parent(),
+            ) {
+                (Some(name), Some(parent)) => {
+                    rest.push(name);
+                    existing = parent.to_path_buf();
+                }
+                _ => return abs,
+            }
+        }
+    }
+    resolve(path).starts_with(resolve(dir))
+}
+
+/// A small argument parser: flags with values (`--flag VALUE` or `--flag=VALUE`), then `--` and
+/// the command.
+struct Parser {
+    args: std::collections::VecDeque<OsString>,
+    pending: Option<OsString>,
+    rest: Vec<OsString>,
+}
+
+impl Parser {
+    fn new(args: Vec<OsString>) -> Parser {
+        Parser {
+            args: args.into(),
+            pending: None,
+            rest: Vec::new(),
+        }
+    }
+
+    fn next_flag(&mut self) -> Result<Option<String>, Usage> {
+        let Some(a) = self.args.pop_front() else {
+            return Ok(None);
+        };
+        let s = a
+            .to_str()
+            .ok_or_else(|| Usage(format!("unexpected argument {a:?}")))?
+            .to_string();
+        if s == "--" {
+            self.rest = self.args.drain(..).collect();
+            return Ok(None);
+        }
+        if !s.starts_with('-') {
+            // The command may follow the options without `--`, as with flock(1).
+            self.rest = std::iter::once(a).chain(self.args.drain(..)).collect();
+            return Ok(None);
+        }
+        if let Some((flag, value)) = s.split_once('=')
+            && flag.starts_with("--")
+        {
+            self.pending = Some(value.into());
+            return Ok(Some(flag.to_string()));
+        }
+        Ok(Some(s))
+    }
+
+    fn value(&mut self, flag: &str) -> Result<OsString, Usage> {
+        if let Some(v) = self.pending.take() {
+            return Ok(v);
+        }
+        self.args
+            .pop_front()
+            .ok_or_else(|| Usage(format!("{flag} needs a value")))
+    }
+
+    fn path(&mut self, flag: &str) -> Result<PathBuf, Usage> {
+        let v = self.value(flag)?;
+        if v.is_empty() {
+            return Err(Usage(format!("{flag} needs a non-empty path")));
+        }
+        Ok(PathBuf::from(v))
+    }
+
+    /// A duration in seconds (`1.5`, `10`) or with a unit (`500ms`, `2s`, `1m`). Negative,
+    /// non-finite and (unless `zero_ok`) zero durations are usage errors (card H6).
+    fn duration(&mut self, flag: &str, zero_ok: bool) -> Result<Duration, Usage> {
+        let v = self.value(flag)?;
+        let s = v.to_str().unwrap_or("");
+        parse_duration(s, zero_ok).map_err(|why| Usage(format!("{flag} {s:?}: {why}")))
+    }
+
+    fn rest(self) -> Vec<OsString> {
+        self.rest
+    }
+
+    fn no_rest(mut self, sub: &str) -> Result<(), Usage> {
+        while self.next_flag()?.is_some() {}
+        if !self.rest.is_empty() {
+            return Err(Usage(format!("{sub} takes no command")));
+        }
+        Ok(())
+    }
+}
+
+fn parse_duration(s: &str, zero_ok: bool) -> Result<Duration, &'static str> {
+    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (s, 1.0)
+    };
+    if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return Err("expected a non-negative number of seconds, e.g. 1.5, 500ms or 2m");
+    }
+    let secs: f64 = num.parse().map_err(|_| "not a number of seconds")?;
+    let secs = secs * scale;
+    if !secs.is_finite() || secs > 1e9 {
+        return Err("too large");
+    }
+    if secs == 0.0 && !zero_ok {
+        return Err("must be greater than zero");
+    }
+    Ok(Duration::from_secs_f64(secs))
+}

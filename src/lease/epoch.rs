@@ -70,8 +70,22 @@ pub fn read(control: &Dir) -> Result<u64, EpochError> {
 /// Durably replaces the epoch file with `epoch` (temp, write, fsync, rename, dir fsync; crash
 /// points `epoch.*`).
 pub fn write(control: &Dir, epoch: u64) -> Result<(), EpochError> {
-    control.replace_durable(EPOCH_FILE, format!("{epoch}\n").as_bytes(), "epoch")?;
+    control.replace_durable(EPOCH_FILE, &encode(epoch), "epoch")?;
     Ok(())
+}
+
+/// The file content for `epoch`.
+pub fn encode(epoch: u64) -> Vec<u8> {
+    format!("{epoch}\n").into_bytes()
+}
+
+/// The epoch the next acquisition will write: the current one plus one (nothing is written).
+pub fn next(control: &Dir) -> Result<u64, EpochError> {
+    read(control)?
+        .checked_add(1)
+        .ok_or_else(|| EpochError::Exhausted {
+            path: control.child_path(EPOCH_FILE),
+        })
 }
 
 /// Reads the current epoch, writes the next one durably and returns it. Only the lock holder

@@ -1,22 +1,843 @@
-//! The owner lease on a state directory (issue 3). This module is being built in steps; the
-//! epoch file is the first piece, used by the checkpoint store for fencing (card H5).
+//! The owner lease on a state directory: kernel lock, owner record, process identity, epoch,
+//! waiters, registry and the directory identity marker (issue 3; cards L1–L10, D7, H5, H8).
+//!
+//! ## Layout of the control folder
+//! ```text
+//! DIR/.tenure/                 0700, created by the first contender
+//!     lock                     0600, empty; the flock target (never removed)
+//!     epoch                    decimal u64 + "\n", bumped durably at every acquisition
+//!     identity.json            the directory identity marker (root id, canonical path, times)
+//!     owner.json               the owner record (token, epoch, acquired_at, phase, identity)
+//!     waiters/<pid>-<start>.json           one per contender while it waits
+//!     registry/leases/<epoch>.json         the owner, while it owns
+//!     registry/instances/<epoch>-<name>.json  processes the owner runs, while it owns
+//! ```
+//! Only the kernel lock says who owns; every file is evidence, written under the lock (except
+//! waiter entries, written by each waiter about itself).
+//!
+//! ## Cold, foreign and moved dirs (card L8)
+//! A state dir is **cold** when it holds no entry other than the control folder `.tenure/`, and
+//! `.tenure/` (if present) holds no identity marker. Contenders create `.tenure/`, its lock file
+//! and waiter entries before anyone owns, so those never make a dir look foreign. The first owner
+//! of a cold dir writes the marker under the lease, atomically (temp, fsync, rename without
+//! replace, dir fsync: card L7). Every acquisition first inspects the dir *read-only* and refuses,
+//! before creating anything:
+//! - entries besides `.tenure/` but no marker: `derived state but no identity` (the dir holds
+//!   something tenure did not create; adopt it explicitly with [`adopt`]);
+//! - a marker that does not parse: `identity is unreadable`;
+//! - a marker naming another canonical path: `identity mismatch` (moved or copied; [`adopt`]);
+//! - a corrupt owner record or epoch file, or any file that privfs refuses (symlink, permissive,
+//!   not owned, not a regular file, hard-linked).
+//!
+//! The inspection is repeated under the lock, since the dir may have changed while waiting.
+//!
+//! ## Acquisition, in order
+//! 1. refuse if the caller's cancel fd is already readable; inspect the dir read-only;
+//! 2. create `.tenure/` (0700) and open or create `.tenure/lock` (0600, `O_CLOEXEC`);
+//! 3. try the lock; when held by another: publish a waiter entry, call `on_wait` once with the
+//!    owner record, and wait (see `lock` for the inotify-based wake-up) until the bound expires
+//!    (`busy`), the cancel fd becomes readable (`cancelled`) or the lock is ours;
+//! 4. under the lock: inspect again; write the next epoch, the marker (if the dir is cold) and
+//!    the owner record each to a temp file and fsync it, rename them into place (epoch first,
+//!    marker without replacing) and fsync the control folder once; then write the registry
+//!    entry, sweep leftovers of dead owners and waiters and remove our own waiter entry. Only
+//!    then is the [`Lease`] returned, so the epoch is durable before the caller owns.
+//!
+//! ## Release, in order
+//! [`Lease::release`] removes this owner's registry entries, rewrites the owner record with
+//! phase `released` (fsynced; its directory is left to the next owner's fsync, see the method),
+//! then unlocks (`LOCK_UN` before close, so a waiter woken by the close finds the lock free).
+//!
+//! A waiter that stops waiting for any reason removes its entry, so a cancelled or expired
+//! contender leaves nothing but the `.tenure/` folder and lock file that any contender may create.
 
+mod election;
 pub mod epoch;
+pub mod identity;
+mod lock;
+pub mod record;
 
-use crate::privfs::{FsError, StateDir};
+use std::ffi::OsString;
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::machine::PhaseKind;
+use crate::privfs::{Dir, FsError, StateDir};
+
+pub use election::{ELECTION_FILE, Election, elect};
+pub use identity::{
+    Identity, IdentityError, Liveness, SignalError, SignalOutcome, parse_start_time, signal_owner,
+};
+pub use record::{
+    DirIdentity, OwnerRecord, RECORD_VERSION, RegistryRecord, Token, WaiterRecord, format_unix_ms,
+    now_ms,
+};
 
 /// The control folder tenure keeps inside every state dir.
 pub const CONTROL_DIR: &str = ".tenure";
+/// The lock file inside the control folder.
+pub const LOCK_FILE: &str = "lock";
+/// The owner record inside the control folder.
+pub const OWNER_FILE: &str = "owner.json";
+/// The directory identity marker inside the control folder.
+pub const IDENTITY_FILE: &str = "identity.json";
+/// The folder of waiter entries inside the control folder.
+pub const WAITERS_DIR: &str = "waiters";
+/// The registry folder inside the control folder.
+pub const REGISTRY_DIR: &str = "registry";
+/// The owner entries inside the registry folder.
+pub const LEASES_DIR: &str = "leases";
+/// The instance entries inside the registry folder.
+pub const INSTANCES_DIR: &str = "instances";
+
+/// The largest record tenure reads; its own records are a few hundred bytes.
+const MAX_RECORD: u64 = 64 * 1024;
 
 /// Errors of the lease boundary.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
-    /// The epoch file is missing its format or cannot grow.
+    /// The wait bound expired while another process owned the dir.
+    #[error("{dir} is busy ({}); lock and state were preserved", OwnerPart(.owner.as_deref()))]
+    Busy {
+        dir: PathBuf,
+        owner: Option<Box<OwnerRecord>>,
+    },
+    /// The caller's cancel fd became readable before the lease was acquired.
+    #[error("waiting for {dir} was cancelled; nothing was changed")]
+    Cancelled { dir: PathBuf },
+    /// The opened state dir is no longer at its path (moved, or replaced by another dir).
+    #[error(
+        "{dir} was moved or replaced while tenure had it open; nothing was initialised: check which directory is the real state dir and run again"
+    )]
+    Moved { dir: PathBuf },
+    /// The dir holds entries tenure did not create and has no identity marker.
+    #[error(
+        "{dir} holds derived state but no identity marker (found {entry:?}); if this is tenure state, adopt it explicitly with `tenure init --adopt --dir {dir}`, otherwise choose an empty dir"
+    )]
+    ForeignState { dir: PathBuf, entry: OsString },
+    /// The identity marker exists but cannot be parsed.
+    #[error(
+        "{path}: identity is unreadable ({reason}); nothing was changed: restore it, or move it aside and adopt the dir with `tenure init --adopt`"
+    )]
+    IdentityUnreadable { path: PathBuf, reason: String },
+    /// The identity marker names another canonical path (the dir was moved or copied).
+    #[error(
+        "{path}: identity mismatch: the marker names {recorded} but the dir is {actual}; if it was moved on purpose, adopt it with `tenure init --adopt --dir {actual}`"
+    )]
+    IdentityMismatch {
+        path: PathBuf,
+        recorded: PathBuf,
+        actual: PathBuf,
+    },
+    /// A newer ownership exists: the caller's epoch is stale and its request has no effect.
+    #[error(
+        "{dir} is now owned at epoch {current}, newer than this owner's epoch {mine}; the request was rejected without effect"
+    )]
+    StaleEpoch {
+        dir: PathBuf,
+        mine: u64,
+        current: u64,
+    },
+    /// A record (owner record, registry entry) cannot be parsed.
+    #[error("{path} is corrupt ({reason}); nothing was changed: inspect it, then move it aside")]
+    CorruptRecord { path: PathBuf, reason: String },
+    /// An instance name that cannot be a registry entry name.
+    #[error("{name:?} is not a valid instance name; use letters, digits, '-' and '_' (at most 64)")]
+    BadInstanceName { name: String },
+    /// The epoch file is corrupt or cannot grow.
     #[error(transparent)]
     Epoch(#[from] epoch::EpochError),
     /// A file or directory of the state dir was refused or could not be accessed.
     #[error(transparent)]
     Fs(#[from] FsError),
+    /// The identity of this process could not be read.
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    /// The lock syscall failed for a reason other than contention.
+    #[error("cannot lock {path}: {source}; check that the filesystem supports flock")]
+    Lock {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// Waiting for the lock failed (inotify or poll).
+    #[error(
+        "cannot wait for {path}: {source}; check the inotify limits (fs.inotify.max_user_instances)"
+    )]
+    Wait {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Formats the owner part of contention messages: `owner pid N, epoch E`.
+struct OwnerPart<'a>(Option<&'a OwnerRecord>);
+
+impl fmt::Display for OwnerPart<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(r) => write!(f, "owner pid {}, epoch {}", r.identity.pid, r.epoch),
+            None => f.write_str("owner unknown"),
+        }
+    }
+}
+
+/// How long `acquire` may wait for a held lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitBound {
+    /// Try once; `busy` if held.
+    Try,
+    /// Wait at most this long (`Duration::ZERO` behaves as `Try`).
+    For(Duration),
+    /// Wait until the lease is ours or the wait is cancelled.
+    Forever,
+}
+
+impl WaitBound {
+    /// `None` = forever, `Some(ZERO)` = try once, else a bound.
+    pub fn from_option(d: Option<Duration>) -> WaitBound {
+        match d {
+            None => WaitBound::Forever,
+            Some(d) if d.is_zero() => WaitBound::Try,
+            Some(d) => WaitBound::For(d),
+        }
+    }
+}
+
+/// Options of [`acquire`].
+#[derive(Debug, Clone, Copy)]
+pub struct AcquireOptions<'a> {
+    /// How long to wait for a held lease.
+    pub wait: WaitBound,
+    /// A descriptor whose readability cancels the wait (e.g. the read end of a signal pipe).
+    /// It is polled, never read.
+    pub cancel: Option<BorrowedFd<'a>>,
+    /// The phase written into the owner record on acquisition (normally `Recovering`).
+    pub phase: PhaseKind,
+}
+
+impl Default for AcquireOptions<'_> {
+    fn default() -> Self {
+        AcquireOptions {
+            wait: WaitBound::Forever,
+            cancel: None,
+            phase: PhaseKind::Recovering,
+        }
+    }
+}
+
+/// What `on_wait` is told when the lease is found held.
+#[derive(Debug, Clone)]
+pub struct Contention {
+    /// The state dir.
+    pub dir: PathBuf,
+    /// The current owner record, when readable (it is evidence: it may name a previous owner).
+    pub owner: Option<OwnerRecord>,
+}
+
+impl fmt::Display for Contention {
+    /// `waiting for DIR (owner pid N, epoch E, since T)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.owner {
+            Some(r) => write!(
+                f,
+                "waiting for {} (owner pid {}, epoch {}, since {})",
+                self.dir.display(),
+                r.identity.pid,
+                r.epoch,
+                format_unix_ms(r.acquired_at)
+            ),
+            None => write!(f, "waiting for {} (owner unknown)", self.dir.display()),
+        }
+    }
+}
+
+/// Reads and parses a JSON record of the control folder; `Ok(None)` when absent.
+fn read_json<T: DeserializeOwned>(dir: &Dir, name: &str) -> Result<Option<T>, LeaseError> {
+    let bytes = match dir.read_optional(name, MAX_RECORD) {
+        Ok(b) => b,
+        Err(FsError::TooLarge { path, len, .. }) => {
+            return Err(LeaseError::CorruptRecord {
+                path,
+                reason: format!("{len} bytes, far larger than any record tenure writes"),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let Some(bytes) = bytes else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| LeaseError::CorruptRecord {
+            path: dir.child_path(name),
+            reason: e.to_string(),
+        })
+}
+
+fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut v = serde_json::to_vec_pretty(value).expect("records serialise infallibly");
+    v.push(b'\n');
+    v
+}
+
+fn check_version(path: PathBuf, version: u32) -> Result<(), LeaseError> {
+    if version == RECORD_VERSION {
+        Ok(())
+    } else {
+        Err(LeaseError::CorruptRecord {
+            path,
+            reason: format!("format version {version}, this tenure reads {RECORD_VERSION}"),
+        })
+    }
+}
+
+/// Reads the identity marker: `Ok(None)` when absent; an unparsable one is `identity is
+/// unreadable`.
+fn read_marker(control: &Dir) -> Result<Option<DirIdentity>, LeaseError> {
+    match read_json::<DirIdentity>(control, IDENTITY_FILE) {
+        Ok(Some(m)) if m.version != RECORD_VERSION => Err(LeaseError::IdentityUnreadable {
+            path: control.child_path(IDENTITY_FILE),
+            reason: format!("format version {}", m.version),
+        }),
+        Ok(m) => Ok(m),
+        Err(LeaseError::CorruptRecord { path, reason }) => {
+            Err(LeaseError::IdentityUnreadable { path, reason })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Reads the owner record: `Ok(None)` when absent; corrupt is an error naming the file (L10).
+fn read_owner(control: &Dir) -> Result<Option<OwnerRecord>, LeaseError> {
+    let rec = read_json::<OwnerRecord>(control, OWNER_FILE)?;
+    if let Some(r) = &rec {
+        check_version(control.child_path(OWNER_FILE), r.version)?;
+    }
+    Ok(rec)
+}
+
+/// What the read-only inspection of a state dir found.
+struct Inspection {
+    /// The identity marker, when present (and valid for this dir).
+    marker: Option<DirIdentity>,
+    /// The persisted epoch (0 when none).
+    epoch: u64,
+}
+
+/// Inspects a state dir without changing anything; refuses foreign, moved or corrupt state.
+fn inspect(dir: &StateDir) -> Result<Inspection, LeaseError> {
+    // Card H7: a dir that was moved or replaced since it was opened is never initialised or
+    // taken over through the old descriptor.
+    if !dir.is_still_at_path()? {
+        return Err(LeaseError::Moved {
+            dir: dir.path().to_path_buf(),
+        });
+    }
+    let entries = dir.root().entries()?;
+    let control = if entries.iter().any(|e| e.name == CONTROL_DIR) {
+        Some(dir.root().open_dir(CONTROL_DIR)?)
+    } else {
+        None
+    };
+    let marker = match &control {
+        Some(c) => read_marker(c)?,
+        None => None,
+    };
+    match &marker {
+        Some(m) => {
+            if m.path != dir.path() {
+                return Err(LeaseError::IdentityMismatch {
+                    path: dir.path().join(CONTROL_DIR).join(IDENTITY_FILE),
+                    recorded: m.path.clone(),
+                    actual: dir.path().to_path_buf(),
+                });
+            }
+        }
+        None => {
+            if let Some(e) = entries.iter().find(|e| e.name != CONTROL_DIR) {
+                return Err(LeaseError::ForeignState {
+                    dir: dir.path().to_path_buf(),
+                    entry: e.name.clone(),
+                });
+            }
+        }
+    }
+    let mut current_epoch = 0;
+    if let Some(c) = &control {
+        read_owner(c)?;
+        current_epoch = epoch::read(c)?;
+    }
+    Ok(Inspection {
+        marker,
+        epoch: current_epoch,
+    })
+}
+
+/// Checks read-only that `dir` holds state a contender would accept: the refusals of
+/// acquisition (foreign, moved or corrupt state, card L8) without creating anything, for front
+/// ends such as `tenure up` that would otherwise write their own files into a refused dir.
+pub fn check(dir: &StateDir) -> Result<(), LeaseError> {
+    inspect(dir).map(|_| ())
+}
+
+/// A waiter entry of this process; removed when dropped (the wait ended for any reason).
+struct WaiterEntry {
+    dir: Dir,
+    name: String,
+}
+
+impl WaiterEntry {
+    fn publish(control: &Dir, me: &Identity) -> Result<WaiterEntry, LeaseError> {
+        let dir = control.ensure_dir(WAITERS_DIR, "lease.waiters")?;
+        let name = format!("{}-{}.json", me.pid, me.start_time);
+        let rec = WaiterRecord {
+            version: RECORD_VERSION,
+            identity: me.clone(),
+            since: now_ms(),
+        };
+        dir.replace_volatile(&name, &to_json(&rec), "lease.waiter")?;
+        Ok(WaiterEntry { dir, name })
+    }
+}
+
+impl Drop for WaiterEntry {
+    fn drop(&mut self) {
+        if let Err(e) = self.dir.unlink(&self.name, "lease.waiter") {
+            eprintln!("tenure: warning: cannot remove waiter entry: {e}");
+        }
+    }
+}
+
+/// Reads the owner record for a contention message; any problem just means "unknown".
+fn owner_best_effort(control: &Dir) -> Option<OwnerRecord> {
+    read_owner(control).ok().flatten()
+}
+
+/// Takes the lease on `dir` (see the module docs for the order of steps). `on_wait` is called
+/// once, when the lease is found held and the caller is about to wait (never for
+/// [`WaitBound::Try`]), so it can print the [`Contention`] and tell its machine.
+pub fn acquire(
+    dir: &StateDir,
+    opts: &AcquireOptions<'_>,
+    on_wait: &mut dyn FnMut(&Contention),
+) -> Result<Lease, LeaseError> {
+    let dir_path = dir.path().to_path_buf();
+    let cancelled = || LeaseError::Cancelled {
+        dir: dir_path.clone(),
+    };
+    let wait_err = |source| LeaseError::Wait {
+        path: dir_path.join(CONTROL_DIR).join(LOCK_FILE),
+        source,
+    };
+    if lock::is_cancelled(opts.cancel).map_err(wait_err)? {
+        return Err(cancelled());
+    }
+    let deadline = match opts.wait {
+        WaitBound::Try => Some(Instant::now()),
+        WaitBound::For(d) => Some(Instant::now() + d),
+        WaitBound::Forever => None,
+    };
+    inspect(dir)?;
+    let me = Identity::of_self()?;
+    let control = dir.root().ensure_dir(CONTROL_DIR, "lease.control")?;
+    let lock_path = control.child_path(LOCK_FILE);
+    let lock_err = |source| LeaseError::Lock {
+        path: lock_path.clone(),
+        source,
+    };
+    let lock_file = control.open_or_create_file(LOCK_FILE, "lease.lock")?;
+    let mut waiter = None;
+    if !lock::try_lock(&lock_file).map_err(lock_err)? {
+        let try_only = deadline.is_some_and(|d| d <= Instant::now());
+        if try_only {
+            // A `status` probe holds a shared lock for microseconds; one short retry keeps a
+            // probe from turning into a spurious `busy`.
+            std::thread::sleep(Duration::from_micros(200));
+            if !lock::try_lock(&lock_file).map_err(lock_err)? {
+                return Err(LeaseError::Busy {
+                    dir: dir_path.clone(),
+                    owner: owner_best_effort(&control).map(Box::new),
+                });
+            }
+        } else {
+            // Register the watch before the next try so a release in between is not missed.
+            let watch = lock::CloseWatch::new(&lock_file, &lock_path).map_err(wait_err)?;
+            waiter = Some(WaiterEntry::publish(&control, &me)?);
+            on_wait(&Contention {
+                dir: dir_path.clone(),
+                owner: owner_best_effort(&control),
+            });
+            match lock::wait(&lock_file, &watch, deadline, opts.cancel).map_err(wait_err)? {
+                lock::WaitEnd::Acquired => {}
+                lock::WaitEnd::Expired => {
+                    drop(waiter);
+                    return Err(LeaseError::Busy {
+                        dir: dir_path.clone(),
+                        owner: owner_best_effort(&control).map(Box::new),
+                    });
+                }
+                lock::WaitEnd::Cancelled => {
+                    drop(waiter);
+                    return Err(cancelled());
+                }
+            }
+        }
+    }
+    let guard = lock::LockGuard::new(lock_file, lock_path.clone());
+    let lease = become_owner(dir, &control, guard, me, opts.phase)?;
+    drop(waiter);
+    Ok(lease)
+}
+
+/// The part of acquisition done under the lock. On error the guard is dropped, which unlocks.
+fn become_owner(
+    dir: &StateDir,
+    control: &Dir,
+    guard: lock::LockGuard,
+    me: Identity,
+    phase: PhaseKind,
+) -> Result<Lease, LeaseError> {
+    let found = inspect(dir)?;
+    // Temp files in the control folder can only be left by an owner that crashed mid-write
+    // (waiters write in `waiters/`), so the new owner removes them.
+    control.remove_temp_files("lease.sweep")?;
+    let epoch = found
+        .epoch
+        .checked_add(1)
+        .ok_or_else(|| epoch::EpochError::Exhausted {
+            path: control.child_path(epoch::EPOCH_FILE),
+        })?;
+    let mut token = [0u8; 16];
+    crate::privfs::random_bytes(&mut token)?;
+    let record = OwnerRecord {
+        version: RECORD_VERSION,
+        token: Token(token),
+        epoch,
+        acquired_at: now_ms(),
+        phase,
+        identity: me,
+    };
+    // Every file of the acquisition is written and fsynced first, then all are renamed into
+    // place and the control folder is fsynced once: the same guarantees as one durable replace
+    // per file, with one directory fsync instead of three. The epoch is renamed first, so a
+    // crash can leave a bumped epoch with an older record (harmless), never the reverse.
+    let epoch_tmp = durable_temp(control, &epoch::encode(epoch), "epoch")?;
+    let marker_tmp = match found.marker {
+        Some(_) => None,
+        None => Some(durable_temp(
+            control,
+            &to_json(&new_marker(dir)?),
+            "lease.marker",
+        )?),
+    };
+    let owner_tmp = durable_temp(control, &to_json(&record), "lease.owner")?;
+    epoch_tmp.rename_into(epoch::EPOCH_FILE)?;
+    if let Some(m) = marker_tmp {
+        // Without replacing: the marker of a dir is written once (card L7).
+        m.rename_into_new(IDENTITY_FILE)?;
+    }
+    owner_tmp.rename_into(OWNER_FILE)?;
+    control.sync("lease.acquire")?;
+    let registry = control.ensure_dir(REGISTRY_DIR, "lease.registry")?;
+    let leases = registry.ensure_dir(LEASES_DIR, "lease.registry")?;
+    let instances = registry.ensure_dir(INSTANCES_DIR, "lease.registry")?;
+    sweep_leases(&leases, epoch)?;
+    let orphans = sweep_instances(&instances, epoch)?;
+    // Created by the owner so that a waiter never has to create it (and a cancelled waiter
+    // leaves no folder behind).
+    control.ensure_dir(WAITERS_DIR, "lease.waiters")?;
+    sweep_waiters(control)?;
+    let entry = RegistryRecord {
+        version: RECORD_VERSION,
+        epoch,
+        token: record.token,
+        name: "owner".to_owned(),
+        identity: record.identity.clone(),
+        since: record.acquired_at,
+    };
+    leases.replace_volatile(format!("{epoch}.json"), &to_json(&entry), "lease.registry")?;
+    Ok(Lease {
+        state: dir.try_clone()?,
+        control: control.try_clone()?,
+        leases,
+        instances,
+        guard: Some(guard),
+        record,
+        orphans,
+    })
+}
+
+/// A new identity marker for a cold dir (published by `become_owner`: temp, fsync, rename
+/// without replacing, dir fsync, so a reader sees no marker or the whole marker: card L7).
+fn new_marker(dir: &StateDir) -> Result<DirIdentity, LeaseError> {
+    let mut root_id = [0u8; 16];
+    crate::privfs::random_bytes(&mut root_id)?;
+    Ok(DirIdentity {
+        version: RECORD_VERSION,
+        root_id: Token(root_id),
+        path: dir.path().to_path_buf(),
+        created_at: now_ms(),
+        adopted_at: None,
+    })
+}
+
+/// A temp file holding `bytes`, written and fsynced, ready to be renamed into place.
+fn durable_temp<'d>(
+    dir: &'d Dir,
+    bytes: &[u8],
+    label: &str,
+) -> Result<crate::privfs::SyncedTemp<'d>, LeaseError> {
+    let mut tmp = dir.create_temp(label)?;
+    tmp.write_all(bytes)?;
+    Ok(tmp.sync()?)
+}
+
+/// The epoch a registry entry name starts with (`<epoch>.json` or `<epoch>-<name>.json`).
+fn entry_epoch(name: &std::ffi::OsStr) -> Option<u64> {
+    let s = name.to_str()?;
+    let stem = s.strip_suffix(".json")?;
+    let digits = stem.split('-').next()?;
+    digits.parse().ok()
+}
+
+/// Removes owner entries of earlier ownerships: whoever wrote them no longer holds the lock.
+fn sweep_leases(leases: &Dir, epoch: u64) -> Result<(), LeaseError> {
+    let mut removed = false;
+    for e in leases.entries()? {
+        if entry_epoch(&e.name).is_some_and(|n| n < epoch) {
+            leases.unlink(&e.name, "lease.sweep")?;
+            removed = true;
+        }
+    }
+    leases.remove_temp_files("lease.sweep")?;
+    if removed {
+        leases.sync("lease.sweep")?;
+    }
+    Ok(())
+}
+
+/// Removes instance entries of earlier ownerships whose process is gone; returns those still
+/// alive (orphans of a crashed owner, which the new owner must deal with).
+fn sweep_instances(instances: &Dir, epoch: u64) -> Result<Vec<RegistryRecord>, LeaseError> {
+    let mut orphans = Vec::new();
+    let mut removed = false;
+    for e in instances.entries()? {
+        if entry_epoch(&e.name).is_none_or(|n| n >= epoch) {
+            continue;
+        }
+        let rec = read_json::<RegistryRecord>(instances, &e.name.to_string_lossy())
+            .ok()
+            .flatten();
+        match rec {
+            Some(r) if r.identity.liveness() == Liveness::Live => orphans.push(r),
+            _ => {
+                instances.unlink(&e.name, "lease.sweep")?;
+                removed = true;
+            }
+        }
+    }
+    instances.remove_temp_files("lease.sweep")?;
+    if removed {
+        instances.sync("lease.sweep")?;
+    }
+    Ok(orphans)
+}
+
+/// Removes entries of waiters that are no longer alive (crashed while waiting). A waiter entry
+/// is named `<pid>-<start>.json`; when its content is unreadable the name decides.
+fn sweep_waiters(control: &Dir) -> Result<(), LeaseError> {
+    let Some(waiters) = control.open_dir_optional(WAITERS_DIR)? else {
+        return Ok(());
+    };
+    for e in waiters.entries()? {
+        let name = e.name.to_string_lossy().into_owned();
+        if name.starts_with(crate::privfs::TEMP_PREFIX) {
+            continue;
+        }
+        if waiter_liveness(&waiters, &name) != Liveness::Live {
+            match waiters.unlink(&e.name, "lease.sweep") {
+                Ok(()) | Err(FsError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn waiter_liveness(waiters: &Dir, name: &str) -> Liveness {
+    if let Ok(Some(rec)) = read_json::<WaiterRecord>(waiters, name) {
+        return rec.identity.liveness();
+    }
+    let parsed = name
+        .strip_suffix(".json")
+        .and_then(|s| s.split_once('-'))
+        .and_then(|(p, s)| Some((p.parse::<u32>().ok()?, s.parse::<u64>().ok()?)));
+    match parsed {
+        Some((pid, start)) => match Identity::of_pid(pid) {
+            Ok(now) if now.start_time == start => Liveness::Live,
+            Ok(_) => Liveness::Recycled,
+            Err(_) => Liveness::Dead,
+        },
+        None => Liveness::Dead,
+    }
+}
+
+/// An acquired lease. Dropping it without [`Lease::release`] unlocks (the kernel lock is the
+/// ownership) but leaves the record as it was, which `status` then shows as stale.
+#[derive(Debug)]
+pub struct Lease {
+    state: StateDir,
+    control: Dir,
+    leases: Dir,
+    instances: Dir,
+    guard: Option<lock::LockGuard>,
+    record: OwnerRecord,
+    orphans: Vec<RegistryRecord>,
+}
+
+fn valid_instance_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+impl Lease {
+    /// The epoch of this ownership.
+    pub fn epoch(&self) -> u64 {
+        self.record.epoch
+    }
+
+    /// The random token of this ownership.
+    pub fn token(&self) -> Token {
+        self.record.token
+    }
+
+    /// The owner record as last written.
+    pub fn record(&self) -> &OwnerRecord {
+        &self.record
+    }
+
+    /// The state dir this lease owns.
+    pub fn state_dir(&self) -> &StateDir {
+        &self.state
+    }
+
+    /// Live instances registered by an earlier owner that crashed (found at acquisition).
+    pub fn orphans(&self) -> &[RegistryRecord] {
+        &self.orphans
+    }
+
+    /// Rewrites the owner record (durably) with a new phase (card H8).
+    pub fn set_phase(&mut self, phase: PhaseKind) -> Result<(), LeaseError> {
+        let mut next = self.record.clone();
+        next.phase = phase;
+        self.control
+            .replace_durable(OWNER_FILE, &to_json(&next), "lease.owner")?;
+        self.record = next;
+        Ok(())
+    }
+
+    /// Registers a process the owner runs (e.g. the supervised child) under `name`; the entry is
+    /// removed by [`Lease::unregister_instance`] or [`Lease::release`], or swept by the next
+    /// owner once the process is dead.
+    pub fn register_instance(&self, name: &str, identity: &Identity) -> Result<(), LeaseError> {
+        if !valid_instance_name(name) {
+            return Err(LeaseError::BadInstanceName {
+                name: name.to_owned(),
+            });
+        }
+        let rec = RegistryRecord {
+            version: RECORD_VERSION,
+            epoch: self.record.epoch,
+            token: self.record.token,
+            name: name.to_owned(),
+            identity: identity.clone(),
+            since: now_ms(),
+        };
+        self.instances.replace_volatile(
+            format!("{}-{name}.json", self.record.epoch),
+            &to_json(&rec),
+            "lease.registry",
+        )?;
+        Ok(())
+    }
+
+    /// Removes an instance entry of this ownership (absent is fine).
+    pub fn unregister_instance(&self, name: &str) -> Result<(), LeaseError> {
+        if !valid_instance_name(name) {
+            return Err(LeaseError::BadInstanceName {
+                name: name.to_owned(),
+            });
+        }
+        match self.instances.unlink(
+            format!("{}-{name}.json", self.record.epoch),
+            "lease.registry",
+        ) {
+            Ok(()) | Err(FsError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Orderly release: removes this owner's registry entries, rewrites the owner record with
+    /// phase `released` (durably), then unlocks. The lock is released even when a step fails;
+    /// the first error is returned.
+    pub fn release(mut self) -> Result<(), LeaseError> {
+        let result = self.release_records();
+        let unlock = match self.guard.take() {
+            Some(g) => {
+                let path = g.path().to_path_buf();
+                g.unlock()
+                    .map_err(|source| LeaseError::Lock { path, source })
+            }
+            None => Ok(()),
+        };
+        result.and(unlock)
+    }
+
+    fn release_records(&mut self) -> Result<(), LeaseError> {
+        let prefix = format!("{}-", self.record.epoch);
+        for e in self.instances.entries()? {
+            if e.name.to_string_lossy().starts_with(&prefix) {
+                match self.instances.unlink(&e.name, "lease.release") {
+                    Ok(()) | Err(FsError::NotFound { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        match self
+            .leases
+            .unlink(format!("{}.json", self.record.epoch), "lease.release")
+        {
+            Ok(()) | Err(FsError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        // The released record is fsynced (a reader never sees a partial one) but its directory
+        // is not: if a power loss undoes the rename, the previous complete record comes back,
+        // naming a process that no longer holds the lock, which `status` shows as stale. The
+        // next owner's directory fsync makes it durable anyway. This keeps one fsync off the
+        // handoff path.
+        let mut next = self.record.clone();
+        next.phase = PhaseKind::Released;
+        durable_temp(&self.control, &to_json(&next), "lease.owner")?.rename_into(OWNER_FILE)?;
+        self.record = next;
+        Ok(())
+    }
+
+    /// The descriptor holding the kernel lock, e.g. to check in a test that it is `O_CLOEXEC`.
+    pub fn lock_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.guard.as_ref().and_then(|g| g.fd())
+    }
 }
 
 /// Reads the persisted epoch of a state dir without taking the lock and without writing: 0 when
@@ -27,4 +848,224 @@ pub fn read_epoch(dir: &StateDir) -> Result<u64, LeaseError> {
         None => Ok(0),
         Some(control) => Ok(epoch::read(&control)?),
     }
+}
+
+/// Fencing (card H5): `Ok` when `epoch` is still the newest ownership of `dir`, else
+/// [`LeaseError::StaleEpoch`]. Read-only; callers check right before an effect (publishing a
+/// checkpoint, retiring) that a stale owner must not have.
+pub fn check_epoch(dir: &StateDir, epoch: u64) -> Result<(), LeaseError> {
+    let current = read_epoch(dir)?;
+    if current > epoch {
+        return Err(LeaseError::StaleEpoch {
+            dir: dir.path().to_path_buf(),
+            mine: epoch,
+            current,
+        });
+    }
+    Ok(())
+}
+
+/// A waiter as `status` sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WaiterStatus {
+    /// The entry's file name.
+    pub entry: String,
+    /// The entry's content, when readable.
+    pub record: Option<WaiterRecord>,
+    /// Whether the waiting process is still alive.
+    pub liveness: Liveness,
+}
+
+/// A registry entry as `status` sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RegistryStatus {
+    /// `leases` or `instances`.
+    pub kind: &'static str,
+    /// The entry's file name.
+    pub entry: String,
+    /// The entry's content, when readable.
+    pub record: Option<RegistryRecord>,
+}
+
+/// The ownership state `status` derives from the lock probe and the owner record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OwnerState {
+    /// Nobody ever owned the dir, and nobody holds the lock.
+    Cold,
+    /// The lock is held but the record does not (yet) name the holder: an acquisition is in
+    /// progress.
+    Acquiring,
+    /// A live owner holds the lock; its record's phase.
+    Owned(PhaseKind),
+    /// The last owner released in order.
+    Released,
+    /// The record names an owner that no longer holds the lock (it crashed or dropped the lease).
+    Stale,
+}
+
+/// What [`status`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LeaseStatus {
+    /// The state dir.
+    pub dir: PathBuf,
+    /// The persisted epoch (0 when never acquired).
+    pub epoch: u64,
+    /// Whether some process holds the kernel lock right now.
+    pub held: bool,
+    /// The owner record, when present.
+    pub owner: Option<OwnerRecord>,
+    /// Whether the recorded owner process is alive.
+    pub owner_liveness: Option<Liveness>,
+    /// The directory identity marker, when present.
+    pub identity: Option<DirIdentity>,
+    /// Processes waiting for the lease.
+    pub waiters: Vec<WaiterStatus>,
+    /// Registry entries.
+    pub registry: Vec<RegistryStatus>,
+}
+
+impl LeaseStatus {
+    /// The ownership state derived from the lock probe and the owner record.
+    pub fn state(&self) -> OwnerState {
+        match (&self.owner, self.held) {
+            (None, false) => OwnerState::Cold,
+            (None, true) => OwnerState::Acquiring,
+            (Some(r), held) => match r.phase {
+                PhaseKind::Released => OwnerState::Released,
+                PhaseKind::Cold
+                | PhaseKind::Recovering
+                | PhaseKind::Ready
+                | PhaseKind::Draining
+                | PhaseKind::Cancelled
+                | PhaseKind::Refused => {
+                    if !held {
+                        OwnerState::Stale
+                    } else if self.owner_liveness == Some(Liveness::Live) {
+                        OwnerState::Owned(r.phase)
+                    } else {
+                        OwnerState::Acquiring
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// Reads the lease state of `dir` without taking the lock and without writing anything. Usable
+/// from any process while an owner runs: the lock probe is a shared non-blocking attempt on a
+/// separate open file description, released at once, which never disturbs the owner. A corrupt
+/// owner record or marker is an error (an invalid registration fails closed, card H8); unreadable
+/// waiter and registry entries are listed without content.
+pub fn status(dir: &StateDir) -> Result<LeaseStatus, LeaseError> {
+    let mut st = LeaseStatus {
+        dir: dir.path().to_path_buf(),
+        epoch: 0,
+        held: false,
+        owner: None,
+        owner_liveness: None,
+        identity: None,
+        waiters: Vec::new(),
+        registry: Vec::new(),
+    };
+    let Some(control) = dir.root().open_dir_optional(CONTROL_DIR)? else {
+        return Ok(st);
+    };
+    st.epoch = epoch::read(&control)?;
+    st.identity = read_marker(&control)?;
+    st.owner = read_owner(&control)?;
+    st.owner_liveness = st.owner.as_ref().map(|r| r.identity.liveness());
+    if let Some(lock_file) = control.open_file_optional(LOCK_FILE)? {
+        st.held = probe(&lock_file, &control.child_path(LOCK_FILE))?;
+    }
+    if let Some(waiters) = control.open_dir_optional(WAITERS_DIR)? {
+        for e in waiters.entries()? {
+            let entry = e.name.to_string_lossy().into_owned();
+            if entry.starts_with(crate::privfs::TEMP_PREFIX) {
+                continue;
+            }
+            let record = read_json::<WaiterRecord>(&waiters, &entry).ok().flatten();
+            let liveness = waiter_liveness(&waiters, &entry);
+            st.waiters.push(WaiterStatus {
+                entry,
+                record,
+                liveness,
+            });
+        }
+    }
+    if let Some(registry) = control.open_dir_optional(REGISTRY_DIR)? {
+        for kind in [LEASES_DIR, INSTANCES_DIR] {
+            let Some(d) = registry.open_dir_optional(kind)? else {
+                continue;
+            };
+            for e in d.entries()? {
+                let entry = e.name.to_string_lossy().into_owned();
+                if entry.starts_with(crate::privfs::TEMP_PREFIX) {
+                    continue;
+                }
+                let record = read_json::<RegistryRecord>(&d, &entry).ok().flatten();
+                st.registry.push(RegistryStatus {
+                    kind,
+                    entry,
+                    record,
+                });
+            }
+        }
+    }
+    Ok(st)
+}
+
+fn probe(lock_file: &File, path: &Path) -> Result<bool, LeaseError> {
+    lock::probe_held(lock_file).map_err(|source| LeaseError::Lock {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Explicitly adopts a state dir that acquisition refuses as foreign (entries but no marker) or
+/// moved (a marker naming another path): under the lock (never waiting: `busy` if owned), writes
+/// a marker for the dir's current canonical path, keeping the root id of a moved dir. This is the
+/// only way past the L8 refusals; an unreadable marker is still refused (move it aside first).
+/// Returns the marker now in place.
+pub fn adopt(dir: &StateDir) -> Result<DirIdentity, LeaseError> {
+    let control = dir.root().ensure_dir(CONTROL_DIR, "lease.control")?;
+    let lock_path = control.child_path(LOCK_FILE);
+    let lock_file = control.open_or_create_file(LOCK_FILE, "lease.lock")?;
+    let lock_err = |source| LeaseError::Lock {
+        path: lock_path.clone(),
+        source,
+    };
+    if !lock::try_lock(&lock_file).map_err(lock_err)? {
+        std::thread::sleep(Duration::from_micros(200));
+        if !lock::try_lock(&lock_file).map_err(lock_err)? {
+            return Err(LeaseError::Busy {
+                dir: dir.path().to_path_buf(),
+                owner: owner_best_effort(&control).map(Box::new),
+            });
+        }
+    }
+    let guard = lock::LockGuard::new(lock_file, lock_path.clone());
+    let now = now_ms();
+    let marker = match read_marker(&control)? {
+        Some(m) if m.path == dir.path() => return Ok(m),
+        Some(m) => DirIdentity {
+            path: dir.path().to_path_buf(),
+            adopted_at: Some(now),
+            ..m
+        },
+        None => {
+            let mut root_id = [0u8; 16];
+            crate::privfs::random_bytes(&mut root_id)?;
+            DirIdentity {
+                version: RECORD_VERSION,
+                root_id: Token(root_id),
+                path: dir.path().to_path_buf(),
+                created_at: now,
+                adopted_at: Some(now),
+            }
+        }
+    };
+    control.replace_durable(IDENTITY_FILE, &to_json(&marker), "lease.marker")?;
+    guard.unlock().map_err(lock_err)?;
+    Ok(marker)
 }

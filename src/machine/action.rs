@@ -194,12 +194,8 @@ impl Outcome {
 
     /// The exit code of the runner for this outcome.
     pub const fn code(&self) -> u8 {
-        if matches!(self.reason, Reason::DidNotStop) {
-            return EXIT_DID_NOT_STOP;
-        }
-        if self.killed {
-            return EXIT_KILLED;
-        }
+        // A refusal keeps its own code even when its child needed SIGKILL (`killed` is still
+        // recorded): scripts branch on "why", and the why of a refusal is its cause.
         match self.reason {
             Reason::Exited => match self.child {
                 Some(c) => c.exit_code(),
@@ -236,7 +232,8 @@ impl Outcome {
     pub fn summary(&self) -> String {
         let reason = reason_name(self.reason);
         let detail = match self.reason {
-            _ if self.killed => "SIGKILL".to_string(),
+            Reason::Killed => "SIGKILL".to_string(),
+            Reason::PublishFailed => self.code().to_string(),
             Reason::Refused => match self.refusal {
                 Some(Refusal::Signal(s)) => s.name().to_string(),
                 Some(r) => refusal_name(r).to_string(),

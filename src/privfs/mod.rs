@@ -7,11 +7,12 @@
 //! renamed under our feet, a descriptor leaking into a child.
 //!
 //! Every file opened for reading is `fstat`ed after opening and refused unless it is a regular
-//! file with exactly one link, owned by the effective uid and without group/other bits. Every
-//! refusal is a distinct [`FsError`] variant (`symlink`, `not a regular file`, `not owned`,
-//! `permissive`, `hard-linked`) that names the full path and the fix; nothing is ever chmod-ed,
-//! chown-ed, deleted or rewritten to "repair" it, so a refused tree is left byte-for-byte as it
-//! was.
+//! file with no second link (a file whose only name was just replaced by a writer has zero
+//! links and is a complete earlier version), owned by the effective uid and without group/other
+//! bits. Every refusal is a distinct [`FsError`] variant (`symlink`, `not a regular file`, `not
+//! owned`, `permissive`, `hard-linked`) that names the full path and the fix; nothing is ever
+//! chmod-ed, chown-ed, deleted or rewritten to "repair" it, so a refused tree is left
+//! byte-for-byte as it was.
 //!
 //! Writes follow the durable replace protocol: an exclusive temp file (`.tmp-<random>`, 0600) in
 //! the target's directory, write, fsync, `renameat`, fsync of the directory ([`Dir::replace_durable`]
@@ -284,6 +285,35 @@ fn check_owner_mode(path: &Path, st: &Stat) -> Result<(), FsError> {
     Ok(())
 }
 
+/// Refuses an entry of the wrong kind or owned by someone else; mode bits are not looked at.
+fn check_kind_owner(path: &Path, st: &Stat, want: FileKind) -> Result<(), FsError> {
+    let kind = FileKind::of(st);
+    if kind != want {
+        return Err(match (kind, want) {
+            (FileKind::Symlink, _) => FsError::Symlink {
+                path: path.to_path_buf(),
+            },
+            (_, FileKind::Directory) => FsError::NotDirectory {
+                path: path.to_path_buf(),
+                found: kind,
+            },
+            _ => FsError::NotRegular {
+                path: path.to_path_buf(),
+                found: kind,
+            },
+        });
+    }
+    let euid = euid();
+    if st.st_uid != euid {
+        return Err(FsError::NotOwned {
+            path: path.to_path_buf(),
+            uid: st.st_uid,
+            euid,
+        });
+    }
+    Ok(())
+}
+
 /// Refuses a file that is not a private regular file with the expected number of links.
 fn check_file_stat(path: &Path, st: &Stat, links: Links) -> Result<(), FsError> {
     let kind = FileKind::of(st);
@@ -307,7 +337,10 @@ fn check_file_stat(path: &Path, st: &Stat, links: Links) -> Result<(), FsError> 
         }
     }
     check_owner_mode(path, st)?;
-    if links == Links::Single && st.st_nlink != 1 {
+    // Zero links is not a hazard: the name was removed (a writer replaced the file while we
+    // looked or opened it), so nobody can reach this inode by another name. What we read is a
+    // complete earlier version, as if we had opened it just before the replace.
+    if links == Links::Single && st.st_nlink > 1 {
         return Err(FsError::HardLinked {
             path: path.to_path_buf(),
             nlink: st.st_nlink,
@@ -505,6 +538,16 @@ impl StateDir {
         Ok(())
     }
 
+    /// A second handle on the same opened dir (the descriptor is duplicated, not reopened, so it
+    /// names the same directory even if the path has changed since).
+    pub fn try_clone(&self) -> Result<StateDir, FsError> {
+        Ok(StateDir {
+            root: self.root.try_clone()?,
+            dev: self.dev,
+            ino: self.ino,
+        })
+    }
+
     /// The canonical path the dir had when it was opened.
     pub fn path(&self) -> &Path {
         self.root.path()
@@ -557,6 +600,15 @@ impl Dir {
             path,
             poisoned: AtomicBool::new(false),
         }
+    }
+
+    /// A second handle on the same directory (a duplicated descriptor, `O_CLOEXEC`).
+    pub fn try_clone(&self) -> Result<Dir, FsError> {
+        let fd = self
+            .fd
+            .try_clone()
+            .map_err(|e| FsError::io("duplicate the descriptor of", self.path.clone(), e))?;
+        Ok(Dir::from_fd(fd, self.path.clone()))
     }
 
     /// The path of this directory (for messages; never used to open anything).
@@ -643,7 +695,7 @@ impl Dir {
     }
 
     /// Opens a file for reading and checks it after opening: a regular file owned by the
-    /// effective uid, no group/other bits, and (for [`Links::Single`]) exactly one link.
+    /// effective uid, no group/other bits, and (for [`Links::Single`]) no second hard link.
     pub fn open_file_with(&self, name: impl AsRef<OsStr>, links: Links) -> Result<File, FsError> {
         let name = self.name(name.as_ref())?;
         let path = self.child_path(name);
@@ -666,6 +718,54 @@ impl Dir {
         let st = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
         check_file_stat(&path, &st, links)?;
         Ok(File::from(fd))
+    }
+
+    /// Opens a file a child process wrote inside a private directory (a checkpoint staging
+    /// area): a regular file owned by the effective uid, never a link, but with any mode bits
+    /// and any link count, because the child's umask decides those. Use it only below a
+    /// directory that was itself opened checked, so nobody else could have reached the file.
+    pub fn open_file_any_mode(&self, name: impl AsRef<OsStr>) -> Result<File, FsError> {
+        let name = self.name(name.as_ref())?;
+        let path = self.child_path(name);
+        let lst = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| FsError::io("look at", path.clone(), e))?;
+        check_kind_owner(&path, &lst, FileKind::Regular)?;
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::LOOP => FsError::Symlink { path: path.clone() },
+            e => FsError::io("open", path.clone(), e),
+        })?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
+        check_kind_owner(&path, &st, FileKind::Regular)?;
+        Ok(File::from(fd))
+    }
+
+    /// Opens a subdirectory a child process made inside a private directory: a directory owned
+    /// by the effective uid, never a link, with any mode bits (see [`Dir::open_file_any_mode`]).
+    pub fn open_dir_any_mode(&self, name: impl AsRef<OsStr>) -> Result<Dir, FsError> {
+        let name = self.name(name.as_ref())?;
+        let path = self.child_path(name);
+        let lst = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| FsError::io("look at", path.clone(), e))?;
+        check_kind_owner(&path, &lst, FileKind::Directory)?;
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::LOOP => FsError::Symlink { path: path.clone() },
+            e => FsError::io("open", path.clone(), e),
+        })?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
+        check_kind_owner(&path, &st, FileKind::Directory)?;
+        Ok(Dir::from_fd(fd, path))
     }
 
     /// Opens a private record for reading ([`Links::Single`]).
@@ -738,6 +838,37 @@ impl Dir {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Opens `name` read-write, creating it empty (0600) if it does not exist, and checks it as
+    /// [`Dir::open_file`] does (a private regular file with one link). For files that are used
+    /// through their descriptor rather than their content, such as a lock file.
+    pub fn open_or_create_file(
+        &self,
+        name: impl AsRef<OsStr>,
+        label: &str,
+    ) -> Result<File, FsError> {
+        let name = self.name(name.as_ref())?;
+        let path = self.child_path(name);
+        match self.create_exclusive(name, label) {
+            Ok(file) => return file_rw_checked(file, &path),
+            Err(FsError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        let lst = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| FsError::io("look at", path.clone(), e))?;
+        check_file_stat(&path, &lst, Links::Single)?;
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::LOOP => FsError::Symlink { path: path.clone() },
+            e => FsError::io("open", path.clone(), e),
+        })?;
+        file_rw_checked(File::from(fd), &path)
     }
 
     /// Creates `name` exclusively (`O_EXCL`, 0600) and returns it open for writing. The caller
@@ -951,6 +1082,39 @@ impl Dir {
         tmp.sync()?.rename_into(name)?;
         self.sync(label)
     }
+
+    /// Atomically (but not durably) replaces `name` with `bytes`: temp file, write, `renameat`,
+    /// no fsync. Readers see the old or the new content, never a mix; after a power loss the
+    /// file may be missing or empty. Only for ephemeral evidence (waiter and registry entries)
+    /// that readers tolerate losing and the next owner sweeps.
+    pub fn replace_volatile(
+        &self,
+        name: impl AsRef<OsStr>,
+        bytes: &[u8],
+        label: &str,
+    ) -> Result<(), FsError> {
+        let name = self.name(name.as_ref())?;
+        let mut tmp = self.create_temp(label)?;
+        tmp.write_all(bytes)?;
+        tmp.handed_over = true;
+        let tmp_name = tmp.name.clone();
+        drop(tmp);
+        match self.rename(&tmp_name, name, label) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                remove_abandoned(self, &tmp_name);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Checks a file opened for writing after the fact (a create may have raced with a planted file
+/// only if `O_EXCL` was not used, but checking is cheap and keeps one rule for every open).
+fn file_rw_checked(file: File, path: &Path) -> Result<File, FsError> {
+    let st = rustix::fs::fstat(&file).map_err(|e| FsError::io("stat", path.to_path_buf(), e))?;
+    check_file_stat(path, &st, Links::Single)?;
+    Ok(file)
 }
 
 /// An exclusive temp file being written; removed on drop unless it was renamed into place.

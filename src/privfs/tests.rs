@@ -501,3 +501,42 @@ mod with_failpoints {
         assert!(ops.iter().all(|o| o.dir == sd.path()));
     }
 }
+
+/// Regression (found by the lease stress test): a reader racing a writer's durable replace may
+/// look at or open the old inode after its last link is gone; that is not a hard-linked file.
+#[test]
+fn reads_race_durable_replace_without_spurious_refusals() {
+    let t = private_tempdir();
+    let sd = StateDir::open(t.path(), false).unwrap();
+    sd.root().replace_durable("rec", b"0", "t").unwrap();
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let replaced = std::sync::Arc::new(AtomicU64::new(0));
+    let writer = {
+        let sd = sd.try_clone().unwrap();
+        let (stop, replaced) = (stop.clone(), replaced.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let n = replaced.load(Ordering::Relaxed) + 1;
+                sd.root()
+                    .replace_volatile("rec", n.to_string().as_bytes(), "t")
+                    .unwrap();
+                replaced.store(n, Ordering::Relaxed);
+            }
+        })
+    };
+    // Read until both many reads and many replaces happened, so the race really was run.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut reads = 0u64;
+    while reads < 5000 || replaced.load(Ordering::Relaxed) < 2000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writer never got going"
+        );
+        let bytes = sd.root().read("rec", 64).unwrap();
+        assert!(!bytes.is_empty());
+        reads += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+}

@@ -1,0 +1,346 @@
+//! Lease benchmarks (issue 3). Prints ratios against baselines measured in the same run; asserts
+//! nothing. Run: `cargo bench --bench lease`. Knobs: `LEASE_BENCH_N` (samples),
+//! `LEASE_BENCH_SETTLE_MS` (how long a waiter parks before the release, default 10),
+//! `LEASE_BENCH_RAW=1` (print every sample, e.g. to see bimodal fsync latency on a shared disk).
+//!
+//! 1. Uncontended acquire + release (in process) vs a hand-written floor: open the lock file,
+//!    flock, one durable replace (temp, write, fsync, rename, dir fsync), unlock, close. tenure
+//!    does three durable replaces per cycle (the epoch and the owner record on acquisition, the
+//!    `released` record on release), so a hand-written three-replace floor is printed as well.
+//! 2. Handoff latency: the bench holds the lock, a child waits for it, the bench releases and
+//!    times until the child reports that it owns (a line on a pipe). Measured the same way for
+//!    a tenure waiter (`acquire` with an unbounded wait; the holder calls `Lease::release`), a
+//!    raw blocking `flock(LOCK_EX)` waiter (the kernel floor), and `flock(1) -w` (run from `sh`
+//!    on an inherited descriptor, so its fork/exec happens before the wait, not inside it), plus
+//!    a durable floor: the raw waiter also does by hand the fsyncs a tenure acquisition does
+//!    (two fsynced files and a dir fsync; the holder one fsynced file), which shows how much of
+//!    tenure's handoff is the durability the issue requires and how much is tenure itself.
+
+#[path = "../tests/support/probe.rs"]
+mod probe;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+use rustix::fs::{FlockOperation, Mode, OFlags};
+use tenure::lease::{self, AcquireOptions, WaitBound};
+use tenure::privfs::StateDir;
+
+fn samples(default: usize) -> usize {
+    std::env::var("LEASE_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx]
+}
+
+fn summary(name: &str, mut v: Vec<Duration>) -> (Duration, Duration) {
+    if std::env::var("LEASE_BENCH_RAW").is_ok() {
+        println!(
+            "  raw {name}: {:?}",
+            v.iter().map(|d| d.as_micros()).collect::<Vec<_>>()
+        );
+    }
+    v.sort();
+    let med = pct(&v, 0.5);
+    let p99 = pct(&v, 0.99);
+    println!(
+        "  {name:<34} n={:<4} median {:>9.3} ms   p90 {:>9.3} ms   p99 {:>9.3} ms",
+        v.len(),
+        ms(med),
+        ms(pct(&v, 0.9)),
+        ms(p99)
+    );
+    (med, p99)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// The hand-written floor: open + flock + `replaces` durable replaces + unlock + close.
+fn floor_cycle(dir: &Path, replaces: usize) {
+    let ctl = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .unwrap();
+    let lock = rustix::fs::openat(
+        &ctl,
+        "lock",
+        OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .unwrap();
+    rustix::fs::flock(&lock, FlockOperation::NonBlockingLockExclusive).unwrap();
+    for i in 0..replaces {
+        let tmp = format!(".tmp-floor-{i}");
+        let fd = rustix::fs::openat(
+            &ctl,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
+        rustix::io::write(
+            &fd,
+            b"{\"version\":1,\"epoch\":1,\"phase\":\"recovering\"}\n",
+        )
+        .unwrap();
+        rustix::fs::fsync(&fd).unwrap();
+        drop(fd);
+        rustix::fs::renameat(&ctl, tmp.as_str(), &ctl, format!("rec{i}").as_str()).unwrap();
+        rustix::fs::fsync(&ctl).unwrap();
+    }
+    rustix::fs::flock(&lock, FlockOperation::Unlock).unwrap();
+}
+
+fn uncontended() {
+    let n = samples(300);
+    println!("uncontended acquire + release ({n} cycles each, interleaved):");
+    let t = tempfile::tempdir().unwrap();
+    let sd = StateDir::open(&t.path().join("tenure"), true).unwrap();
+    let floor_dir = t.path().join("floor");
+    std::fs::create_dir(&floor_dir).unwrap();
+    std::fs::set_permissions(&floor_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let opts = AcquireOptions {
+        wait: WaitBound::Try,
+        ..AcquireOptions::default()
+    };
+    let (mut ten, mut f1, mut f3) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..n + 10 {
+        let a = Instant::now();
+        let l = lease::acquire(&sd, &opts, &mut |_| {}).unwrap();
+        l.release().unwrap();
+        let ta = a.elapsed();
+        let b = Instant::now();
+        floor_cycle(&floor_dir, 1);
+        let tb = b.elapsed();
+        let c = Instant::now();
+        floor_cycle(&floor_dir, 3);
+        let tc = c.elapsed();
+        // The first cycles warm caches and create the files; they are not samples.
+        if i >= 10 {
+            ten.push(ta);
+            f1.push(tb);
+            f3.push(tc);
+        }
+    }
+    let (m_ten, _) = summary("tenure acquire+release", ten);
+    let (m_f1, _) = summary("floor: lock + 1 durable replace", f1);
+    let (m_f3, _) = summary("floor: lock + 3 durable replaces", f3);
+    println!(
+        "  ratio tenure / floor(1 replace)  = {:.2}x   (target <= 1.2x)",
+        m_ten.as_secs_f64() / m_f1.as_secs_f64()
+    );
+    println!(
+        "  ratio tenure / floor(3 replaces) = {:.2}x   (same durable writes as tenure)",
+        m_ten.as_secs_f64() / m_f3.as_secs_f64()
+    );
+}
+
+struct Waiter {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<(String, Instant)>,
+}
+
+impl Waiter {
+    fn start(mut cmd: Command, marker: &'static str) -> Waiter {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                let at = Instant::now();
+                if let Some(i) = line.find(marker)
+                    && tx.send((line[i + marker.len()..].to_owned(), at)).is_err()
+                {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Waiter {
+            child,
+            stdin,
+            lines: rx,
+        }
+    }
+
+    fn expect(&self, prefix: &str) -> Instant {
+        let (line, at) = self
+            .lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("no line starting with {prefix:?}"));
+        assert!(line.starts_with(prefix), "{line:?} instead of {prefix:?}");
+        at
+    }
+
+    fn finish(mut self) {
+        if let Some(mut s) = self.stdin.take() {
+            let _ = s.write_all(b"release\n");
+        }
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "waiter failed: {st}");
+    }
+}
+
+fn probe_cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.env(probe::PROBE_ENV, args.join(&probe::SEP.to_string()));
+    c
+}
+
+/// Gives a waiter that said it is about to block time to park in the kernel, so the sample is
+/// the wake-up and not the waiter's start-up. The same for every kind of waiter.
+fn settle() -> Duration {
+    Duration::from_millis(
+        std::env::var("LEASE_BENCH_SETTLE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(10),
+    )
+}
+
+fn handoff() {
+    let n = samples(200);
+    println!(
+        "handoff latency: holder releases -> waiting process owns ({n} handoffs each, interleaved):"
+    );
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tenure");
+    let sd = StateDir::open(&dir, true).unwrap();
+    let opts = AcquireOptions {
+        wait: WaitBound::Try,
+        ..AcquireOptions::default()
+    };
+    // The floors lock a separate file so they never meet tenure's waiters.
+    let raw_dir = t.path().join("raw");
+    std::fs::create_dir_all(raw_dir.join(".tenure")).unwrap();
+    let raw_lock = raw_dir.join(".tenure/lock");
+    std::fs::write(&raw_lock, b"").unwrap();
+    let (mut ten, mut raw, mut fl, mut dur) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let raw_ctl = raw_dir.join(".tenure");
+    for _ in 0..n {
+        // tenure -> tenure.
+        let l = lease::acquire(&sd, &opts, &mut |_| {}).unwrap();
+        let w = Waiter::start(
+            probe_cmd(&["hold", dir.to_str().unwrap(), "forever"]),
+            "PROBE ",
+        );
+        w.expect("waiting for ");
+        std::thread::sleep(settle());
+        let t0 = Instant::now();
+        l.release().unwrap();
+        ten.push(w.expect("acquired").duration_since(t0));
+        w.finish();
+
+        // Raw flock -> raw blocking flock (the kernel floor).
+        let holder = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&raw_lock)
+            .unwrap();
+        rustix::fs::flock(&holder, FlockOperation::LockExclusive).unwrap();
+        let w = Waiter::start(probe_cmd(&["raw", raw_dir.to_str().unwrap()]), "PROBE ");
+        w.expect("blocking");
+        std::thread::sleep(settle());
+        let t0 = Instant::now();
+        rustix::fs::flock(&holder, FlockOperation::Unlock).unwrap();
+        drop(holder);
+        raw.push(w.expect("acquired").duration_since(t0));
+        w.finish();
+
+        // Durable floor: the holder writes one record durably and unlocks; the raw waiter
+        // writes two records durably and fsyncs the dir, as tenure does, before it reports.
+        let holder = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&raw_lock)
+            .unwrap();
+        rustix::fs::flock(&holder, FlockOperation::LockExclusive).unwrap();
+        let w = Waiter::start(
+            probe_cmd(&["rawdurable", raw_dir.to_str().unwrap()]),
+            "PROBE ",
+        );
+        w.expect("blocking");
+        std::thread::sleep(settle());
+        let t0 = Instant::now();
+        probe::hand_replace(&raw_ctl, "released.json");
+        rustix::fs::flock(&holder, FlockOperation::Unlock).unwrap();
+        drop(holder);
+        dur.push(w.expect("acquired").duration_since(t0));
+        w.finish();
+
+        // Raw flock -> flock(1) -w.
+        let holder = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&raw_lock)
+            .unwrap();
+        rustix::fs::flock(&holder, FlockOperation::LockExclusive).unwrap();
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg("exec 9<>\"$1\"; echo ready; flock -w 30 9 && echo acquired; read _")
+            .arg("sh")
+            .arg(&raw_lock);
+        let w = Waiter::start(cmd, "");
+        w.expect("ready");
+        std::thread::sleep(settle());
+        let t0 = Instant::now();
+        rustix::fs::flock(&holder, FlockOperation::Unlock).unwrap();
+        drop(holder);
+        fl.push(w.expect("acquired").duration_since(t0));
+        w.finish();
+    }
+    let (m_ten, p_ten) = summary("tenure waiter (release() -> owns)", ten);
+    let (m_raw, p_raw) = summary("raw flock(LOCK_EX) waiter", raw);
+    let (m_fl, p_fl) = summary("flock(1) -w waiter", fl);
+    let (m_dur, p_dur) = summary("durable floor (raw + same fsyncs)", dur);
+    println!(
+        "  ratio tenure / flock(1): median {:.2}x, p99 {:.2}x   (target median <= 1 ms, ratio <= 1.2)",
+        m_ten.as_secs_f64() / m_fl.as_secs_f64(),
+        p_ten.as_secs_f64() / p_fl.as_secs_f64()
+    );
+    println!(
+        "  ratio tenure / raw flock: median {:.2}x, p99 {:.2}x",
+        m_ten.as_secs_f64() / m_raw.as_secs_f64(),
+        p_ten.as_secs_f64() / p_raw.as_secs_f64()
+    );
+    println!(
+        "  ratio tenure / durable floor: median {:.2}x, p99 {:.2}x   (tenure's own overhead beyond its fsyncs)",
+        m_ten.as_secs_f64() / m_dur.as_secs_f64(),
+        p_ten.as_secs_f64() / p_dur.as_secs_f64()
+    );
+    let _ = sd.root().as_fd();
+}
+
+fn main() {
+    if let Ok(spec) = std::env::var(probe::PROBE_ENV) {
+        probe::run(&spec);
+    }
+    // `cargo test --benches` runs bench binaries with `--bench` absent: stay quick there.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("lease bench: run with `cargo bench --bench lease` to measure");
+        return;
+    }
+    uncontended();
+    handoff();
+}

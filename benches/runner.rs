@@ -1,0 +1,279 @@
+//! Benchmarks of the `tenure` runner (issue 5), each printed against a baseline measured in the
+//! same run on the same filesystem, so the ratios survive a slow or loaded machine:
+//!
+//! 1. `tenure run --dir D -- true` against `flock F/lock true` (both spawn `true`): medians of N
+//!    interleaved runs and their ratio (target ≤ 1.5×), and the peak RSS of each (from
+//!    `/usr/bin/time -f %M` when it is installed).
+//! 2. SIGTERM → exit of a ready owner whose child staged a 100 MiB checkpoint, against the
+//!    publish of the same 100 MiB through the library alone (target ≤ +20 ms).
+//!
+//! Run with `cargo bench --bench runner`; `TENURE_BENCH_RUNS` (default 40) and
+//! `TENURE_BENCH_PUBLISH_RUNS` (default 5) set the repetitions. Nothing is asserted: speed is
+//! reported, never tested.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tenure::checkpoint::{CheckpointStore, StoreOptions};
+use tenure::lease::{self, AcquireOptions, WaitBound};
+use tenure::machine::PhaseKind;
+use tenure::privfs::StateDir;
+
+const TENURE: &str = env!("CARGO_BIN_EXE_tenure");
+const MIB: usize = 1 << 20;
+
+fn runs(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(default)
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn p90(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[(v.len() * 9 / 10).min(v.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Runs a command to its end (stdio discarded) and returns how long it took.
+fn timed(cmd: &mut Command) -> Duration {
+    let t = Instant::now();
+    let st = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("spawn");
+    let d = t.elapsed();
+    assert!(st.success(), "{cmd:?} failed: {st}");
+    d
+}
+
+/// The peak RSS in KiB of a command, from `/usr/bin/time -f %M` (max over `n` runs).
+fn peak_rss_kib(args: &[&str], n: usize) -> Option<u64> {
+    let time = Path::new("/usr/bin/time");
+    if !time.exists() {
+        return None;
+    }
+    let mut best = 0;
+    for _ in 0..n {
+        let out = Command::new(time)
+            .arg("-f")
+            .arg("%M")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stderr);
+        let kib: u64 = text.lines().last()?.trim().parse().ok()?;
+        best = best.max(kib);
+    }
+    Some(best)
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+}
+
+fn bench_run_vs_flock(tmp: &Path, n: usize) {
+    println!("== tenure run -- true  vs  flock LOCK true ({n} interleaved runs each)");
+    let Some(flock) = which("flock") else {
+        println!("   skipped: flock(1) is not installed");
+        return;
+    };
+    let state = tmp.join("state");
+    let flock_dir = tmp.join("flock");
+    fs::create_dir(&flock_dir).unwrap();
+    let lock = flock_dir.join("lock");
+    let tenure_cmd = || {
+        let mut c = Command::new(TENURE);
+        c.arg("run").arg("--dir").arg(&state).args(["--", "true"]);
+        c
+    };
+    let flock_cmd = || {
+        let mut c = Command::new(&flock);
+        c.arg(&lock).arg("true");
+        c
+    };
+    // Warm-up: the first run creates the dir, its marker and the store's folders.
+    timed(&mut tenure_cmd());
+    timed(&mut flock_cmd());
+    let (mut t, mut f) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        t.push(timed(&mut tenure_cmd()));
+        f.push(timed(&mut flock_cmd()));
+    }
+    let (tm, fm) = (median(&mut t), median(&mut f));
+    println!(
+        "   tenure run: median {:7.2} ms  p90 {:7.2} ms",
+        ms(tm),
+        ms(p90(&mut t))
+    );
+    println!(
+        "   flock(1):   median {:7.2} ms  p90 {:7.2} ms",
+        ms(fm),
+        ms(p90(&mut f))
+    );
+    println!(
+        "   ratio tenure/flock: {:.2}x  (target <= 1.5x)",
+        tm.as_secs_f64() / fm.as_secs_f64()
+    );
+    let state_s = state.to_str().unwrap();
+    let lock_s = lock.to_str().unwrap();
+    let flock_s = flock.to_str().unwrap();
+    match (
+        peak_rss_kib(&[TENURE, "run", "--dir", state_s, "--", "true"], 5),
+        peak_rss_kib(&[flock_s, lock_s, "true"], 5),
+    ) {
+        (Some(a), Some(b)) => println!(
+            "   peak RSS: tenure {a} KiB, flock {b} KiB, ratio {:.2}x",
+            a as f64 / b as f64
+        ),
+        _ => println!("   peak RSS: skipped (/usr/bin/time is not installed)"),
+    }
+}
+
+/// 100 MiB whose first bytes make it unique to `tag` (so no publish finds its blob already
+/// stored and skips the write).
+fn payload(base: &[u8], tag: &str) -> Vec<u8> {
+    let mut v = base.to_vec();
+    let t = tag.as_bytes();
+    v[..t.len()].copy_from_slice(t);
+    v
+}
+
+/// The library publish alone: own a fresh dir, stage the file, time `publish`.
+fn publish_alone(dir: &Path, data: &[u8]) -> Duration {
+    let sd = StateDir::open(dir, true).unwrap();
+    let opts = AcquireOptions {
+        wait: WaitBound::Try,
+        cancel: None,
+        phase: PhaseKind::Ready,
+    };
+    let l = lease::acquire(&sd, &opts, &mut |_| {}).unwrap();
+    let store = CheckpointStore::open_owned(&sd, StoreOptions { keep: 2 }).unwrap();
+    let staging = store.staging().unwrap();
+    let mut f = fs::File::create(staging.path().join("big")).unwrap();
+    f.write_all(data).unwrap();
+    drop(f);
+    let t = Instant::now();
+    store.publish(l.epoch(), &staging).unwrap();
+    let d = t.elapsed();
+    l.release().unwrap();
+    d
+}
+
+/// A ready owner whose child staged `src` (100 MiB) and waits; SIGTERM → the runner's exit.
+fn stop_with_publish(dir: &Path, src: &Path, staged: &Path) -> Duration {
+    let script = r#"trap 'exit 0' TERM
+cat "$1" > "$TENURE_CHECKPOINT_OUT/big"
+: > "$2"
+read _"#;
+    let mut child = Command::new(TENURE)
+        .arg("run")
+        .arg("--dir")
+        .arg(dir)
+        .args(["--", "sh", "-c", script, "sh"])
+        .arg(src)
+        .arg(staged)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Held until the runner exited: `Child::wait` would close it, and the child's `read _`
+    // would end on EOF instead of on the signal.
+    let stdin = child.stdin.take();
+    let events = dir.join(".tenure/events.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Event wait: the owner says ready and the child says its file is staged.
+    while !(staged.exists()
+        && fs::read_to_string(&events).is_ok_and(|s| s.contains("\"kind\":\"ready\"")))
+    {
+        assert!(Instant::now() < deadline, "the owner never became ready");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    let t = Instant::now();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let st = child.wait().unwrap();
+    let d = t.elapsed();
+    drop(stdin);
+    assert_eq!(st.code(), Some(143), "the owner did not stop in order");
+    let log = fs::read_to_string(&events).unwrap_or_default();
+    assert!(
+        log.contains("checkpoint-published"),
+        "nothing was published:\n{log}"
+    );
+    d
+}
+
+fn bench_stop_publish(tmp: &Path, m: usize) {
+    println!(
+        "== SIGTERM -> exit of a ready owner publishing 100 MiB  vs  the publish alone ({m} runs each)"
+    );
+    let mut base = vec![0u8; 100 * MIB];
+    // Incompressible-looking but cheap bytes: a xorshift stream.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for chunk in base.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    let (mut alone, mut runner) = (Vec::new(), Vec::new());
+    for i in 0..m {
+        let data = payload(&base, &format!("library-{i}-"));
+        alone.push(publish_alone(&tmp.join(format!("lib-{i}")), &data));
+        let data = payload(&base, &format!("runner-{i}-"));
+        let src = tmp.join(format!("src-{i}"));
+        // Written back before the measurement, so that in both cases only the staged copy is
+        // dirty when the publish starts.
+        let mut f = fs::File::create(&src).unwrap();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        runner.push(stop_with_publish(
+            &tmp.join(format!("run-{i}")),
+            &src,
+            &tmp.join(format!("staged-{i}")),
+        ));
+        fs::remove_file(&src).unwrap();
+        // Keep the disk footprint bounded.
+        let _ = fs::remove_dir_all(tmp.join(format!("lib-{i}")));
+        let _ = fs::remove_dir_all(tmp.join(format!("run-{i}")));
+    }
+    let (a, r) = (median(&mut alone), median(&mut runner));
+    println!("   publish alone (library): median {:8.2} ms", ms(a));
+    println!("   SIGTERM -> exit (runner): median {:8.2} ms", ms(r));
+    println!("   overhead: {:+.2} ms  (target <= +20 ms)", ms(r) - ms(a));
+}
+
+fn main() {
+    let tmp = tempfile::Builder::new()
+        .prefix("tenure-bench-")
+        .tempdir()
+        .expect("tempdir");
+    println!(
+        "tenure runner benchmarks (binary {TENURE}, scratch {})",
+        tmp.path().display()
+    );
+    bench_run_vs_flock(tmp.path(), runs("TENURE_BENCH_RUNS", 40));
+    bench_stop_publish(tmp.path(), runs("TENURE_BENCH_PUBLISH_RUNS", 5));
+}

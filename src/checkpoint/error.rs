@@ -1,0 +1,256 @@
+//! The one error type of the checkpoint store boundary.
+//!
+//! Every refusal names the file (relative to the state dir) and what is wrong with it, and says
+//! what to do; none of them has changed a byte on disk.
+
+use std::io;
+use std::path::PathBuf;
+
+use super::format::{CheckpointId, Digest, FormatError};
+use crate::privfs::FsError;
+
+/// Errors of the checkpoint store.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// `CURRENT` exists but holds no bytes.
+    #[error(
+        "{path}: CURRENT is empty; the store was left as it is, restore CURRENT or run `tenure verify` to find an older valid checkpoint"
+    )]
+    CurrentEmpty {
+        /// The CURRENT file.
+        path: PathBuf,
+    },
+    /// `CURRENT` does not have the exact `<id> <sha256>\n` form.
+    #[error(
+        "{path}: CURRENT {reason}; the store was left as it is, restore CURRENT or run `tenure verify` to find an older valid checkpoint"
+    )]
+    CurrentMalformed {
+        /// The CURRENT file.
+        path: PathBuf,
+        /// What the parser refused.
+        reason: FormatError,
+    },
+    /// `CURRENT` names a manifest file that does not exist.
+    #[error(
+        "{path}: CURRENT names a missing manifest (checkpoint {id}); the store was left as it is, restore the manifest or run `tenure verify`"
+    )]
+    ManifestMissing {
+        /// The manifest file CURRENT points at.
+        path: PathBuf,
+        /// The checkpoint id CURRENT names.
+        id: CheckpointId,
+    },
+    /// The manifest's bytes do not hash to the digest `CURRENT` records.
+    #[error(
+        "{path}: manifest digest mismatch: sha256 {actual}, CURRENT records {expected}; the store was left as it is"
+    )]
+    ManifestDigestMismatch {
+        /// The manifest file.
+        path: PathBuf,
+        /// Digest recorded in CURRENT.
+        expected: Digest,
+        /// Digest of the bytes found.
+        actual: Digest,
+    },
+    /// The manifest does not parse or breaks a format rule.
+    #[error("{path}: manifest {reason}; the store was left as it is")]
+    ManifestMalformed {
+        /// The manifest file.
+        path: PathBuf,
+        /// What the parser refused.
+        reason: FormatError,
+    },
+    /// The manifest's own id disagrees with the file it is stored in.
+    #[error("{path}: manifest holds id {found}, expected {expected}; the store was left as it is")]
+    ManifestIdMismatch {
+        /// The manifest file.
+        path: PathBuf,
+        /// The id its file name and CURRENT give.
+        expected: CheckpointId,
+        /// The id inside.
+        found: CheckpointId,
+    },
+    /// A blob the manifest lists is absent.
+    #[error("{path}: blob missing for entry {name:?}; the store was left as it is")]
+    BlobMissing {
+        /// The blob file.
+        path: PathBuf,
+        /// The entry that lists it.
+        name: String,
+    },
+    /// A blob has another length than the manifest lists.
+    #[error(
+        "{path}: blob size mismatch for entry {name:?}: {actual} bytes, the manifest lists {expected}; the store was left as it is"
+    )]
+    BlobSizeMismatch {
+        /// The blob file.
+        path: PathBuf,
+        /// The entry that lists it.
+        name: String,
+        /// Size the manifest lists.
+        expected: u64,
+        /// Size found (at most `expected + 1`: reading stops there).
+        actual: u64,
+    },
+    /// A blob's bytes do not hash to its name.
+    #[error(
+        "{path}: blob digest mismatch for entry {name:?}: sha256 {actual}; the store was left as it is"
+    )]
+    BlobDigestMismatch {
+        /// The blob file.
+        path: PathBuf,
+        /// The entry that lists it.
+        name: String,
+        /// Digest of the bytes found.
+        actual: Digest,
+    },
+    /// A file or directory of the store was refused by the private-file rules (symlink,
+    /// permissive, not owned, ...) or could not be accessed.
+    #[error(transparent)]
+    Fs(#[from] FsError),
+    /// The publisher's epoch is older than the one persisted in the state dir (card H5).
+    #[error(
+        "{path}: publish with epoch {epoch} refused: the state dir is owned at epoch {persisted}; nothing was written"
+    )]
+    StaleEpoch {
+        /// The epoch file.
+        path: PathBuf,
+        /// The epoch the publisher holds.
+        epoch: u64,
+        /// The epoch persisted in the state dir.
+        persisted: u64,
+    },
+    /// The publisher's epoch is newer than any the state dir ever granted.
+    #[error(
+        "{path}: publish with epoch {epoch} refused: the state dir has granted only up to epoch {persisted}; publish with the epoch the lease returned"
+    )]
+    UnknownEpoch {
+        /// The epoch file.
+        path: PathBuf,
+        /// The epoch the publisher holds.
+        epoch: u64,
+        /// The epoch persisted in the state dir (0 when none was ever granted).
+        persisted: u64,
+    },
+    /// The epoch file could not be read, so the publish cannot be fenced.
+    #[error("{path}: cannot read the epoch to fence the publish: {reason}; nothing was written")]
+    EpochUnreadable {
+        /// The epoch file.
+        path: PathBuf,
+        /// Why it could not be read.
+        reason: String,
+    },
+    /// A file offered for publication has a name the manifest cannot hold.
+    #[error("{path}: cannot publish: the name {reason}; rename the file in the staging area")]
+    BadEntryName {
+        /// The offending file.
+        path: PathBuf,
+        /// Which naming rule it breaks.
+        reason: FormatError,
+    },
+    /// The staging area holds something other than regular files and directories.
+    #[error(
+        "{path}: cannot publish a {kind}; the staging area may hold only regular files and directories"
+    )]
+    UnsupportedFile {
+        /// The offending entry.
+        path: PathBuf,
+        /// What it is (symlink, fifo, socket, device).
+        kind: &'static str,
+    },
+    /// The store was opened read-only ([`super::CheckpointStore::open`]); only the owner
+    /// publishes.
+    #[error(
+        "{path}: the checkpoint store was opened read-only; open it with `open_owned` while holding the lease"
+    )]
+    ReadOnly {
+        /// The store directory.
+        path: PathBuf,
+    },
+    /// An entry of a publish names a blob the store does not hold.
+    #[error(
+        "{path}: cannot carry entry {name:?} over: its blob is missing or has another size; publish the file's bytes instead"
+    )]
+    CarryMissing {
+        /// The blob file.
+        path: PathBuf,
+        /// The entry.
+        name: String,
+    },
+    /// The store options make no sense (card H6).
+    #[error("invalid checkpoint store options: {0}")]
+    InvalidOptions(&'static str),
+    /// The checkpoint id sequence is exhausted.
+    #[error("{path}: checkpoint ids are exhausted; start a new state dir")]
+    IdsExhausted {
+        /// The CURRENT file.
+        path: PathBuf,
+    },
+    /// A step of a publish failed before `CURRENT` was replaced; the publish is abandoned and
+    /// `CURRENT` is unchanged (an fsync error also poisons the store: reopen it).
+    #[error("{source}; the publish was abandoned and CURRENT is unchanged")]
+    PublishFailed {
+        /// What failed.
+        source: FsError,
+    },
+    /// The fsync of the directory holding `CURRENT` failed after the rename: `CURRENT` names
+    /// either the old or the new checkpoint, both complete, and which one survives a power loss
+    /// is unknown, so the publish is not acknowledged.
+    #[error(
+        "{source}; CURRENT was already renamed, so it names checkpoint {new} or the previous one, both complete; the publish is not acknowledged: reopen the store and publish again"
+    )]
+    CurrentSyncFailed {
+        /// The checkpoint being published.
+        new: CheckpointId,
+        /// The failed directory fsync.
+        source: FsError,
+    },
+    /// Any other I/O failure, with the file and the operation.
+    #[error("{path}: {op} failed: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The operation (open, read, write, rename, ...).
+        op: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+impl CheckpointError {
+    pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str, source: io::Error) -> Self {
+        CheckpointError::Io {
+            path: path.into(),
+            op,
+            source,
+        }
+    }
+
+    /// True for refusals of on-disk state (the `verify` exit code), false for operational
+    /// failures such as I/O errors or fencing.
+    pub fn is_corrupt_state(&self) -> bool {
+        matches!(
+            self,
+            CheckpointError::CurrentEmpty { .. }
+                | CheckpointError::CurrentMalformed { .. }
+                | CheckpointError::ManifestMissing { .. }
+                | CheckpointError::ManifestDigestMismatch { .. }
+                | CheckpointError::ManifestMalformed { .. }
+                | CheckpointError::ManifestIdMismatch { .. }
+                | CheckpointError::BlobMissing { .. }
+                | CheckpointError::BlobSizeMismatch { .. }
+                | CheckpointError::BlobDigestMismatch { .. }
+        ) || matches!(
+            self,
+            CheckpointError::Fs(
+                FsError::Symlink { .. }
+                    | FsError::NotRegular { .. }
+                    | FsError::NotDirectory { .. }
+                    | FsError::NotOwned { .. }
+                    | FsError::Permissive { .. }
+                    | FsError::HardLinked { .. }
+                    | FsError::TooLarge { .. }
+            )
+        )
+    }
+}

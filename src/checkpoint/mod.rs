@@ -1,0 +1,118 @@
+//! The checkpoint store: content-addressed blobs, a digest-checked manifest per checkpoint and a
+//! durable `CURRENT` pointer (issue 4; cards G3, G4, L1, H5).
+//!
+//! # Layout (all under `<state dir>/checkpoints/`, directories 0700, files 0600 or 0400)
+//! ```text
+//! CURRENT                    "<20-digit id> <sha256 of the manifest file>\n"
+//! manifests/<id>.json        id, parent id, writing epoch, created-at, entries (name/size/sha256/mode)
+//! blobs/sha256/<hex>         file contents, named by their sha256, read-only (0400)
+//! staging/<random>/          scratch areas a writer fills for the next publish
+//! views/<random>/            read-only copies of a checkpoint's files for a reader
+//! ```
+//!
+//! # Publish protocol ([`CheckpointStore::publish`])
+//! Fence on the epoch; write each new blob (temp, fsync, `renameat` without replacing), fsync the
+//! blob directory; write the manifest the same way and fsync its directory; fence again; replace
+//! `CURRENT` (temp in the same directory, fsync, `renameat`, fsync the directory). The publish is
+//! acknowledged only after that last fsync returns, and only then are superseded manifests and
+//! blobs collected (keeping the last `keep` checkpoints). Blobs already present are not
+//! rewritten. Every failure before the `CURRENT` rename leaves `CURRENT` untouched; an fsync
+//! error is never retried on the same descriptor (privfs consumes the file, and poisons a
+//! directory, so the store must be reopened). `store::replace_current` is the only function in
+//! the crate that replaces `CURRENT`.
+//!
+//! # Load ([`CheckpointStore::load`])
+//! Reads `CURRENT` strictly, checks the manifest's sha256 against it, then streams every blob
+//! through sha256 with one fixed buffer, checking size and digest. Any mismatch is a typed
+//! refusal naming the file; nothing is repaired, deleted or silently replaced by an older
+//! checkpoint. [`CheckpointStore::report`] is the best-effort read-only mode for `tenure verify`
+//! and `status`: it also names the newest fully valid *older* checkpoint, without using it.
+//!
+//! # Staging areas and nested directories
+//! A staging area is an empty private directory the writer (the runner's child, through
+//! `TENURE_CHECKPOINT_OUT`) fills. Nested directories are flattened into entry names with `/`
+//! separators (`dir/sub/file`) and re-created by views; empty directories are not recorded.
+//! Symlinks, FIFOs, sockets and devices are refused with [`CheckpointError::UnsupportedFile`], and
+//! names that are not UTF-8 with [`CheckpointError::BadEntryName`]. An area with no file means
+//! "nothing to publish" ([`Published::Unchanged`]), and so does an area whose files equal the
+//! current checkpoint's exactly (card L1: a run that changes nothing leaves CURRENT's bytes as
+//! they were).
+//!
+//! # Views are copies, never hard links
+//! The reader of a view (the runner's child) runs as our uid, so mode bits do not stop it: it
+//! may `chmod u+w` any file it can reach and write through it. A hard link to a blob would let it
+//! rewrite the blob of a published checkpoint. Views are therefore copies (files 0400 or 0500,
+//! directories 0500), and the copy is hashed as it is written, so the view is also verified.
+//!
+//! # Crash points
+//! With the `failpoints` feature each step of a publish is a named crash point
+//! ([`FAILPOINTS`]); tests kill a child process at each one and check that load then yields the
+//! old or the new checkpoint, never anything else.
+
+pub mod error;
+pub mod format;
+pub mod gc;
+pub mod hash;
+mod store;
+mod tree;
+
+pub use error::CheckpointError;
+pub use format::{CheckpointId, Current, Digest, Entry, FormatError, Manifest};
+pub use hash::VerifyingReader;
+pub use store::{
+    Checkpoint, CheckpointStore, GcReport, PublishFile, Published, Source, Staging, StoreOptions,
+    VerifyReport, View,
+};
+
+/// The store's directory inside a state dir.
+pub const STORE_DIR: &str = "checkpoints";
+/// The pointer file inside [`STORE_DIR`].
+pub const CURRENT_FILE: &str = "CURRENT";
+/// The manifests directory inside [`STORE_DIR`].
+pub const MANIFESTS_DIR: &str = "manifests";
+/// The blobs directory inside [`STORE_DIR`]; blobs live in its `sha256/` subdirectory.
+pub const BLOBS_DIR: &str = "blobs";
+/// The blob subdirectory for sha256-named blobs.
+pub const SHA256_DIR: &str = "sha256";
+/// The staging areas' directory inside [`STORE_DIR`].
+pub const STAGING_DIR: &str = "staging";
+/// The views' directory inside [`STORE_DIR`].
+pub const VIEWS_DIR: &str = "views";
+
+/// Every crash point of a publish, in the order a publish of one new file reaches them: each
+/// privfs step is `<label>.<step>`, plus `publish.acked` (after the `CURRENT` directory fsync,
+/// before GC) and the GC steps. Tests iterate over this list, so a new step shows up in the
+/// crash sweep by being added here.
+pub const FAILPOINTS: &[&str] = &[
+    "publish.blob.create",
+    "publish.blob.write",
+    "publish.blob.fsync",
+    "publish.blob.rename",
+    "publish.blob.dirfsync",
+    "publish.manifest.create",
+    "publish.manifest.write",
+    "publish.manifest.fsync",
+    "publish.manifest.rename",
+    "publish.manifest.dirfsync",
+    "publish.current.create",
+    "publish.current.write",
+    "publish.current.fsync",
+    "publish.current.rename",
+    "publish.current.dirfsync",
+    "publish.acked",
+    "gc.manifest.unlink",
+    "gc.manifest.dirfsync",
+    "gc.blob.unlink",
+    "gc.blob.dirfsync",
+];
+
+/// The crash points at which `CURRENT` has already been replaced (load must yield the new
+/// checkpoint after a crash there); at every earlier point it must yield the old one.
+pub const FAILPOINTS_AFTER_RENAME: &[&str] = &[
+    "publish.current.dirfsync",
+    "publish.acked",
+    "gc.manifest.unlink",
+    "gc.manifest.dirfsync",
+    "gc.blob.unlink",
+    "gc.blob.dirfsync",
+];

@@ -1,0 +1,109 @@
+//! The event log (card D6): JSONL lines appended to `.tenure/events.jsonl`, private, bounded by
+//! rotation. Every line has the time, the kind, the epoch (when owning), the pid and the process
+//! identity of the writer; the end of every run is one `end` line with reason, exit code and
+//! signal (card R1).
+//!
+//! Waiters and cancelled runs write too (`waiting`, `busy`, `cancelled`), so lines are appended
+//! with `O_APPEND` (one `write` per line, atomic for lines this short). Only the owner rotates.
+
+use crate::lease::{CONTROL_DIR, Identity, now_ms};
+use crate::privfs::{Dir, StateDir};
+use serde_json::{Map, Value, json};
+use std::fs::File;
+use std::io::Write;
+
+/// The log file inside the control folder.
+pub const LOG_FILE: &str = "events.jsonl";
+/// The rotated log (one generation is kept).
+pub const LOG_FILE_OLD: &str = "events.jsonl.1";
+/// The size past which the owner rotates the log.
+pub const ROTATE_BYTES: u64 = 1 << 20;
+
+/// An open event log.
+pub struct EventLog {
+    control: Dir,
+    file: File,
+    pid: u32,
+    identity: Option<Identity>,
+}
+
+impl EventLog {
+    /// Opens (creating) the log of `dir`, but only if the control folder exists: a run that
+    /// never touched the dir must not create anything just to log (card G1).
+    pub fn open(dir: &StateDir) -> Option<EventLog> {
+        let control = dir.root().open_dir_optional(CONTROL_DIR).ok()??;
+        let file = control.open_or_create_file(LOG_FILE, "events").ok()?;
+        let flags = rustix::fs::fcntl_getfl(&file).ok()?;
+        rustix::fs::fcntl_setfl(&file, flags | rustix::fs::OFlags::APPEND).ok()?;
+        Some(EventLog {
+            control,
+            file,
+            pid: std::process::id(),
+            identity: Identity::of_self().ok(),
+        })
+    }
+
+    /// Appends one line: `{"at_ms", "kind", "pid", "epoch"?, "identity", ...fields}`. Failures
+    /// are reported on stderr and otherwise ignored: the log is evidence, not state.
+    pub fn write(&mut self, kind: &str, epoch: Option<u64>, fields: Value) {
+        let mut line = Map::new();
+        line.insert("at_ms".into(), json!(now_ms()));
+        line.insert("kind".into(), json!(kind));
+        line.insert("pid".into(), json!(self.pid));
+        if let Some(e) = epoch {
+            line.insert("epoch".into(), json!(e));
+        }
+        if let Some(id) = &self.identity {
+            line.insert(
+                "identity".into(),
+                json!({"pid": id.pid, "start_time": id.start_time, "exe": id.exe}),
+            );
+        }
+        if let Value::Object(extra) = fields {
+            line.extend(extra);
+        }
+        let mut text = Value::Object(line).to_string();
+        text.push('\n');
+        if let Err(e) = self.file.write_all(text.as_bytes()) {
+            eprintln!("tenure: cannot append to the event log: {e}");
+        }
+    }
+
+    /// Rotates the log when it grew past [`ROTATE_BYTES`]; call only while owning.
+    pub fn rotate_if_large(&mut self) {
+        let Ok(st) = rustix::fs::fstat(&self.file) else {
+            return;
+        };
+        if (st.st_size as u64) < ROTATE_BYTES {
+            return;
+        }
+        if self
+            .control
+            .rename(LOG_FILE, LOG_FILE_OLD, "events")
+            .is_err()
+        {
+            return;
+        }
+        if let Ok(f) = self.control.open_or_create_file(LOG_FILE, "events") {
+            if let Ok(flags) = rustix::fs::fcntl_getfl(&f) {
+                let _ = rustix::fs::fcntl_setfl(&f, flags | rustix::fs::OFlags::APPEND);
+            }
+            self.file = f;
+        }
+    }
+}
+
+/// Reads the log lines of `dir` (current generation), for `status` and tests.
+pub fn read(dir: &StateDir) -> Vec<Value> {
+    let Ok(Some(control)) = dir.root().open_dir_optional(CONTROL_DIR) else {
+        return Vec::new();
+    };
+    let Ok(Some(bytes)) = control.read_optional(LOG_FILE, 64 << 20) else {
+        return Vec::new();
+    };
+    bytes
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| serde_json::from_slice(l).ok())
+        .collect()
+}

@@ -1,0 +1,1012 @@
+//! The driver: executes the machine's actions against real files, signals and a child process,
+//! and turns what it observes back into events. It adds no lifecycle rule: every decision is
+//! `Machine::handle`'s (see spec/lifecycle.md).
+//!
+//! One thread runs an event loop (`poll` on the signal pipe, the child's pidfd and stderr, the
+//! readiness socket and the recovery worker, with the nearest armed timer as timeout). Events
+//! are fed to the machine one at a time; the actions of a step are executed in order before the
+//! next event is read, so a signal that arrives during a step is handled between steps. The
+//! only work done off the loop thread is reading and verifying the checkpoint (a worker thread),
+//! so that a stop signal while recovering is honoured at once (card G3).
+
+pub mod child;
+pub mod demo;
+pub mod eventlog;
+pub mod notify;
+pub mod ops;
+pub mod signals;
+pub mod up;
+
+use crate::checkpoint::{
+    CheckpointError, CheckpointId, CheckpointStore, Published, Staging, StoreOptions, View,
+};
+use crate::lease::{self, AcquireOptions, Identity, Lease, LeaseError, WaitBound};
+use crate::machine::trace::{TRACE_VERSION, TraceLine, TraceStep};
+use crate::machine::{
+    Action, ChildStatus, Config, DrainCause, Event, Fault, Machine, Note, Outcome, PhaseKind,
+    ReadyMode, Reason, Refusal, Signal, Timer, reason_name,
+};
+use crate::privfs::{FsError, StateDir};
+use child::{Child, SpawnSpec};
+use eventlog::EventLog;
+use notify::{Notice, NotifySocket, Supervisor};
+use rustix::event::{PollFd, PollFlags, poll};
+use serde_json::json;
+use signals::SignalIntake;
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often an owner checks that its state dir is still where it was opened (card H7).
+const ROOT_CHECK: Duration = Duration::from_millis(500);
+
+/// Everything `tenure run` was asked to do; validated by the caller (card H6).
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The state dir.
+    pub dir: PathBuf,
+    /// How long to wait for a held lease.
+    pub wait: WaitBound,
+    /// TERM → KILL grace.
+    pub grace: Duration,
+    /// KILL → `did not stop` bound.
+    pub kill_wait: Duration,
+    /// When the child counts as ready.
+    pub ready: ReadyMode,
+    /// How long a notify-mode child may take to send `READY=1`.
+    pub ready_timeout: Option<Duration>,
+    /// When set, the child's environment is restricted to these names (card D2).
+    pub env_allow: Option<Vec<OsString>>,
+    /// Checkpoints kept by GC.
+    pub keep: usize,
+    /// Exit code when busy.
+    pub busy_code: u8,
+    /// Write every machine step here as JSONL.
+    pub trace: Option<PathBuf>,
+    /// The command and its arguments.
+    pub command: Vec<OsString>,
+}
+
+impl RunOptions {
+    /// The machine configuration these options give.
+    pub fn config(&self) -> Config {
+        let mut c = Config::child(self.ready);
+        c.grace = self.grace;
+        c.kill_wait = self.kill_wait;
+        c.ready_timeout = self.ready_timeout;
+        c.busy_code = self.busy_code;
+        c
+    }
+}
+
+/// Failures that happen before the machine can run (the machine handles everything after).
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// The trace file could not be created.
+    #[error("cannot create the trace file {path}: {source}; choose a writable path")]
+    Trace {
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The machine rejected an event the driver fed: a driver bug, reported instead of
+    /// panicking.
+    #[error("internal error: {0}; please report it")]
+    Rejected(String),
+    /// The event loop's `poll` failed.
+    #[error("cannot wait for events: {0}")]
+    Poll(#[source] io::Error),
+}
+
+/// What a finished run reports.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// The machine's outcome.
+    pub outcome: Outcome,
+    /// The process exit code.
+    pub code: u8,
+}
+
+struct Recovered {
+    checkpoint: Option<(CheckpointId, usize, u64)>,
+    view: Option<View>,
+    staging: Staging,
+}
+
+struct Worker {
+    wake: UnixStream,
+    cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: JoinHandle<Result<Recovered, (Fault, String)>>,
+}
+
+struct TraceWriter {
+    file: File,
+    seq: u64,
+}
+
+/// Runs one `tenure run` to its end. `intake` must have been installed before anything else so
+/// that a stop signal at any moment is seen (card G1).
+pub fn run(opts: &RunOptions, intake: &SignalIntake) -> Result<RunReport, DriverError> {
+    let mut r = Runner::new(opts, intake)?;
+    r.queue.push_back(Event::Start);
+    r.run()
+}
+
+struct Runner<'a> {
+    opts: &'a RunOptions,
+    intake: &'a SignalIntake,
+    machine: Machine,
+    queue: VecDeque<Event>,
+    dir: Option<StateDir>,
+    lease: Option<Lease>,
+    child: Option<Child>,
+    notify: Option<NotifySocket>,
+    supervisor: Option<Supervisor>,
+    timers: BTreeMap<Timer, Instant>,
+    log: Option<EventLog>,
+    trace: Option<TraceWriter>,
+    worker: Option<Worker>,
+    recovered: Option<Recovered>,
+    published: Option<CheckpointId>,
+    /// After a failed publish: what CURRENT named before it and names now (they differ when
+    /// the failure came after CURRENT was renamed, e.g. its directory fsync failed).
+    publish_failure: Option<(Option<CheckpointId>, Option<CheckpointId>)>,
+    started: Instant,
+    next_root_check: Instant,
+    root_lost: bool,
+    epoch: Option<u64>,
+    failure: Option<String>,
+    child_status: Option<ChildStatus>,
+}
+
+impl<'a> Runner<'a> {
+    fn new(opts: &'a RunOptions, intake: &'a SignalIntake) -> Result<Runner<'a>, DriverError> {
+        let machine = Machine::new(opts.config());
+        let trace = match &opts.trace {
+            None => None,
+            Some(path) => {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                    .open(path)
+                    .map_err(|source| DriverError::Trace {
+                        path: path.clone(),
+                        source,
+                    })?;
+                let mut t = TraceWriter { file, seq: 0 };
+                t.line(&TraceLine::Header {
+                    version: TRACE_VERSION,
+                    config: *machine.config(),
+                    pid: std::process::id(),
+                });
+                Some(t)
+            }
+        };
+        // Our own supervisor's socket is taken out of the environment so that the child never
+        // notifies it directly: only we say when the owner is ready.
+        let supervisor = Supervisor::from_env();
+        Ok(Runner {
+            opts,
+            intake,
+            machine,
+            queue: VecDeque::new(),
+            dir: None,
+            lease: None,
+            child: None,
+            notify: None,
+            supervisor,
+            timers: BTreeMap::new(),
+            log: None,
+            trace,
+            worker: None,
+            recovered: None,
+            published: None,
+            publish_failure: None,
+            started: Instant::now(),
+            next_root_check: Instant::now() + ROOT_CHECK,
+            root_lost: false,
+            epoch: None,
+            failure: None,
+            child_status: None,
+        })
+    }
+
+    fn run(&mut self) -> Result<RunReport, DriverError> {
+        loop {
+            while let Some(ev) = self.queue.pop_front() {
+                if let Some(outcome) = self.step(ev)? {
+                    return Ok(RunReport {
+                        code: outcome.code(),
+                        outcome,
+                    });
+                }
+            }
+            self.wait()?;
+        }
+    }
+
+    /// Feeds one event and executes the actions; returns the outcome once the machine exits.
+    fn step(&mut self, ev: Event) -> Result<Option<Outcome>, DriverError> {
+        if let Event::ChildExited(s) = ev {
+            self.child_status = Some(s);
+        }
+        let at_ms = self.started.elapsed().as_millis() as u64;
+        let seq = self.trace.as_ref().map_or(0, |t| t.seq + 1);
+        let step = TraceStep::record(&mut self.machine, seq, at_ms, ev);
+        if let Some(t) = &mut self.trace {
+            t.seq = seq;
+            t.line(&TraceLine::Step(step.clone()));
+        }
+        if let Some(msg) = step.rejected {
+            return Err(DriverError::Rejected(msg));
+        }
+        for action in step.actions {
+            if let Some(outcome) = self.execute(action) {
+                return Ok(Some(outcome));
+            }
+        }
+        Ok(None)
+    }
+
+    fn log(&mut self, kind: &str, fields: serde_json::Value) {
+        if let Some(l) = &mut self.log {
+            l.write(kind, self.epoch, fields);
+        }
+    }
+
+    fn dir_display(&self) -> String {
+        self.dir.as_ref().map_or_else(
+            || self.opts.dir.display().to_string(),
+            |d| d.path().display().to_string(),
+        )
+    }
+
+    fn execute(&mut self, action: Action) -> Option<Outcome> {
+        match action {
+            Action::AcquireLease => self.acquire(),
+            Action::AbandonAcquire => {
+                // `lease::acquire` returned `Cancelled` and removed its waiter entry itself;
+                // nothing else was created for this run.
+            }
+            Action::SetPhase(p) => {
+                if let Some(l) = &mut self.lease
+                    && let Err(e) = l.set_phase(p)
+                {
+                    eprintln!("tenure: cannot record phase {p}: {e}");
+                }
+            }
+            Action::Recover => self.start_recovery(),
+            Action::SpawnChild => self.spawn(),
+            Action::ArmTimer(t, d) => {
+                self.timers.insert(t, Instant::now() + d);
+            }
+            Action::DisarmTimer(t) => {
+                self.timers.remove(&t);
+            }
+            Action::NotifyReady => self.tell_supervisor("READY=1"),
+            Action::NotifyStopping => self.tell_supervisor("STOPPING=1"),
+            // The runner has no in-process hook: the child is told by the forwarded signal.
+            Action::BeginDrain => {}
+            Action::Forward(s) => self.signal_child(s.name(), to_rustix(s)),
+            Action::Kill => self.signal_child("SIGKILL", rustix::process::Signal::KILL),
+            Action::Publish => self.publish(),
+            Action::ReleaseLease => self.release(),
+            Action::Note(n) => self.note(n),
+            Action::Exit(o) => {
+                self.finish(&o);
+                return Some(o);
+            }
+        }
+        None
+    }
+
+    fn tell_supervisor(&mut self, text: &str) {
+        if let Some(s) = &self.supervisor
+            && let Err(e) = s.send(text)
+        {
+            eprintln!("tenure: cannot notify the supervisor ({text}): {e}");
+        }
+    }
+
+    fn acquire(&mut self) {
+        let dir = match StateDir::open(&self.opts.dir, true) {
+            Ok(d) => d,
+            Err(e) => {
+                self.failure = Some(e.to_string());
+                let fault = if fs_refusal(&e) {
+                    Fault::State
+                } else {
+                    Fault::Io
+                };
+                self.queue.push_back(Event::LeaseFailed(fault));
+                return;
+            }
+        };
+        let opts = AcquireOptions {
+            wait: self.opts.wait,
+            cancel: Some(self.intake.fd()),
+            phase: PhaseKind::Recovering,
+        };
+        let mut contended = false;
+        let mut log = None;
+        let result = lease::acquire(&dir, &opts, &mut |c| {
+            eprintln!("tenure: {c}");
+            contended = true;
+            // The dir passed the read-only inspection and its control folder exists: the
+            // `waiting` line is written now, while we wait (card D6, L1), not once the wait is
+            // over.
+            log = EventLog::open(&dir);
+            if let Some(l) = &mut log {
+                let (pid, epoch) = c.owner.as_ref().map(|o| (o.identity.pid, o.epoch)).unzip();
+                l.write(
+                    "waiting",
+                    None,
+                    json!({"owner_pid": pid, "owner_epoch": epoch}),
+                );
+            }
+        });
+        // A dir whose state was refused is left byte-for-byte as it was (cards L8–L10): not
+        // even the event log is created or appended to.
+        let refused = matches!(&result, Err(e) if lease_refusal(e));
+        self.log = match log {
+            Some(l) => Some(l),
+            None if refused => None,
+            None => EventLog::open(&dir),
+        };
+        if contended {
+            self.queue.push_back(Event::LeaseBusy);
+        }
+        self.dir = Some(dir);
+        match result {
+            Ok(l) => {
+                self.epoch = Some(l.epoch());
+                self.queue
+                    .push_back(Event::LeaseGranted { epoch: l.epoch() });
+                self.lease = Some(l);
+                self.next_root_check = Instant::now() + ROOT_CHECK;
+            }
+            Err(LeaseError::Busy { .. }) if !contended => {
+                // Try-once found it held: contention, then the (zero) bound expired.
+                if let Err(e) = &result {
+                    self.failure = Some(e.to_string());
+                }
+                self.queue.extend([Event::LeaseBusy, Event::WaitExpired]);
+            }
+            Err(LeaseError::Busy { .. }) => {
+                if let Err(e) = &result {
+                    self.failure = Some(e.to_string());
+                }
+                self.queue.push_back(Event::WaitExpired);
+            }
+            // The signal that cancelled the wait is read by the loop and fed as `stop`.
+            Err(LeaseError::Cancelled { .. }) => {}
+            Err(e) => {
+                let fault = if lease_refusal(&e) {
+                    Fault::State
+                } else {
+                    Fault::Io
+                };
+                self.failure = Some(e.to_string());
+                self.queue.push_back(Event::LeaseFailed(fault));
+            }
+        }
+    }
+
+    fn start_recovery(&mut self) {
+        let dir = match self.dir.as_ref().map(StateDir::try_clone) {
+            Some(Ok(d)) => d,
+            Some(Err(e)) => {
+                self.failure = Some(e.to_string());
+                self.queue.push_back(Event::RecoveryFailed(Fault::Io));
+                return;
+            }
+            None => {
+                self.queue.push_back(Event::RecoveryFailed(Fault::Io));
+                return;
+            }
+        };
+        let keep = self.opts.keep;
+        let (wake, signal) = match UnixStream::pair() {
+            Ok(p) => p,
+            Err(e) => {
+                self.failure = Some(format!("cannot start recovery: {e}"));
+                self.queue.push_back(Event::RecoveryFailed(Fault::Io));
+                return;
+            }
+        };
+        // Plain std atomics: this flag is shared with one worker thread, not model-checked.
+        let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = cancel.clone();
+        let handle = std::thread::spawn(move || {
+            let r = recover(&dir, keep, &flag);
+            let _ = (&signal).write_all(b"x");
+            r
+        });
+        self.worker = Some(Worker {
+            wake,
+            cancel,
+            handle,
+        });
+    }
+
+    fn finish_recovery(&mut self) {
+        let Some(w) = self.worker.take() else { return };
+        match w.handle.join() {
+            Ok(Ok(rec)) => {
+                match rec.checkpoint {
+                    Some((id, files, bytes)) => self.log(
+                        "recovered",
+                        json!({"checkpoint": id.get(), "files": files, "bytes": bytes}),
+                    ),
+                    None => self.log("recovered", json!({"checkpoint": null})),
+                }
+                self.recovered = Some(rec);
+                self.queue.push_back(Event::RecoveryDone);
+            }
+            Ok(Err((fault, msg))) => {
+                eprintln!("tenure: {msg}");
+                self.failure = Some(msg);
+                self.queue.push_back(Event::RecoveryFailed(fault));
+            }
+            Err(_) => {
+                self.failure = Some("the recovery worker panicked".into());
+                self.queue.push_back(Event::RecoveryFailed(Fault::Io));
+            }
+        }
+    }
+
+    fn spawn(&mut self) {
+        let (program, args) = match self.opts.command.split_first() {
+            Some((p, a)) => (p.clone(), a.to_vec()),
+            None => (OsString::new(), Vec::new()),
+        };
+        let mut set: Vec<(OsString, OsString)> = Vec::new();
+        if let Some(d) = &self.dir {
+            set.push(("TENURE_DIR".into(), d.path().as_os_str().to_owned()));
+        }
+        if let Some(e) = self.epoch {
+            set.push(("TENURE_EPOCH".into(), e.to_string().into()));
+        }
+        let mut remove: Vec<OsString> = vec!["NOTIFY_SOCKET".into(), "TENURE_CHECKPOINT".into()];
+        if let Some(rec) = &self.recovered {
+            if let Some(v) = &rec.view {
+                set.push(("TENURE_CHECKPOINT".into(), v.path().as_os_str().to_owned()));
+                remove.retain(|n| n != "TENURE_CHECKPOINT");
+            }
+            set.push((
+                "TENURE_CHECKPOINT_OUT".into(),
+                rec.staging.path().as_os_str().to_owned(),
+            ));
+        }
+        if self.opts.ready == ReadyMode::Notify {
+            match NotifySocket::bind() {
+                Ok(s) => {
+                    set.push(("NOTIFY_SOCKET".into(), s.env_value()));
+                    remove.retain(|n| n != "NOTIFY_SOCKET");
+                    self.notify = Some(s);
+                }
+                Err(e) => eprintln!("tenure: cannot create the readiness socket: {e}"),
+            }
+        }
+        let spec = SpawnSpec {
+            program,
+            args,
+            allow: self.opts.env_allow.clone(),
+            remove,
+            set,
+        };
+        match Child::spawn(&spec) {
+            Ok(c) => {
+                let pid = c.pid();
+                if let (Some(l), Ok(id)) = (&self.lease, Identity::of_pid(pid))
+                    && let Err(e) = l.register_instance("child", &id)
+                {
+                    eprintln!("tenure: cannot register the child: {e}");
+                }
+                self.log("spawned", json!({"child_pid": pid}));
+                self.child = Some(c);
+                self.queue.push_back(Event::ChildSpawned);
+            }
+            Err(e) => {
+                eprintln!("tenure: {e}");
+                self.log(
+                    "spawn-failed",
+                    json!({"error": e.to_string(), "errno": e.errno}),
+                );
+                self.failure = Some(e.to_string());
+                self.queue.push_back(Event::SpawnFailed(e.failure));
+            }
+        }
+    }
+
+    fn signal_child(&mut self, name: &str, sig: rustix::process::Signal) {
+        let Some(c) = &self.child else { return };
+        match c.signal(sig) {
+            Ok(true) => self.log(
+                "signal-forwarded",
+                json!({"signal": name, "child_pid": c.pid()}),
+            ),
+            // Card R1: a child that already ended is never signalled; its exit is read next.
+            Ok(false) => self.log(
+                "not-signalled",
+                json!({"signal": name, "reason": "child already exited"}),
+            ),
+            Err(e) => eprintln!("tenure: cannot send {name} to the child: {e}"),
+        }
+    }
+
+    fn publish(&mut self) {
+        let (Some(dir), Some(rec), Some(epoch)) = (&self.dir, &self.recovered, self.epoch) else {
+            self.queue.push_back(Event::CheckpointSkipped);
+            return;
+        };
+        let result = CheckpointStore::attach_owned(
+            dir,
+            StoreOptions {
+                keep: self.opts.keep,
+            },
+        )
+        .and_then(|s| s.publish(epoch, &rec.staging));
+        match result {
+            Ok(Published::New {
+                checkpoint,
+                bytes_written,
+                gc,
+            }) => {
+                self.published = Some(checkpoint.id);
+                self.log(
+                    "checkpoint-published",
+                    json!({"checkpoint": checkpoint.id.get(), "files": checkpoint.entries.len(),
+                           "bytes": checkpoint.total_size(), "bytes_written": bytes_written,
+                           "gc_error": gc.error}),
+                );
+                self.queue.push_back(Event::CheckpointPublished);
+            }
+            Ok(Published::Unchanged { current }) => {
+                self.log(
+                    "checkpoint-unchanged",
+                    json!({"checkpoint": current.map(|c| c.get())}),
+                );
+                self.queue.push_back(Event::CheckpointSkipped);
+            }
+            Err(e) => {
+                eprintln!("tenure: {e}");
+                // A failure after CURRENT was renamed (its directory fsync) leaves the new
+                // checkpoint current but not durable: read what CURRENT names now rather than
+                // claiming it is unchanged.
+                let before = rec.checkpoint.map(|(id, _, _)| id);
+                let now = CheckpointStore::attach_owned(
+                    dir,
+                    StoreOptions {
+                        keep: self.opts.keep,
+                    },
+                )
+                .and_then(|s| s.read_current())
+                .map(|c| c.map(|c| c.id))
+                .unwrap_or(before);
+                self.publish_failure = Some((before, now));
+                self.failure = Some(e.to_string());
+                self.log(
+                    "publish-failed",
+                    json!({"error": e.to_string(), "current_before": before.map(|c| c.get()),
+                           "current": now.map(|c| c.get())}),
+                );
+                self.queue.push_back(Event::CheckpointFailed);
+            }
+        }
+    }
+
+    fn release(&mut self) {
+        // A recovery still running (a stop arrived while verifying) is told to stop writing and
+        // joined, so nothing of this run writes into the dir after the lease is released.
+        if let Some(w) = self.worker.take() {
+            w.cancel.store(true, std::sync::atomic::Ordering::SeqCst);
+            if let Ok(Ok(rec)) = w.handle.join() {
+                self.recovered = Some(rec);
+            }
+        }
+        // Scratch areas of this run go first, while we still own the dir.
+        if let (Some(dir), Some(rec)) = (&self.dir, self.recovered.take())
+            && let Ok(store) = CheckpointStore::attach_owned(
+                dir,
+                StoreOptions {
+                    keep: self.opts.keep,
+                },
+            )
+        {
+            if let Some(v) = rec.view {
+                let _ = store.remove_view(v);
+            }
+            let _ = store.discard_staging(rec.staging);
+        }
+        if let Some(l) = self.lease.take() {
+            let _ = l.unregister_instance("child");
+            if let Err(e) = l.release() {
+                eprintln!("tenure: releasing {}: {e}", self.dir_display());
+            }
+        }
+        self.timers.clear();
+        self.queue.push_back(Event::LeaseReleased);
+    }
+
+    fn note(&mut self, n: Note) {
+        let dir = self.dir_display();
+        let epoch = self.epoch.unwrap_or(0);
+        match n {
+            Note::Waiting => {}
+            Note::Owned(e) => {
+                eprintln!("tenure: owner of {dir} (epoch {e})");
+                self.log("owned", json!({}));
+            }
+            Note::Spawned => {}
+            Note::Ready => {
+                eprintln!("tenure: ready (epoch {epoch})");
+                self.log("ready", json!({}));
+            }
+            Note::Draining(cause) => {
+                eprintln!("tenure: draining ({cause})");
+                self.log("draining", json!({"cause": cause_name(cause)}));
+            }
+            Note::ReadinessTimedOut => {
+                eprintln!("tenure: readiness timed out: the child did not send READY=1 in time");
+                self.log("readiness-timed-out", json!({}));
+            }
+            Note::Killed => {
+                eprintln!(
+                    "tenure: the child did not stop within the grace period; sending SIGKILL"
+                );
+                self.log("killed", json!({}));
+            }
+            Note::DidNotStop => {
+                eprintln!(
+                    "tenure: did not stop: the child survived SIGKILL; keeping the lease of {dir} until it is reaped"
+                );
+                self.log("did-not-stop", json!({}));
+            }
+            Note::CheckpointPublished => {}
+            Note::PublishFailed => {}
+            Note::Released => self.log("released", json!({})),
+            Note::Refused => self.log("refused", json!({"error": self.failure})),
+            Note::Cancelled => self.log("cancelled", json!({})),
+            Note::Busy => self.log("busy", json!({})),
+        }
+    }
+
+    fn finish(&mut self, o: &Outcome) {
+        let dir = self.dir_display();
+        let epoch = self.epoch.unwrap_or(0);
+        match o.reason {
+            Reason::Busy | Reason::Cancelled => {}
+            _ => {
+                if let Some(l) = &mut self.log {
+                    l.rotate_if_large();
+                }
+            }
+        }
+        let (tail, truncated) = match &self.child {
+            Some(c) if !matches!(self.child_status, Some(s) if s.success()) => {
+                let (t, tr) = c.stderr_tail();
+                (Some(String::from_utf8_lossy(&t).into_owned()), tr)
+            }
+            _ => (None, false),
+        };
+        self.log(
+            "end",
+            json!({
+                "reason": reason_name(o.reason),
+                "summary": o.summary(),
+                "code": o.code(),
+                "signal": o.signal.map(|s| s.name()),
+                "child": o.child.map(|c| c.to_string()),
+                "killed": o.killed,
+                "stderr_tail": tail,
+                "stderr_truncated": truncated,
+            }),
+        );
+        match o.reason {
+            Reason::Exited | Reason::Stopped | Reason::Killed | Reason::DidNotStop => {
+                match self.published {
+                    Some(id) => eprintln!(
+                        "tenure: checkpoint {} published; released {dir} (epoch {epoch}, {})",
+                        id.get(),
+                        o.summary()
+                    ),
+                    None => eprintln!(
+                        "tenure: released {dir} (epoch {epoch}, {}); checkpoint unchanged",
+                        o.summary()
+                    ),
+                }
+            }
+            Reason::PublishFailed => {
+                let name = |c: Option<CheckpointId>| {
+                    c.map_or_else(
+                        || "no checkpoint".to_owned(),
+                        |c| format!("checkpoint {}", c.get()),
+                    )
+                };
+                match self.publish_failure {
+                    Some((before, now)) if before != now => eprintln!(
+                        "tenure: the checkpoint was not published durably: CURRENT names {} now, but may name {} again after a crash; released {dir} (epoch {epoch})",
+                        name(now),
+                        name(before)
+                    ),
+                    Some((before, _)) => eprintln!(
+                        "tenure: the checkpoint could not be published; CURRENT is unchanged ({}); released {dir} (epoch {epoch})",
+                        name(before)
+                    ),
+                    None => eprintln!(
+                        "tenure: the checkpoint could not be published; released {dir} (epoch {epoch})"
+                    ),
+                }
+            }
+            Reason::Refused => {
+                let why = match o.refusal {
+                    Some(Refusal::Signal(s)) => format!("stopped by {s} in phase recovering"),
+                    Some(Refusal::ReadinessTimedOut) => {
+                        "readiness timed out in phase recovering".into()
+                    }
+                    Some(Refusal::RootLost) => "the state dir was moved or replaced".into(),
+                    Some(Refusal::State) | Some(Refusal::Io) | None => self
+                        .failure
+                        .clone()
+                        .unwrap_or_else(|| "the state was refused".into()),
+                };
+                eprintln!("tenure: refused {dir}: {why}; checkpoint unchanged");
+            }
+            Reason::SpawnFailed => {
+                eprintln!(
+                    "tenure: refused {dir}: the command could not be started; nothing was published"
+                )
+            }
+            Reason::Cancelled => {
+                let s = o.signal.map_or("a stop signal", Signal::name);
+                eprintln!("tenure: cancelled by {s} before owning {dir}; nothing was changed");
+            }
+            Reason::Busy => {
+                let msg = self
+                    .failure
+                    .clone()
+                    .unwrap_or_else(|| format!("{dir} is busy; lock and state were preserved"));
+                eprintln!("tenure: {msg}");
+            }
+        }
+    }
+
+    /// Waits for the next observation and queues the events it means.
+    fn wait(&mut self) -> Result<(), DriverError> {
+        let now = Instant::now();
+        let mut deadline = self.timers.values().min().copied();
+        let owning = self.lease.is_some();
+        if owning && !self.root_lost {
+            deadline = Some(deadline.map_or(self.next_root_check, |d| d.min(self.next_root_check)));
+        }
+        let timeout = deadline.map(|d| {
+            let left = d.saturating_duration_since(now);
+            rustix::time::Timespec {
+                tv_sec: left.as_secs() as i64,
+                tv_nsec: i64::from(left.subsec_nanos()),
+            }
+        });
+        let (sig_ready, pidfd_ready, stderr_ready, notify_ready, worker_ready) = {
+            let mut fds: Vec<PollFd<'_>> =
+                vec![PollFd::from_borrowed_fd(self.intake.fd(), PollFlags::IN)];
+            let pidfd = self
+                .child
+                .as_ref()
+                .filter(|_| self.child_status.is_none())
+                .map(|c| c.pidfd());
+            let pidfd_i = pidfd.map(|fd| {
+                fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+                fds.len() - 1
+            });
+            let stderr_i = self.child.as_ref().and_then(|c| c.stderr_fd()).map(|fd| {
+                fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+                fds.len() - 1
+            });
+            let notify_i = self.notify.as_ref().map(|n| {
+                fds.push(PollFd::from_borrowed_fd(n.fd(), PollFlags::IN));
+                fds.len() - 1
+            });
+            let worker_i = self.worker.as_ref().map(|w| {
+                fds.push(PollFd::from_borrowed_fd(w.wake.as_fd(), PollFlags::IN));
+                fds.len() - 1
+            });
+            match poll(&mut fds, timeout.as_ref()) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(DriverError::Poll(e.into())),
+            }
+            let ready = |i: Option<usize>| i.is_some_and(|i| !fds[i].revents().is_empty());
+            (
+                !fds[0].revents().is_empty(),
+                ready(pidfd_i),
+                ready(stderr_i),
+                ready(notify_i),
+                ready(worker_i),
+            )
+        };
+        if stderr_ready && let Some(c) = &mut self.child {
+            c.pump_stderr();
+        }
+        // Readiness notices come before the exit they may precede.
+        if notify_ready && let Some(n) = &self.notify {
+            for notice in n.take() {
+                self.queue.push_back(match notice {
+                    Notice::Ready => Event::ChildReady,
+                    Notice::Stopping => Event::ChildStopping,
+                });
+            }
+        }
+        // A child that exited is reported before any signal that arrived with its exit, so it
+        // is never signalled afterwards (card R1).
+        if pidfd_ready && let Some(c) = &mut self.child {
+            match c.try_reap() {
+                Ok(Some(status)) => {
+                    self.log("child-exited", json!({"status": status.to_string()}));
+                    self.notify = None;
+                    self.queue.push_back(Event::ChildExited(status));
+                }
+                Ok(None) => {}
+                Err(e) => eprintln!("tenure: cannot reap the child: {e}"),
+            }
+        }
+        if worker_ready {
+            self.finish_recovery();
+        }
+        if sig_ready {
+            for s in self.intake.take() {
+                self.log("signal", json!({"signal": s.name()}));
+                self.queue.push_back(Event::Stop(s));
+            }
+        }
+        let now = Instant::now();
+        let expired: Vec<Timer> = self
+            .timers
+            .iter()
+            .filter(|(_, d)| **d <= now)
+            .map(|(t, _)| *t)
+            .collect();
+        for t in expired {
+            self.timers.remove(&t);
+            self.queue.push_back(Event::TimerExpired(t));
+        }
+        if self.lease.is_some() && !self.root_lost && now >= self.next_root_check {
+            self.next_root_check = now + ROOT_CHECK;
+            let moved = self
+                .dir
+                .as_ref()
+                .is_some_and(|d| !matches!(d.is_still_at_path(), Ok(true)));
+            if moved {
+                self.root_lost = true;
+                eprintln!(
+                    "tenure: {} was moved or replaced while owned",
+                    self.dir_display()
+                );
+                self.log("root-lost", json!({}));
+                self.queue.push_back(Event::RootLost);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TraceWriter {
+    fn line(&mut self, line: &TraceLine) {
+        if let Ok(mut text) = serde_json::to_string(line) {
+            text.push('\n');
+            if let Err(e) = self.file.write_all(text.as_bytes()) {
+                eprintln!("tenure: cannot write the trace: {e}");
+            }
+        }
+    }
+}
+
+/// The recovery worker: verify the current checkpoint, copy it into a read-only view for the
+/// child, and make an empty staging area for the next publish.
+/// `cancel` is checked before each step that writes (the view, the staging area): a recovery
+/// abandoned by a stop signal stops writing before the lease is released.
+fn recover(
+    dir: &StateDir,
+    keep: usize,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> Result<Recovered, (Fault, String)> {
+    let cancelled = || cancel.load(std::sync::atomic::Ordering::SeqCst);
+    let abandoned = || (Fault::Io, "recovery was abandoned".to_string());
+    let fail = |e: CheckpointError| {
+        let fault = if e.is_corrupt_state() {
+            Fault::State
+        } else {
+            Fault::Io
+        };
+        (fault, e.to_string())
+    };
+    let store = CheckpointStore::open_owned(dir, StoreOptions { keep }).map_err(fail)?;
+    let current = store.load().map_err(fail)?;
+    if cancelled() {
+        return Err(abandoned());
+    }
+    let view = match &current {
+        Some(c) => Some(store.materialise(c).map_err(fail)?),
+        None => None,
+    };
+    if cancelled() {
+        if let Some(v) = view {
+            let _ = store.remove_view(v);
+        }
+        return Err(abandoned());
+    }
+    let staging = store.staging().map_err(fail)?;
+    Ok(Recovered {
+        checkpoint: current.map(|c| (c.id, c.entries.len(), c.total_size())),
+        view,
+        staging,
+    })
+}
+
+fn to_rustix(s: Signal) -> rustix::process::Signal {
+    match s {
+        Signal::Term => rustix::process::Signal::TERM,
+        Signal::Int => rustix::process::Signal::INT,
+        Signal::Hup => rustix::process::Signal::HUP,
+    }
+}
+
+fn cause_name(c: DrainCause) -> String {
+    match c {
+        DrainCause::Signal(s) => s.name().to_string(),
+        DrainCause::Requested => "requested".into(),
+        DrainCause::ChildStopping => "child-stopping".into(),
+        DrainCause::ChildExited => "child-exited".into(),
+        DrainCause::RootLost => "root-lost".into(),
+    }
+}
+
+/// Whether a lease error is a refusal of the dir's state (exit 65) rather than an OS failure.
+pub(crate) fn lease_refusal(e: &LeaseError) -> bool {
+    match e {
+        LeaseError::ForeignState { .. }
+        | LeaseError::IdentityUnreadable { .. }
+        | LeaseError::IdentityMismatch { .. }
+        | LeaseError::CorruptRecord { .. }
+        | LeaseError::Moved { .. }
+        | LeaseError::StaleEpoch { .. }
+        | LeaseError::BadInstanceName { .. }
+        | LeaseError::Epoch(_) => true,
+        LeaseError::Fs(fs) => fs_refusal(fs),
+        LeaseError::Busy { .. }
+        | LeaseError::Cancelled { .. }
+        | LeaseError::Identity(_)
+        | LeaseError::Lock { .. }
+        | LeaseError::Wait { .. } => false,
+    }
+}
+
+/// Whether a filesystem error refuses the dir's state (exit 65) rather than failing the OS.
+fn fs_refusal(e: &FsError) -> bool {
+    match e {
+        FsError::Symlink { .. }
+        | FsError::NotRegular { .. }
+        | FsError::NotDirectory { .. }
+        | FsError::NotOwned { .. }
+        | FsError::Permissive { .. }
+        | FsError::HardLinked { .. }
+        | FsError::TooLarge { .. }
+        | FsError::BadName { .. } => true,
+        FsError::NotFound { .. }
+        | FsError::AlreadyExists { .. }
+        | FsError::Fsync { .. }
+        | FsError::Poisoned { .. }
+        | FsError::Io { .. } => false,
+    }
+}

@@ -1,0 +1,341 @@
+//! `tenure up`: connect-or-spawn (card D8). If a live owner is ready, print its registration;
+//! otherwise win the launch election, start one detached `tenure run` (new session, stdio to
+//! `.tenure/up.log`, cwd `/`), and wait until it is ready or the deadline passes. Concurrent `up`
+//! calls queue on the election, find the owner the winner launched, and all print the same
+//! epoch. A failed election says why, how many launches it made, and the last 4 KiB of the
+//! candidate's output.
+
+use super::eventlog::EventLog;
+use super::signals::SignalIntake;
+use super::{RunOptions, child::STDERR_TAIL};
+use crate::lease::{self, CONTROL_DIR, OwnerState, WaitBound};
+use crate::machine::{EXIT_IO, EXIT_NOT_READY, EXIT_REFUSED, PhaseKind, ReadyMode};
+use crate::privfs::StateDir;
+use serde_json::json;
+use std::ffi::OsString;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The log of detached owners inside the control folder.
+pub const UP_LOG: &str = "up.log";
+/// How long `up` waits for readiness when `--wait` is not given.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
+/// How often `up` looks at the registration while waiting.
+const POLL: Duration = Duration::from_millis(10);
+
+/// Why an election failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The launched owner did not become ready before the deadline.
+    StartupTimeout,
+    /// An owner we did not launch holds the dir but did not become ready before the deadline.
+    OwnerUnresponsive,
+    /// The owner could not be launched, or it exited before it was ready.
+    SpawnFailed,
+    /// The launched owner refused the state dir.
+    Refused,
+    /// A stop signal ended the wait (the owner, if launched, keeps running).
+    Interrupted,
+}
+
+impl Failure {
+    /// The reason word printed in the failure report.
+    pub const fn word(self) -> &'static str {
+        match self {
+            Failure::StartupTimeout => "startup_timeout",
+            Failure::OwnerUnresponsive => "owner_unresponsive",
+            Failure::SpawnFailed => "spawn_failed",
+            Failure::Refused => "refused",
+            Failure::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// The arguments of the `tenure run` that `up` launches for these options (absolute paths,
+/// since the owner runs with cwd `/`). The lease wait is bounded by `up`'s own deadline.
+pub fn run_args(opts: &RunOptions, dir: &std::path::Path, left: Duration) -> Vec<OsString> {
+    let mut a: Vec<OsString> = vec!["run".into(), "--dir".into(), dir.into()];
+    a.extend(["--wait".into(), format!("{:.3}", left.as_secs_f64()).into()]);
+    a.extend([
+        "--grace".into(),
+        format!("{:.3}", opts.grace.as_secs_f64()).into(),
+    ]);
+    a.extend([
+        "--kill-wait".into(),
+        format!("{:.3}", opts.kill_wait.as_secs_f64()).into(),
+    ]);
+    if opts.ready == ReadyMode::Notify {
+        a.extend(["--ready".into(), "notify".into()]);
+        if let Some(t) = opts.ready_timeout {
+            a.extend([
+                "--ready-timeout".into(),
+                format!("{:.3}", t.as_secs_f64()).into(),
+            ]);
+        }
+    }
+    if let Some(list) = &opts.env_allow {
+        let joined: Vec<String> = list
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect();
+        a.extend(["--env-allow".into(), joined.join(",").into()]);
+    }
+    a.extend(["--keep".into(), opts.keep.to_string().into()]);
+    a.extend(["-E".into(), opts.busy_code.to_string().into()]);
+    if let Some(t) = &opts.trace {
+        let abs = std::path::absolute(t).unwrap_or_else(|_| t.clone());
+        a.extend(["--trace".into(), abs.into()]);
+    }
+    a.push("--".into());
+    a.extend(opts.command.iter().cloned());
+    a
+}
+
+/// Runs `tenure up`; returns the exit code.
+pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
+    let dir = match StateDir::open(&opts.dir, true) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("tenure: {e}");
+            return EXIT_REFUSED;
+        }
+    };
+    // Refuse foreign or corrupt state before the election writes anything into the dir: a
+    // refused dir stays byte-for-byte as it was (card L8).
+    if let Err(e) = lease::check(&dir) {
+        eprintln!("tenure: {e}");
+        if !super::lease_refusal(&e) {
+            return EXIT_IO;
+        }
+        let msg = format!("tenure: {e}\n").into_bytes();
+        return fail(Failure::Refused, 0, None, Some((msg, false)));
+    }
+    let deadline = Instant::now()
+        + match opts.wait {
+            WaitBound::Forever => DEFAULT_DEADLINE,
+            WaitBound::Try => Duration::ZERO,
+            WaitBound::For(d) => d,
+        };
+    let mut launches = 0u32;
+    loop {
+        if intake.pending() {
+            return interrupted(intake, launches);
+        }
+        match ready_owner(&dir) {
+            Ok(Some(line)) => {
+                println!("{line}");
+                return 0;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("tenure: {e}");
+                return EXIT_REFUSED;
+            }
+        }
+        if Instant::now() >= deadline {
+            // Every launch returns below, so reaching the deadline here means an owner we did
+            // not launch never became ready.
+            return fail(Failure::OwnerUnresponsive, launches, None, None);
+        }
+        // Somebody owns (recovering, draining) or is acquiring: wait for it to become ready or
+        // to go away; launch only when nobody holds the lease.
+        let st = match lease::status(&dir) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("tenure: {e}");
+                return EXIT_REFUSED;
+            }
+        };
+        if st.held {
+            std::thread::sleep(POLL);
+            continue;
+        }
+        let election = match lease::elect(&dir, Some(deadline), Some(intake.fd())) {
+            Ok(Some(e)) => e,
+            // The deadline passed or a signal came: the top of the loop says which.
+            Ok(None) => continue,
+            // Retrying an election that cannot even be attempted would spin until the deadline.
+            Err(e) => {
+                eprintln!("tenure: {e}");
+                return EXIT_IO;
+            }
+        };
+        // Under the election: look again, a previous winner may have launched meanwhile.
+        match ready_owner(&dir) {
+            Ok(Some(line)) => {
+                println!("{line}");
+                return 0;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("tenure: {e}");
+                return EXIT_REFUSED;
+            }
+        }
+        if lease::status(&dir).is_ok_and(|s| s.held) {
+            drop(election);
+            continue;
+        }
+        launches += 1;
+        let left = deadline.saturating_duration_since(Instant::now());
+        match launch_and_wait(opts, &dir, left, deadline, intake, launches) {
+            Ok(line) => {
+                println!("{line}");
+                return 0;
+            }
+            Err((Failure::Interrupted, _, _)) => return interrupted(intake, launches),
+            Err((why, code, tail)) => return fail(why, launches, code, tail),
+        }
+    }
+}
+
+/// The registration line of a live, ready owner, if there is one.
+fn ready_owner(dir: &StateDir) -> Result<Option<String>, lease::LeaseError> {
+    let st = lease::status(dir)?;
+    if let (OwnerState::Owned(PhaseKind::Ready), Some(o)) = (st.state(), &st.owner) {
+        return Ok(Some(
+            json!({"epoch": o.epoch, "pid": o.identity.pid, "phase": "ready"}).to_string(),
+        ));
+    }
+    Ok(None)
+}
+
+type LaunchError = (Failure, Option<i32>, Option<(Vec<u8>, bool)>);
+
+fn launch_and_wait(
+    opts: &RunOptions,
+    dir: &StateDir,
+    left: Duration,
+    deadline: Instant,
+    intake: &SignalIntake,
+    launch: u32,
+) -> Result<String, LaunchError> {
+    let control = dir
+        .root()
+        .ensure_dir(CONTROL_DIR, "up")
+        .map_err(|_| (Failure::SpawnFailed, None, None))?;
+    let log = control
+        .open_or_create_file(UP_LOG, "up")
+        .map_err(|_| (Failure::SpawnFailed, None, None))?;
+    let start = rustix::fs::fstat(&log)
+        .map(|s| s.st_size as u64)
+        .unwrap_or(0);
+    if let Ok(flags) = rustix::fs::fcntl_getfl(&log) {
+        let _ = rustix::fs::fcntl_setfl(&log, flags | rustix::fs::OFlags::APPEND);
+    }
+    let exe = std::env::current_exe().map_err(|_| (Failure::SpawnFailed, None, None))?;
+    let out = log
+        .try_clone()
+        .map_err(|_| (Failure::SpawnFailed, None, None))?;
+    let mut cmd = Command::new(exe);
+    cmd.args(run_args(opts, dir.path(), left))
+        .current_dir("/")
+        .env_remove("NOTIFY_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::from(log));
+    // SAFETY: setsid is async-signal-safe and allocates nothing; it detaches the owner from our
+    // session so it outlives this command and our terminal.
+    unsafe {
+        cmd.pre_exec(|| rustix::process::setsid().map(|_| ()).map_err(Into::into));
+    }
+    let mut child = cmd.spawn().map_err(|e| {
+        eprintln!("tenure: cannot launch the owner: {e}");
+        (Failure::SpawnFailed, None, None)
+    })?;
+    // Card D6: the launch is on the record, naming the owner it started.
+    if let Some(mut log) = EventLog::open(dir) {
+        log.write(
+            "launching",
+            None,
+            json!({"launched_pid": child.id(), "launch": launch}),
+        );
+    }
+    let tail = || candidate_tail(&control, start);
+    loop {
+        match ready_owner(dir) {
+            Ok(Some(line)) => return Ok(line),
+            Ok(None) => {}
+            Err(_) => return Err((Failure::Refused, None, tail())),
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            // One last look: it may have become ready and ended in between.
+            let code = st.code();
+            let why = match code {
+                Some(65) => Failure::Refused,
+                _ => Failure::SpawnFailed,
+            };
+            return Err((why, code, tail()));
+        }
+        // A signal is reported as such, not as a timeout.
+        if intake.pending() {
+            return Err((Failure::Interrupted, None, None));
+        }
+        if Instant::now() >= deadline {
+            return Err((Failure::StartupTimeout, None, tail()));
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// The candidate's own output: what it appended to the log since `start`, at most the last
+/// 4 KiB, and whether earlier bytes were left out (exactly 4 KiB is not truncated, card D5).
+fn candidate_tail(control: &crate::privfs::Dir, start: u64) -> Option<(Vec<u8>, bool)> {
+    let mut f = control.open_file_optional(UP_LOG).ok()??;
+    let len = rustix::fs::fstat(&f).ok()?.st_size as u64;
+    let own = len.saturating_sub(start);
+    let take = own.min(STDERR_TAIL as u64);
+    f.seek(SeekFrom::Start(len - take)).ok()?;
+    let mut buf = Vec::with_capacity(take as usize);
+    f.take(take).read_to_end(&mut buf).ok()?;
+    Some((buf, own > STDERR_TAIL as u64))
+}
+
+fn fail(why: Failure, launches: u32, code: Option<i32>, tail: Option<(Vec<u8>, bool)>) -> u8 {
+    let (stderr, truncated) = tail
+        .map(|(b, t)| (String::from_utf8_lossy(&b).into_owned(), t))
+        .unwrap_or_default();
+    println!(
+        "{}",
+        json!({
+            "error": why.word(),
+            "launches": launches,
+            "exit_code": code,
+            "stderr": stderr,
+            "truncated": truncated,
+        })
+    );
+    eprintln!(
+        "tenure: up failed: {} after {launches} launch(es){}",
+        why.word(),
+        code.map(|c| format!("; the owner exited with {c}"))
+            .unwrap_or_default()
+    );
+    match why {
+        Failure::Refused => EXIT_REFUSED,
+        Failure::SpawnFailed => code
+            .and_then(|c| u8::try_from(c).ok())
+            .filter(|c| *c != 0)
+            .unwrap_or(EXIT_NOT_READY),
+        Failure::StartupTimeout | Failure::OwnerUnresponsive => EXIT_NOT_READY,
+        Failure::Interrupted => 130,
+    }
+}
+
+/// A stop signal ended `up`: say so (with the launches made) and exit 128 + N. An owner it
+/// launched keeps running: it is detached on purpose, and `tenure stop` ends it.
+fn interrupted(intake: &SignalIntake, launches: u32) -> u8 {
+    let sig = intake.take().first().copied();
+    println!(
+        "{}",
+        json!({"error": Failure::Interrupted.word(), "launches": launches,
+               "signal": sig.map(|s| s.name())})
+    );
+    eprintln!(
+        "tenure: up was interrupted by {}; the owner (if any) keeps running",
+        sig.map_or("a stop signal", |s| s.name())
+    );
+    sig.map_or(130, |s| s.exit_code())
+}

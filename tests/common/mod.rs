@@ -1,0 +1,630 @@
+//! Shared helpers of the runner's integration tests: they run the built `tenure` binary against
+//! real state dirs in temporary directories, with real child processes and real signals.
+//!
+//! Synchronisation is always an *event wait* with a generous deadline (the CI machine is a
+//! loaded 2-core box): a line in the event log, a phase in `tenure status --json`, a child
+//! blocked in a FIFO open, a process exit. A bare sleep is used only to show that something does
+//! *not* happen within a window, and says so where it is used.
+//!
+//! Every finished run is checked for run accounting (card R1, invariant I10): at most one `end`
+//! line per runner pid, and when there is one its `code` is the process's exit code.
+
+#![allow(dead_code)]
+
+use rustix::process::{Pid, Signal};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long any event wait may take before the test fails.
+pub const DEADLINE: Duration = Duration::from_secs(20);
+/// How long a run may take to exit once it was told to.
+pub const EXIT_DEADLINE: Duration = Duration::from_secs(30);
+/// How often the waits look again.
+const POLL: Duration = Duration::from_millis(5);
+
+/// The built binary.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tenure")
+}
+
+/// A `tenure` command with a clean, predictable environment for the things tenure reads.
+pub fn tenure() -> Command {
+    let mut c = Command::new(bin());
+    c.env_remove("NOTIFY_SOCKET")
+        .env_remove("TENURE_FAILPOINTS")
+        .env_remove("TENURE_CHECKPOINT");
+    c
+}
+
+/// Polls `probe` until it returns `Some`, or fails the test after `deadline` with `what` and the
+/// context `explain` gives (e.g. the event log so far).
+pub fn wait_for<T>(
+    what: &str,
+    deadline: Duration,
+    mut probe: impl FnMut() -> Option<T>,
+    explain: impl Fn() -> String,
+) -> T {
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        if Instant::now() >= end {
+            panic!(
+                "timed out after {:.0?} waiting for {what}\n{}",
+                deadline,
+                explain()
+            );
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Sends `sig` to `pid` (a real signal through kill(2)).
+pub fn send(pid: u32, sig: Signal) {
+    rustix::process::kill_process(Pid::from_raw(pid as i32).expect("positive pid"), sig)
+        .unwrap_or_else(|e| panic!("cannot send {sig:?} to {pid}: {e}"));
+}
+
+/// The state letter of `/proc/PID/stat` (`R`, `S`, `D`, `Z`, ...), `None` when gone.
+pub fn proc_state(pid: u32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.trim_start().chars().next()
+}
+
+/// Whether `pid` is a running (not zombie) process.
+pub fn alive(pid: u32) -> bool {
+    !matches!(proc_state(pid), None | Some('Z') | Some('X'))
+}
+
+/// Field 22 of `/proc/PID/stat`.
+pub fn start_time(pid: u32) -> u64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("process exists");
+    let after = &stat[stat.rfind(')').expect("stat has a comm") + 2..];
+    after
+        .split(' ')
+        .nth(19)
+        .expect("field 22")
+        .parse()
+        .expect("a number")
+}
+
+/// Waits until `pid` is blocked opening a FIFO (the kernel's `wait_for_partner`), which is how
+/// the tests know a child reached its gate.
+pub fn wait_blocked_in_fifo_open(pid: u32) {
+    wait_for(
+        &format!("process {pid} to block opening a FIFO"),
+        DEADLINE,
+        || {
+            let wchan = fs::read_to_string(format!("/proc/{pid}/wchan")).ok()?;
+            let syscall = fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+            // `wchan` names the wait; `syscall` (the openat number) is a fallback where wchan
+            // is hidden.
+            let openat = if cfg!(target_arch = "aarch64") {
+                "56"
+            } else {
+                "257"
+            };
+            let blocked =
+                wchan.trim() == "wait_for_partner" || syscall.split(' ').next() == Some(openat);
+            (blocked && proc_state(pid) == Some('S')).then_some(())
+        },
+        || {
+            format!(
+                "state {:?}, wchan {:?}",
+                proc_state(pid),
+                fs::read_to_string(format!("/proc/{pid}/wchan")).ok()
+            )
+        },
+    )
+}
+
+/// Opens `fifo` for writing once a reader has it open and writes one line: releases a child
+/// blocked in `read _ < fifo`.
+pub fn release_fifo(fifo: &Path) {
+    let mut f = wait_for(
+        &format!("a reader on {}", fifo.display()),
+        DEADLINE,
+        || {
+            fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+                .open(fifo)
+                .ok()
+        },
+        String::new,
+    );
+    f.write_all(b"go\n").expect("write to the FIFO");
+}
+
+/// Makes a FIFO.
+pub fn mkfifo(path: &Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .expect("mkfifo");
+}
+
+/// One entry of a tree snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Node {
+    /// A directory and its permission bits.
+    Dir(u32),
+    /// A regular file, its permission bits and bytes.
+    File(u32, Vec<u8>),
+    /// A symbolic link and its target.
+    Link(PathBuf),
+    /// Anything else (FIFO, socket, ...), by mode.
+    Other(u32),
+}
+
+/// Every entry under `root` (relative paths), with modes and bytes: two equal snapshots mean
+/// the tree is byte-for-byte the same.
+pub fn snapshot(root: &Path) -> BTreeMap<PathBuf, Node> {
+    fn walk(root: &Path, rel: &Path, out: &mut BTreeMap<PathBuf, Node>) {
+        let path = root.join(rel);
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            return;
+        };
+        let mode = meta.permissions().mode() & 0o7777;
+        let ft = meta.file_type();
+        if ft.is_symlink() {
+            out.insert(rel.into(), Node::Link(fs::read_link(&path).unwrap()));
+        } else if ft.is_dir() {
+            out.insert(rel.into(), Node::Dir(mode));
+            let mut names: Vec<_> = fs::read_dir(&path)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            names.sort();
+            for n in names {
+                walk(root, &rel.join(n), out);
+            }
+        } else if ft.is_file() {
+            out.insert(rel.into(), Node::File(mode, fs::read(&path).unwrap()));
+        } else {
+            out.insert(rel.into(), Node::Other(meta.mode()));
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, Path::new(""), &mut out);
+    out
+}
+
+/// Asserts two snapshots are equal, naming the first differing paths.
+pub fn assert_same_tree(before: &BTreeMap<PathBuf, Node>, after: &BTreeMap<PathBuf, Node>) {
+    let mut diffs = Vec::new();
+    for (p, n) in before {
+        match after.get(p) {
+            None => diffs.push(format!("removed: {}", p.display())),
+            Some(m) if m != n => diffs.push(format!("changed: {}", p.display())),
+            Some(_) => {}
+        }
+    }
+    for p in after.keys().filter(|p| !before.contains_key(*p)) {
+        diffs.push(format!("added: {}", p.display()));
+    }
+    assert!(diffs.is_empty(), "the tree changed:\n{}", diffs.join("\n"));
+}
+
+/// A test's temporary area: a state dir `state/` (not created) and room for files outside it
+/// (outputs, FIFOs, captured stdio).
+pub struct Env {
+    pub tmp: tempfile::TempDir,
+    pub dir: PathBuf,
+}
+
+impl Default for Env {
+    fn default() -> Self {
+        Env::new()
+    }
+}
+
+impl Env {
+    pub fn new() -> Env {
+        let tmp = tempfile::Builder::new()
+            .prefix("tenure-rt-")
+            .tempdir()
+            .expect("tempdir");
+        let dir = tmp.path().join("state");
+        Env { tmp, dir }
+    }
+
+    /// A path outside the state dir.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.tmp.path().join(name)
+    }
+
+    /// A FIFO outside the state dir.
+    pub fn fifo(&self, name: &str) -> PathBuf {
+        let p = self.path(name);
+        mkfifo(&p);
+        p
+    }
+
+    /// Starts `tenure run --dir STATE ARGS -- CMD...` with stdin a pipe the test holds (children
+    /// that `read _` wait on it), stdout and stderr captured to files.
+    pub fn run<S: AsRef<OsStr>>(&self, args: &[&str], cmd: &[S]) -> Running {
+        let mut c = tenure();
+        c.arg("run")
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(args)
+            .arg("--");
+        c.args(cmd);
+        self.start(c)
+    }
+
+    /// Starts any prepared `tenure` command with captured stdio.
+    pub fn start(&self, mut c: Command) -> Running {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let out = self.path(&format!("run{n}.out"));
+        let err = self.path(&format!("run{n}.err"));
+        c.stdin(Stdio::piped())
+            .stdout(File::create(&out).unwrap())
+            .stderr(File::create(&err).unwrap());
+        let mut child = c.spawn().expect("spawn tenure");
+        let stdin = child.stdin.take();
+        Running {
+            child,
+            stdin,
+            out,
+            err,
+            dir: self.dir.clone(),
+            started: Instant::now(),
+        }
+    }
+
+    /// Runs `tenure run ... -- CMD` to its end.
+    pub fn run_to_end<S: AsRef<OsStr>>(&self, args: &[&str], cmd: &[S]) -> Finished {
+        let mut r = self.run(args, cmd);
+        r.close_stdin();
+        r.wait()
+    }
+
+    /// Runs `tenure SUB --dir STATE ARGS` (status, verify, stop, init) to its end.
+    pub fn tool(&self, sub: &str, args: &[&str]) -> Finished {
+        let mut c = tenure();
+        c.arg(sub).arg("--dir").arg(&self.dir).args(args);
+        let mut r = self.start(c);
+        r.close_stdin();
+        r.wait()
+    }
+
+    /// `tenure status --json`, parsed.
+    pub fn status(&self) -> Value {
+        let f = self.tool("status", &["--json"]);
+        assert_eq!(f.code, Some(0), "status failed: {}", f.stderr);
+        serde_json::from_str(&f.stdout).expect("status prints JSON")
+    }
+
+    /// Waits until `tenure status --json` satisfies `pred`.
+    pub fn wait_status(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let last = std::cell::RefCell::new(Value::Null);
+        wait_for(
+            &format!("status: {what}"),
+            DEADLINE,
+            || {
+                // The dir may not exist yet (the runner creates it).
+                if !self.dir.join(".tenure").exists() {
+                    return None;
+                }
+                let f = self.tool("status", &["--json"]);
+                let v: Value = serde_json::from_str(&f.stdout).ok()?;
+                *last.borrow_mut() = v.clone();
+                pred(&v).then_some(v)
+            },
+            || format!("{}\nevents:\n{}", last.borrow(), self.events_text()),
+        )
+    }
+
+    /// The event log's lines (a partly written last line is skipped).
+    pub fn events(&self) -> Vec<Value> {
+        fs::read(self.dir.join(".tenure/events.jsonl"))
+            .map(|b| {
+                b.split(|c| *c == b'\n')
+                    .filter_map(|l| serde_json::from_slice(l).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The event log as text, for failure messages.
+    pub fn events_text(&self) -> String {
+        fs::read_to_string(self.dir.join(".tenure/events.jsonl")).unwrap_or_default()
+    }
+
+    /// The kinds of the lines written by `pid`, in order.
+    pub fn kinds_of(&self, pid: u32) -> Vec<String> {
+        self.events()
+            .iter()
+            .filter(|e| e["pid"] == pid)
+            .map(|e| e["kind"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// Waits until the event log has a line of `kind` (written by `pid` when given) and returns
+    /// it.
+    pub fn wait_event(&self, kind: &str, pid: Option<u32>) -> Value {
+        wait_for(
+            &format!("event `{kind}` from {pid:?}"),
+            DEADLINE,
+            || {
+                self.events()
+                    .into_iter()
+                    .find(|e| e["kind"] == kind && pid.is_none_or(|p| e["pid"] == p))
+            },
+            || format!("events so far:\n{}", self.events_text()),
+        )
+    }
+
+    /// The owner record's bytes.
+    pub fn owner_bytes(&self) -> Vec<u8> {
+        fs::read(self.dir.join(".tenure/owner.json")).expect("owner record")
+    }
+
+    /// CURRENT's bytes, if any.
+    pub fn current_bytes(&self) -> Option<Vec<u8>> {
+        fs::read(self.dir.join("checkpoints/CURRENT")).ok()
+    }
+
+    /// The checkpoint store's durable part (CURRENT, manifests, blobs), for byte comparisons
+    /// that ignore the scratch areas (views, staging) a run may use.
+    pub fn checkpoint_tree(&self) -> BTreeMap<PathBuf, Node> {
+        snapshot(&self.dir.join("checkpoints"))
+            .into_iter()
+            .filter(|(p, _)| !p.starts_with("views") && !p.starts_with("staging"))
+            .collect()
+    }
+
+    /// Reads a file of the current checkpoint by running a child that copies it out of its
+    /// read-only view (through the runner, so the read goes through the real recovery).
+    pub fn checkpoint_file(&self, name: &str) -> Option<String> {
+        let out = self.path("checkpoint-file.out");
+        let _ = fs::remove_file(&out);
+        let f = self.run_to_end(
+            &["-n"],
+            &[
+                "sh",
+                "-c",
+                r#"if [ -n "$TENURE_CHECKPOINT" ] && [ -f "$TENURE_CHECKPOINT/$1" ]; then cat "$TENURE_CHECKPOINT/$1" > "$2"; fi"#,
+                "sh",
+                name,
+                out.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(
+            f.code,
+            Some(0),
+            "reading the checkpoint failed: {}",
+            f.stderr
+        );
+        fs::read_to_string(&out).ok()
+    }
+}
+
+static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// A running `tenure` process. Dropping it SIGKILLs the runner if it still runs (its child dies
+/// with it: the runner sets the parent-death signal), so a failed test leaves nothing behind.
+pub struct Running {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    out: PathBuf,
+    err: PathBuf,
+    dir: PathBuf,
+    pub started: Instant,
+}
+
+impl Running {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a real signal to the runner.
+    pub fn signal(&self, sig: Signal) {
+        send(self.pid(), sig);
+    }
+
+    /// Writes a line to the runner's stdin, which its child inherits (a child blocked in
+    /// `read _` goes on).
+    pub fn say(&mut self, line: &str) {
+        let s = self.stdin.as_mut().expect("stdin still open");
+        s.write_all(line.as_bytes()).unwrap();
+        s.write_all(b"\n").unwrap();
+        s.flush().unwrap();
+    }
+
+    /// Closes the runner's stdin (a child blocked in `read _` sees end of file).
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Whether the runner still runs.
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_none()
+    }
+
+    /// What the runner wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        fs::read_to_string(&self.err).unwrap_or_default()
+    }
+
+    /// Waits for the exit (failing the test after [`EXIT_DEADLINE`]) and checks the run's
+    /// accounting: at most one `end` line for this pid, carrying the exit code.
+    pub fn wait(mut self) -> Finished {
+        let pid = self.pid();
+        let (err, dir) = (self.err.clone(), self.dir.clone());
+        let child = &mut self.child;
+        let status = wait_for(
+            &format!("tenure (pid {pid}) to exit"),
+            EXIT_DEADLINE,
+            || child.try_wait().expect("try_wait"),
+            || {
+                format!(
+                    "stderr:\n{}\nevents:\n{}",
+                    fs::read_to_string(&err).unwrap_or_default(),
+                    fs::read_to_string(dir.join(".tenure/events.jsonl")).unwrap_or_default()
+                )
+            },
+        );
+        let ends: Vec<Value> = read_events(&self.dir)
+            .into_iter()
+            .filter(|e| e["kind"] == "end" && e["pid"] == pid)
+            .collect();
+        assert!(
+            ends.len() <= 1,
+            "card R1: run {pid} has {} end records: {ends:?}",
+            ends.len()
+        );
+        let end = ends.into_iter().next();
+        if let Some(e) = &end {
+            assert_eq!(
+                e["code"].as_i64(),
+                status.code().map(i64::from),
+                "invariant I10: the end record's code is the exit code: {e}"
+            );
+            for field in ["reason", "summary", "code", "signal"] {
+                assert!(e.get(field).is_some(), "card R1: end lacks {field}: {e}");
+            }
+        }
+        Finished {
+            pid,
+            status,
+            code: status.code(),
+            elapsed: self.started.elapsed(),
+            stdout: fs::read_to_string(&self.out).unwrap_or_default(),
+            stderr: fs::read_to_string(&self.err).unwrap_or_default(),
+            end,
+        }
+    }
+}
+
+fn read_events(dir: &Path) -> Vec<Value> {
+    fs::read(dir.join(".tenure/events.jsonl"))
+        .map(|b| {
+            b.split(|c| *c == b'\n')
+                .filter_map(|l| serde_json::from_slice(l).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A finished `tenure` process.
+#[derive(Debug)]
+pub struct Finished {
+    pub pid: u32,
+    pub status: ExitStatus,
+    /// The exit code (`None` when killed by a signal).
+    pub code: Option<i32>,
+    /// From spawn to the observed exit.
+    pub elapsed: Duration,
+    pub stdout: String,
+    pub stderr: String,
+    /// The run's `end` line, if it wrote one.
+    pub end: Option<Value>,
+}
+
+impl Finished {
+    /// The `end` line, which every run that opened the event log writes.
+    pub fn end(&self) -> &Value {
+        self.end
+            .as_ref()
+            .unwrap_or_else(|| panic!("run {} wrote no end record\n{}", self.pid, self.stderr))
+    }
+
+    /// Asserts the exit code, showing stderr on failure.
+    pub fn expect_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "exit status {:?} (signal {:?}), stderr:\n{}",
+            self.status,
+            self.status.signal(),
+            self.stderr
+        );
+        self
+    }
+}
+
+/// A child that reports `$TENURE_EPOCH` and the counter it recovered to the file `$1`, waits
+/// for a line on stdin, then stages `counter` = recovered + 1 and exits 0.
+pub const COUNTER_CHILD: &str = r#"c=0
+if [ -n "$TENURE_CHECKPOINT" ]; then c=$(cat "$TENURE_CHECKPOINT/counter"); fi
+echo "$TENURE_EPOCH $c" >> "$1"
+read _ || true
+echo $((c + 1)) > "$TENURE_CHECKPOINT_OUT/counter""#;
+
+/// A well-behaved service: waits on stdin; on SIGTERM stages `stopped` (its epoch) and exits 0.
+pub const TERM_CHILD: &str = r#"trap 'echo "$TENURE_EPOCH" > "$TENURE_CHECKPOINT_OUT/stopped"; exit 0' TERM
+read _
+exit 3"#;
+
+/// A child that ignores SIGTERM and waits on stdin (only SIGKILL or end of input stops it).
+pub const STUBBORN_CHILD: &str = r#"trap '' TERM
+read _
+exit 0"#;
+
+/// `sh -c SCRIPT sh ARGS...` as a command line.
+pub fn sh(script: &str, args: &[&str]) -> Vec<String> {
+    let mut v = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        script.to_owned(),
+        "sh".to_owned(),
+    ];
+    v.extend(args.iter().map(|s| (*s).to_owned()));
+    v
+}
+
+/// Writes a private file the way tenure's own records are written (0600, replaced by rename):
+/// used to forge or corrupt records in refusal tests.
+pub fn write_private(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_extension("forged");
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .unwrap();
+    f.write_all(bytes).unwrap();
+    drop(f);
+    fs::rename(&tmp, path).unwrap();
+}
+
+/// Reads a whole file as a string (panicking with the path).
+pub fn read(path: &Path) -> String {
+    let mut s = String::new();
+    File::open(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .read_to_string(&mut s)
+        .unwrap();
+    s
+}
+
+/// Whether a file of this type is a FIFO (for assertions on test fixtures).
+pub fn is_fifo(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_fifo())
+}

@@ -1,0 +1,223 @@
+//! The typed lifecycle (`tenure::Tenure`) against real state dirs: cards H1–H4 at library
+//! level, with real threads and the real lease and checkpoint store.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tenure::machine::{NotAdmitted, OpClass, PhaseKind, Reason, ResidencyKind, RetireMode};
+use tenure::{CheckpointFile, Options, Recovered, Tenure, TenureError, WaitBound};
+
+fn options() -> Options {
+    Options {
+        grace: Duration::from_secs(10),
+        ..Options::default()
+    }
+}
+
+/// Card H1: bootstrap is admitted while recovering, serving is not (`not ready`); once the drain
+/// begins new work is rejected with `draining`.
+#[test]
+fn h1_admission_follows_the_phase() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cold = Tenure::open(tmp.path().join("s"), options()).unwrap();
+    let host = cold.host();
+    let rec = cold.acquire(WaitBound::Try).unwrap();
+    assert_eq!(host.phase(), PhaseKind::Recovering);
+    assert!(host.admit(OpClass::Bootstrap).is_ok());
+    assert!(host.admit(OpClass::Status).is_ok());
+    let e = host
+        .enter(OpClass::Serve, ResidencyKind::Active)
+        .unwrap_err();
+    assert!(e.to_string().starts_with("not ready"), "{e}");
+    let Recovered::Ready(ready) = rec.recovered().unwrap() else {
+        panic!("not ready")
+    };
+    let work = host.enter(OpClass::Serve, ResidencyKind::Active).unwrap();
+    host.request_drain();
+    assert_eq!(host.admit(OpClass::Serve), Err(NotAdmitted::Draining));
+    let e = host.enter(OpClass::Serve, ResidencyKind::Idle).unwrap_err();
+    assert!(e.to_string().starts_with("draining"), "{e}");
+    assert!(host.admit(OpClass::Status).is_ok());
+    drop(work);
+    let draining = ready.wait_for_drain().unwrap();
+    let released = draining.close(Vec::new()).unwrap();
+    assert_eq!(released.outcome.reason, Reason::Stopped);
+    assert_eq!(
+        released.published, None,
+        "nothing staged, nothing published"
+    );
+}
+
+/// Card H2: many threads request the drain while recovery is still running; the drain begins
+/// exactly once, before recovery completes, and the owner then closes without serving.
+#[test]
+fn h2_drain_requested_before_recovery_completes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cold = Tenure::open(tmp.path().join("s"), options()).unwrap();
+    let host = cold.host();
+    let order = Arc::new(std::sync::Mutex::new(Vec::<&'static str>::new()));
+    let o = order.clone();
+    host.on_begin_drain(move || o.lock().unwrap().push("begin-drain"));
+    let rec = cold.acquire(WaitBound::Try).unwrap();
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let h = host.clone();
+            std::thread::spawn(move || h.request_drain())
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    order.lock().unwrap().push("recover");
+    let Recovered::Draining(d) = rec.recovered().unwrap() else {
+        panic!("a drain requested during recovery must close, not serve")
+    };
+    let released = d.close([CheckpointFile::new("state", "closed")]).unwrap();
+    order.lock().unwrap().push("close");
+    assert_eq!(*order.lock().unwrap(), ["begin-drain", "recover", "close"]);
+    assert_eq!(host.drains_begun(), 1);
+    assert!(released.published.is_some());
+}
+
+/// Card H3: an ephemeral owner exits after its idle grace only once no active residency is
+/// held; an idle residency does not keep it; a service owner stays.
+#[test]
+fn h3_ephemeral_owner_exits_when_idle_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = Options {
+        retire: RetireMode::Ephemeral,
+        idle_grace: Duration::from_millis(100),
+        ..options()
+    };
+    let cold = Tenure::open(tmp.path().join("s"), opts).unwrap();
+    let host = cold.host();
+    let Recovered::Ready(ready) = cold.acquire(WaitBound::Try).unwrap().recovered().unwrap() else {
+        panic!()
+    };
+    let active = host.enter(OpClass::Serve, ResidencyKind::Active).unwrap();
+    let _idle = host.enter(OpClass::Serve, ResidencyKind::Idle).unwrap();
+    let released_at = Arc::new(AtomicUsize::new(0));
+    let h = host.clone();
+    let r = released_at.clone();
+    let holder = std::thread::spawn(move || {
+        // Hold the active residency well past the idle grace: the owner must not exit.
+        let until = Instant::now() + Duration::from_millis(400);
+        while Instant::now() < until {
+            assert_eq!(
+                h.phase(),
+                PhaseKind::Ready,
+                "exited while an active residency was held"
+            );
+            std::thread::yield_now();
+        }
+        r.store(1, Ordering::SeqCst);
+        drop(active);
+    });
+    let draining = ready.wait_for_drain().unwrap();
+    assert_eq!(
+        released_at.load(Ordering::SeqCst),
+        1,
+        "idle exit before the active residency ended"
+    );
+    holder.join().unwrap();
+    let released = draining.close(Vec::new()).unwrap();
+    assert_eq!(released.outcome.reason, Reason::Stopped);
+
+    // A service owner with no residency at all does not retire by itself.
+    let cold = Tenure::open(tmp.path().join("svc"), options()).unwrap();
+    let host = cold.host();
+    let Recovered::Ready(ready) = cold.acquire(WaitBound::Try).unwrap().recovered().unwrap() else {
+        panic!()
+    };
+    assert!(!host.try_idle_exit());
+    assert_eq!(host.phase(), PhaseKind::Ready);
+    ready.drain().unwrap().close(Vec::new()).unwrap();
+}
+
+/// Card H4: a close is bounded by the grace; when an active residency does not settle, the
+/// error keeps the original cause and the lease is kept (a contender is busy), and a later close
+/// completes once the work ends.
+#[test]
+fn h4_bounded_close_keeps_cause_and_lease() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let opts = Options {
+        grace: Duration::from_millis(200),
+        ..options()
+    };
+    let cold = Tenure::open(&dir, opts).unwrap();
+    let host = cold.host();
+    let Recovered::Ready(ready) = cold.acquire(WaitBound::Try).unwrap().recovered().unwrap() else {
+        panic!()
+    };
+    let stuck = host.enter(OpClass::Serve, ResidencyKind::Active).unwrap();
+    host.stop(tenure::machine::Signal::Term);
+    let draining = ready.wait_for_drain().unwrap();
+    let unsettled = match draining.close([CheckpointFile::new("x", "1")]) {
+        Err(Ok(u)) => u,
+        Err(Err(e)) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("closed while an active residency was held"),
+    };
+    assert_eq!(
+        unsettled.cause,
+        tenure::machine::DrainCause::Signal(tenure::machine::Signal::Term)
+    );
+    assert_eq!(unsettled.active, 1);
+    assert!(unsettled.to_string().contains("SIGTERM"), "{unsettled}");
+    // The lease is still held: a contender is busy.
+    let other = Tenure::open(&dir, options()).unwrap();
+    match other.acquire(WaitBound::Try) {
+        Err(TenureError::Lease(e)) => assert!(e.to_string().contains("busy"), "{e}"),
+        other => panic!("expected busy, got {other:?}"),
+    }
+    drop(stuck);
+    let released = unsettled
+        .tenure
+        .close([CheckpointFile::new("x", "1")])
+        .unwrap();
+    assert_eq!(released.outcome.code(), 143);
+    assert!(released.published.is_some());
+    // The successor sees the checkpoint and a higher epoch.
+    let next = Tenure::open(&dir, options())
+        .unwrap()
+        .acquire(WaitBound::Try)
+        .unwrap();
+    assert_eq!(next.read("x").unwrap().as_deref(), Some(&b"1"[..]));
+    assert!(next.epoch() > released.epoch);
+}
+
+/// Card G3 at library level: a stop delivered while recovering refuses; the lease is released
+/// and the checkpoint is unchanged.
+#[test]
+fn g3_stop_while_recovering_refuses_in_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let first = Tenure::open(&dir, options())
+        .unwrap()
+        .acquire(WaitBound::Try)
+        .unwrap();
+    let Recovered::Ready(r) = first.recovered().unwrap() else {
+        panic!()
+    };
+    r.drain()
+        .unwrap()
+        .close([CheckpointFile::new("a", "old")])
+        .unwrap();
+
+    let cold = Tenure::open(&dir, options()).unwrap();
+    let host = cold.host();
+    let rec = cold.acquire(WaitBound::Try).unwrap();
+    host.stop(tenure::machine::Signal::Term);
+    match rec.recovered() {
+        Err(TenureError::Ended(o)) => {
+            assert_eq!(o.reason, Reason::Refused);
+            assert_eq!(o.code(), 143);
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let next = Tenure::open(&dir, options())
+        .unwrap()
+        .acquire(WaitBound::Try)
+        .unwrap();
+    assert_eq!(next.read("a").unwrap().as_deref(), Some(&b"old"[..]));
+}
