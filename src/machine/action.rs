@@ -233,7 +233,9 @@ impl Outcome {
         let reason = reason_name(self.reason);
         let detail = match self.reason {
             Reason::Killed => "SIGKILL".to_string(),
-            Reason::PublishFailed => self.code().to_string(),
+            // The workload's own code, even when a signal was forwarded after `STOPPING=1`:
+            // the record must say the code the runner exits with.
+            Reason::Exited | Reason::PublishFailed => self.code().to_string(),
             Reason::Refused => match self.refusal {
                 Some(Refusal::Signal(s)) => s.name().to_string(),
                 Some(r) => refusal_name(r).to_string(),
