@@ -24,7 +24,9 @@ use tenure::privfs::{FsError, OpKind, StateDir};
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Resets the in-process failpoint configuration when dropped, even if the test panics.
@@ -121,11 +123,11 @@ fn current_generation(state: &Path) -> Result<Option<u64>, String> {
     let ro = CheckpointStore::open(&sd, opts()).map_err(|e| e.to_string())?;
     match ro.load() {
         Ok(None) => Ok(None),
-        Ok(Some(cp)) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            generation_of(&ro, &cp)
-        }))
-        .map(Some)
-        .map_err(|_| format!("checkpoint {} is no generation", cp.id)),
+        Ok(Some(cp)) => {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| generation_of(&ro, &cp)))
+                .map(Some)
+                .map_err(|_| format!("checkpoint {} is no generation", cp.id))
+        }
         Err(e) => Err(e.to_string()),
     }
 }
@@ -269,10 +271,7 @@ fn eio_at_fsync_fails_the_publish_and_leaves_current() {
     assert!(g == 2 || g == 3, "{g}");
 }
 
-fn publish_gen_result(
-    store: &CheckpointStore<'_>,
-    g: u64,
-) -> Result<Published, CheckpointError> {
+fn publish_gen_result(store: &CheckpointStore<'_>, g: u64) -> Result<Published, CheckpointError> {
     let files = generation(g);
     let list = files
         .iter()
@@ -354,14 +353,26 @@ fn recorded_publish_syncs_every_directory_it_changes() {
     let blob_sync = dir_fsync_after(&blobs, *blob_renames.last().unwrap()).unwrap();
     let manifest_sync = dir_fsync_after(&manifests, manifest_renames[0]).unwrap();
     let root_sync = dir_fsync_after(&root, current_renames[0]).unwrap();
-    assert!(blob_sync < manifest_renames[0], "blobs durable before the manifest");
-    assert!(manifest_sync < current_renames[0], "manifest durable before CURRENT");
+    assert!(
+        blob_sync < manifest_renames[0],
+        "blobs durable before the manifest"
+    );
+    assert!(
+        manifest_sync < current_renames[0],
+        "manifest durable before CURRENT"
+    );
     let gc_unlinks = find(&|o| {
-        o.kind == OpKind::Unlink && (o.dir == blobs || o.dir == manifests) && !o.name.starts_with(".tmp-")
+        o.kind == OpKind::Unlink
+            && (o.dir == blobs || o.dir == manifests)
+            && !o.name.starts_with(".tmp-")
     });
     assert_eq!(gc_unlinks.len(), 3);
-    assert!(gc_unlinks.iter().all(|&i| i > root_sync), "GC only after the ack");
-    let first_blob_unlink = find(&|o| o.kind == OpKind::Unlink && o.dir == blobs && !o.name.starts_with(".tmp-"))[0];
+    assert!(
+        gc_unlinks.iter().all(|&i| i > root_sync),
+        "GC only after the ack"
+    );
+    let first_blob_unlink =
+        find(&|o| o.kind == OpKind::Unlink && o.dir == blobs && !o.name.starts_with(".tmp-"))[0];
     let manifest_unlink = find(&|o| o.kind == OpKind::Unlink && o.dir == manifests)[0];
     assert!(
         dir_fsync_after(&manifests, manifest_unlink).unwrap() < first_blob_unlink,
@@ -441,7 +452,10 @@ fn run_steps(steps: &[Step], keep: usize) -> Result<(), TestCaseError> {
                 }
             }
         }
-        prop_assert_eq!(current_generation(&fx.state).map_err(TestCaseError::fail)?, acked);
+        prop_assert_eq!(
+            current_generation(&fx.state).map_err(TestCaseError::fail)?,
+            acked
+        );
     }
     // The store never holds more manifests than `keep` plus one orphan of a crashed publish.
     let n = std::fs::read_dir(fx.store_dir().join("manifests"))

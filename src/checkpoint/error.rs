@@ -13,13 +13,17 @@ use crate::privfs::FsError;
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     /// `CURRENT` exists but holds no bytes.
-    #[error("{path}: CURRENT is empty; the store was left as it is, restore CURRENT or run `tenure verify` to find an older valid checkpoint")]
+    #[error(
+        "{path}: CURRENT is empty; the store was left as it is, restore CURRENT or run `tenure verify` to find an older valid checkpoint"
+    )]
     CurrentEmpty {
         /// The CURRENT file.
         path: PathBuf,
     },
     /// `CURRENT` does not have the exact `<id> <sha256>\n` form.
-    #[error("{path}: CURRENT {reason}; the store was left as it is, restore CURRENT or run `tenure verify` to find an older valid checkpoint")]
+    #[error(
+        "{path}: CURRENT {reason}; the store was left as it is, restore CURRENT or run `tenure verify` to find an older valid checkpoint"
+    )]
     CurrentMalformed {
         /// The CURRENT file.
         path: PathBuf,
@@ -27,7 +31,9 @@ pub enum CheckpointError {
         reason: FormatError,
     },
     /// `CURRENT` names a manifest file that does not exist.
-    #[error("{path}: CURRENT names a missing manifest (checkpoint {id}); the store was left as it is, restore the manifest or run `tenure verify`")]
+    #[error(
+        "{path}: CURRENT names a missing manifest (checkpoint {id}); the store was left as it is, restore the manifest or run `tenure verify`"
+    )]
     ManifestMissing {
         /// The manifest file CURRENT points at.
         path: PathBuf,
@@ -35,7 +41,9 @@ pub enum CheckpointError {
         id: CheckpointId,
     },
     /// The manifest's bytes do not hash to the digest `CURRENT` records.
-    #[error("{path}: manifest digest mismatch: sha256 {actual}, CURRENT records {expected}; the store was left as it is")]
+    #[error(
+        "{path}: manifest digest mismatch: sha256 {actual}, CURRENT records {expected}; the store was left as it is"
+    )]
     ManifestDigestMismatch {
         /// The manifest file.
         path: PathBuf,
@@ -71,7 +79,9 @@ pub enum CheckpointError {
         name: String,
     },
     /// A blob has another length than the manifest lists.
-    #[error("{path}: blob size mismatch for entry {name:?}: {actual} bytes, the manifest lists {expected}; the store was left as it is")]
+    #[error(
+        "{path}: blob size mismatch for entry {name:?}: {actual} bytes, the manifest lists {expected}; the store was left as it is"
+    )]
     BlobSizeMismatch {
         /// The blob file.
         path: PathBuf,
@@ -83,7 +93,9 @@ pub enum CheckpointError {
         actual: u64,
     },
     /// A blob's bytes do not hash to its name.
-    #[error("{path}: blob digest mismatch for entry {name:?}: sha256 {actual}; the store was left as it is")]
+    #[error(
+        "{path}: blob digest mismatch for entry {name:?}: sha256 {actual}; the store was left as it is"
+    )]
     BlobDigestMismatch {
         /// The blob file.
         path: PathBuf,
@@ -97,7 +109,9 @@ pub enum CheckpointError {
     #[error(transparent)]
     Fs(#[from] FsError),
     /// The publisher's epoch is older than the one persisted in the state dir (card H5).
-    #[error("{path}: publish with epoch {epoch} refused: the state dir is owned at epoch {persisted}; nothing was written")]
+    #[error(
+        "{path}: publish with epoch {epoch} refused: the state dir is owned at epoch {persisted}; nothing was written"
+    )]
     StaleEpoch {
         /// The epoch file.
         path: PathBuf,
@@ -107,7 +121,9 @@ pub enum CheckpointError {
         persisted: u64,
     },
     /// The publisher's epoch is newer than any the state dir ever granted.
-    #[error("{path}: publish with epoch {epoch} refused: the state dir has granted only up to epoch {persisted}; publish with the epoch the lease returned")]
+    #[error(
+        "{path}: publish with epoch {epoch} refused: the state dir has granted only up to epoch {persisted}; publish with the epoch the lease returned"
+    )]
     UnknownEpoch {
         /// The epoch file.
         path: PathBuf,
@@ -133,7 +149,9 @@ pub enum CheckpointError {
         reason: FormatError,
     },
     /// The staging area holds something other than regular files and directories.
-    #[error("{path}: cannot publish a {kind}; the staging area may hold only regular files and directories")]
+    #[error(
+        "{path}: cannot publish a {kind}; the staging area may hold only regular files and directories"
+    )]
     UnsupportedFile {
         /// The offending entry.
         path: PathBuf,
@@ -142,13 +160,17 @@ pub enum CheckpointError {
     },
     /// The store was opened read-only ([`super::CheckpointStore::open`]); only the owner
     /// publishes.
-    #[error("{path}: the checkpoint store was opened read-only; open it with `open_owned` while holding the lease")]
+    #[error(
+        "{path}: the checkpoint store was opened read-only; open it with `open_owned` while holding the lease"
+    )]
     ReadOnly {
         /// The store directory.
         path: PathBuf,
     },
     /// An entry of a publish names a blob the store does not hold.
-    #[error("{path}: cannot carry entry {name:?} over: its blob is missing or has another size; publish the file's bytes instead")]
+    #[error(
+        "{path}: cannot carry entry {name:?} over: its blob is missing or has another size; publish the file's bytes instead"
+    )]
     CarryMissing {
         /// The blob file.
         path: PathBuf,
@@ -174,7 +196,9 @@ pub enum CheckpointError {
     /// The fsync of the directory holding `CURRENT` failed after the rename: `CURRENT` names
     /// either the old or the new checkpoint, both complete, and which one survives a power loss
     /// is unknown, so the publish is not acknowledged.
-    #[error("{source}; CURRENT was already renamed, so it names checkpoint {new} or the previous one, both complete; the publish is not acknowledged: reopen the store and publish again")]
+    #[error(
+        "{source}; CURRENT was already renamed, so it names checkpoint {new} or the previous one, both complete; the publish is not acknowledged: reopen the store and publish again"
+    )]
     CurrentSyncFailed {
         /// The checkpoint being published.
         new: CheckpointId,

@@ -453,7 +453,10 @@ mod tests {
         assert_eq!("00000000000000000042".parse::<CheckpointId>().unwrap(), id);
         assert!("42".parse::<CheckpointId>().is_err());
         assert!("00000000000000000000".parse::<CheckpointId>().is_err());
-        assert!("99999999999999999999".parse::<CheckpointId>().is_err(), "overflow");
+        assert!(
+            "99999999999999999999".parse::<CheckpointId>().is_err(),
+            "overflow"
+        );
         assert!("+0000000000000000042".parse::<CheckpointId>().is_err());
         assert_eq!(
             CheckpointId::from_manifest_file_name("00000000000000000042.json"),
@@ -557,9 +560,7 @@ mod tests {
 
     #[test]
     fn names_that_could_escape_a_view_are_refused() {
-        for bad in [
-            "", "/a", "a//b", "a/", "./a", "a/..", "..", "a/./b", "a\0b",
-        ] {
+        for bad in ["", "/a", "a//b", "a/", "./a", "a/..", "..", "a/./b", "a\0b"] {
             assert!(check_name(bad).is_err(), "{bad:?} must be refused");
         }
         assert!(check_name(&"x".repeat(256)).is_err());

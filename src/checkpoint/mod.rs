@@ -60,8 +60,8 @@ pub use error::CheckpointError;
 pub use format::{CheckpointId, Current, Digest, Entry, FormatError, Manifest};
 pub use hash::VerifyingReader;
 pub use store::{
-    Checkpoint, CheckpointStore, GcReport, PublishFile, Published, Source, Staging,
-    StoreOptions, VerifyReport, View,
+    Checkpoint, CheckpointStore, GcReport, PublishFile, Published, Source, Staging, StoreOptions,
+    VerifyReport, View,
 };
 
 /// The store's directory inside a state dir.

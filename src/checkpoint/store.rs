@@ -15,8 +15,13 @@ use super::format::{self, CURRENT_LEN, CheckpointId, Current, Digest, Entry, MAX
 use super::gc::{self, DEFAULT_KEEP, Seen};
 use super::hash::{self, Mismatch, VerifyingReader};
 use super::tree;
-use super::{BLOBS_DIR, CURRENT_FILE, MANIFESTS_DIR, SHA256_DIR, STAGING_DIR, STORE_DIR, VIEWS_DIR};
+use super::{
+    BLOBS_DIR, CURRENT_FILE, MANIFESTS_DIR, SHA256_DIR, STAGING_DIR, STORE_DIR, VIEWS_DIR,
+};
 use crate::privfs::{Dir, FileKind, FsError, Links, StateDir};
+
+/// Bytes written between two writeback kicks of a blob being published.
+const WRITEBACK_KICK: u64 = 8 << 20;
 
 /// Options of a store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,12 +255,9 @@ impl<'s> CheckpointStore<'s> {
         for scratch in [STAGING_DIR, VIEWS_DIR] {
             if let Some(d) = root.open_dir_optional(scratch)? {
                 for e in d.entries()? {
-                    match (e.kind, e.name.to_str()) {
-                        (FileKind::Directory, Some(name)) => {
-                            tree::remove_tree(&d, name, "open.sweep")?
-                        }
-                        // Anything else was not made by the store: leave it alone.
-                        _ => {}
+                    // Anything but a directory was not made by the store: leave it alone.
+                    if let (FileKind::Directory, Some(name)) = (e.kind, e.name.to_str()) {
+                        tree::remove_tree(&d, name, "open.sweep")?
                     }
                 }
             }
@@ -282,7 +284,9 @@ impl<'s> CheckpointStore<'s> {
     }
 
     fn manifest_path(&self, id: CheckpointId) -> PathBuf {
-        self.path().join(MANIFESTS_DIR).join(id.manifest_file_name())
+        self.path()
+            .join(MANIFESTS_DIR)
+            .join(id.manifest_file_name())
     }
 
     fn blob_path(&self, d: &Digest) -> PathBuf {
@@ -415,7 +419,7 @@ impl<'s> CheckpointStore<'s> {
 
     fn verify_entry(&self, e: &Entry, buf: &mut [u8]) -> Result<(), CheckpointError> {
         let mut f = self.open_blob(e)?;
-        match hash::verify_reader(&mut f, e.size, &e.sha256, buf)
+        match hash::verify_reader_fast(&mut f, e.size, &e.sha256, buf)
             .map_err(|err| CheckpointError::io(self.blob_path(&e.sha256), "read", err))?
         {
             Ok(()) => Ok(()),
@@ -568,12 +572,11 @@ impl<'s> CheckpointStore<'s> {
             .root()
             .child_path(crate::lease::CONTROL_DIR)
             .join(crate::lease::epoch::EPOCH_FILE);
-        let persisted = crate::lease::read_epoch(self.state).map_err(|e| {
-            CheckpointError::EpochUnreadable {
+        let persisted =
+            crate::lease::read_epoch(self.state).map_err(|e| CheckpointError::EpochUnreadable {
                 path: path.clone(),
                 reason: e.to_string(),
-            }
-        })?;
+            })?;
         if persisted > epoch {
             return Err(CheckpointError::StaleEpoch {
                 path,
@@ -726,9 +729,7 @@ impl<'s> CheckpointStore<'s> {
                 .rename_into(id.manifest_file_name())
                 .map_err(publish_failed)?;
         }
-        manifests
-            .sync("publish.manifest")
-            .map_err(publish_failed)?;
+        manifests.sync("publish.manifest").map_err(publish_failed)?;
 
         // 3. CURRENT, fenced once more right before the only step that makes it visible.
         self.fence(epoch)?;
@@ -737,7 +738,8 @@ impl<'s> CheckpointStore<'s> {
             manifest_sha256,
         };
         replace_current(root, &current)?;
-        crate::failpoint::hit("publish.acked").map_err(|e| CheckpointError::io(self.path(), "acknowledge", e))?;
+        crate::failpoint::hit("publish.acked")
+            .map_err(|e| CheckpointError::io(self.path(), "acknowledge", e))?;
 
         // 4. Acknowledged: collect what the last `keep` checkpoints do not need.
         let gc = self.collect(id, manifests, blobs);
@@ -828,20 +830,31 @@ impl<'s> CheckpointStore<'s> {
         shown: &dyn Fn(&str) -> PathBuf,
     ) -> Result<(u64, Digest, u64), CheckpointError> {
         let mut tmp = blobs.create_temp("publish.blob").map_err(publish_failed)?;
-        let mut h = Sha256::new();
-        let mut size = 0u64;
-        loop {
-            let n = match src.read(buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(CheckpointError::io(shown(name), "read", e)),
-            };
-            h.update(&buf[..n]);
-            tmp.write_all(&buf[..n]).map_err(publish_failed)?;
-            size += n as u64;
-        }
-        let sha256 = Digest(h.finalize().into());
+        let _ = buf; // the pipeline brings its own fixed set of buffers
+        let mut kicked = 0u64;
+        let summary = hash::pipe(src, None, |chunk, offset| {
+            tmp.write_all(chunk).map_err(publish_failed)?;
+            let end = offset + chunk.len() as u64;
+            if end - kicked >= WRITEBACK_KICK {
+                // Start writeback of what is written so far, so the disk works while we go on
+                // hashing and the final fsync has little left to do. DONTNEED starts
+                // asynchronous writeback of dirty pages (and drops pages that are already
+                // clean); it is advice only, the fsync below is what makes the blob durable.
+                let _ = rustix::fs::fadvise(
+                    tmp.file(),
+                    kicked,
+                    std::num::NonZeroU64::new(end - kicked),
+                    rustix::fs::Advice::DontNeed,
+                );
+                kicked = end;
+            }
+            Ok(())
+        })
+        .map_err(|e| match e {
+            hash::PipeError::Read(e) => CheckpointError::io(shown(name), "read", e),
+            hash::PipeError::Sink(e) => e,
+        })?;
+        let (size, sha256) = (summary.size, summary.sha256);
         if self.blob_present(blobs, &sha256, size)? {
             return Ok((size, sha256, 0));
         }
@@ -1040,7 +1053,10 @@ impl<'s> CheckpointStore<'s> {
     /// Removes a view made by [`CheckpointStore::materialise`].
     pub fn remove_view(&self, view: View) -> Result<(), CheckpointError> {
         let (root, _, _) = self.owned_dirs()?;
-        debug_assert!(view.in_store, "views made by materialise_into are the caller's");
+        debug_assert!(
+            view.in_store,
+            "views made by materialise_into are the caller's"
+        );
         let parent = root.open_dir(VIEWS_DIR)?;
         tree::remove_tree(&parent, &view.name, "view")
     }
@@ -1053,7 +1069,9 @@ impl<'s> CheckpointStore<'s> {
 /// [`CheckpointError::CurrentSyncFailed`].
 pub(crate) fn replace_current(root: &Dir, current: &Current) -> Result<(), CheckpointError> {
     let bytes = current.to_bytes();
-    let mut tmp = root.create_temp("publish.current").map_err(publish_failed)?;
+    let mut tmp = root
+        .create_temp("publish.current")
+        .map_err(publish_failed)?;
     tmp.write_all(&bytes).map_err(publish_failed)?;
     tmp.sync()
         .map_err(publish_failed)?

@@ -44,8 +44,10 @@ fn walk_into(dir: &Dir, prefix: &str, out: &mut Vec<Staged>) -> Result<(), Check
         let name = format!("{prefix}{leaf}");
         // Checking the name before descending also bounds the recursion: a name can be at most
         // 4096 bytes, so the walk is at most 2048 directories deep.
-        format::check_name(&name)
-            .map_err(|reason| CheckpointError::BadEntryName { path: path.clone(), reason })?;
+        format::check_name(&name).map_err(|reason| CheckpointError::BadEntryName {
+            path: path.clone(),
+            reason,
+        })?;
         match e.kind {
             FileKind::Regular => out.push(Staged { name }),
             FileKind::Directory => {

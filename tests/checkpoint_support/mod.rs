@@ -8,7 +8,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use tenure::checkpoint::{Checkpoint, CheckpointStore, PublishFile, Published, Source, StoreOptions};
+use tenure::checkpoint::{
+    Checkpoint, CheckpointStore, PublishFile, Published, Source, StoreOptions,
+};
 use tenure::privfs::StateDir;
 
 /// Env var that turns a re-executed test binary into a crash-test child.
@@ -40,7 +42,10 @@ impl Fixture {
 
 /// Writes the lease epoch file as an owner acquiring at `epoch` would.
 pub fn set_epoch(sd: &StateDir, epoch: u64) {
-    let control = sd.root().ensure_dir(tenure::lease::CONTROL_DIR, "test").unwrap();
+    let control = sd
+        .root()
+        .ensure_dir(tenure::lease::CONTROL_DIR, "test")
+        .unwrap();
     tenure::lease::epoch::write(&control, epoch).unwrap();
 }
 
@@ -92,9 +97,21 @@ pub fn contents(store: &CheckpointStore<'_>, cp: &Checkpoint) -> Vec<(String, Ve
 /// Which generation a loaded checkpoint holds; panics unless it is exactly some generation.
 pub fn generation_of(store: &CheckpointStore<'_>, cp: &Checkpoint) -> u64 {
     let files = contents(store, cp);
-    let counter = &files.iter().find(|(n, _)| n == "counter").expect("counter").1;
-    let g: u64 = std::str::from_utf8(counter).unwrap().trim().parse().unwrap();
-    assert_eq!(files, generation(g), "checkpoint is not exactly generation {g}");
+    let counter = &files
+        .iter()
+        .find(|(n, _)| n == "counter")
+        .expect("counter")
+        .1;
+    let g: u64 = std::str::from_utf8(counter)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        files,
+        generation(g),
+        "checkpoint is not exactly generation {g}"
+    );
     g
 }
 
@@ -113,7 +130,16 @@ fn snap_into(root: &Path, p: &Path, out: &mut Snapshot) {
     let rel = p.strip_prefix(root).unwrap().to_path_buf();
     let mode = md.mode();
     if md.file_type().is_symlink() {
-        out.insert(rel, (mode, std::fs::read_link(p).unwrap().into_os_string().into_encoded_bytes()));
+        out.insert(
+            rel,
+            (
+                mode,
+                std::fs::read_link(p)
+                    .unwrap()
+                    .into_os_string()
+                    .into_encoded_bytes(),
+            ),
+        );
     } else if md.is_dir() {
         out.insert(rel, (mode, b"dir".to_vec()));
         for e in std::fs::read_dir(p).unwrap() {
@@ -153,12 +179,19 @@ pub fn overwrite(path: &Path, bytes: &[u8]) {
 pub fn spawn_child(entry: &str, role: &str, envs: &[(&str, String)]) -> Child {
     let exe = std::env::current_exe().unwrap();
     let mut cmd = Command::new(exe);
-    cmd.args([entry, "--exact", "--ignored", "--nocapture", "--test-threads=1", "-q"])
-        .env(CHILD_ENV, role)
-        .env_remove("TENURE_FAILPOINTS")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args([
+        entry,
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+        "-q",
+    ])
+    .env(CHILD_ENV, role)
+    .env_remove("TENURE_FAILPOINTS")
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     for (k, v) in envs {
         cmd.env(k, v);
     }
