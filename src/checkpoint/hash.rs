@@ -179,7 +179,11 @@ pub fn verify_reader_fast<R: Read + ?Sized>(
     if size < PIPELINE_MIN {
         return verify_reader(r, size, sha256, buf);
     }
-    let got = match pipe::<_, std::convert::Infallible, _>(r, Some(size.saturating_add(1)), |_, _| Ok(())) {
+    let got = match pipe::<_, std::convert::Infallible, _>(
+        r,
+        Some(size.saturating_add(1)),
+        |_, _| Ok(()),
+    ) {
         Ok(s) => s,
         Err(PipeError::Read(e)) => return Err(e),
         Err(PipeError::Sink(never)) => match never {},
@@ -331,7 +335,9 @@ mod tests {
 
     #[test]
     fn pipe_hashes_what_it_hands_to_the_sink() {
-        let data: Vec<u8> = (0..(3 * BUF_LEN + 12345) as u32).map(|i| (i % 251) as u8).collect();
+        let data: Vec<u8> = (0..(3 * BUF_LEN + 12345) as u32)
+            .map(|i| (i % 251) as u8)
+            .collect();
         let mut seen = Vec::new();
         let s = pipe::<_, (), _>(&mut &data[..], None, |chunk, off| {
             assert_eq!(off as usize, seen.len());
@@ -345,16 +351,24 @@ mod tests {
         let s = pipe::<_, (), _>(&mut &data[..], Some(10), |_, _| Ok(())).unwrap();
         assert_eq!((s.size, s.sha256), (10, digest_bytes(&data[..10])));
         // A sink error stops the stream and is returned.
-        let e = pipe(&mut &data[..], None, |_, off| if off > 0 { Err("full") } else { Ok(()) });
+        let e = pipe(&mut &data[..], None, |_, off| {
+            if off > 0 { Err("full") } else { Ok(()) }
+        });
         assert!(matches!(e, Err(PipeError::Sink("full"))));
         // The pipelined verifier agrees with the plain one.
         let mut buf = buffer();
         let d = digest_bytes(&data);
         let n = data.len() as u64;
-        assert_eq!(verify_reader_fast(&mut &data[..], n, &d, &mut buf).unwrap(), Ok(()));
+        assert_eq!(
+            verify_reader_fast(&mut &data[..], n, &d, &mut buf).unwrap(),
+            Ok(())
+        );
         let big = vec![1u8; PIPELINE_MIN as usize + 5];
         let bd = digest_bytes(&big);
-        assert_eq!(verify_reader_fast(&mut &big[..], big.len() as u64, &bd, &mut buf).unwrap(), Ok(()));
+        assert_eq!(
+            verify_reader_fast(&mut &big[..], big.len() as u64, &bd, &mut buf).unwrap(),
+            Ok(())
+        );
         assert!(matches!(
             verify_reader_fast(&mut &big[..], big.len() as u64 - 1, &bd, &mut buf).unwrap(),
             Err(Mismatch::Size { .. })

@@ -908,20 +908,18 @@ impl<'s> CheckpointStore<'s> {
         let plan = gc::plan(current, &seen, &present, self.keep);
         report.kept = plan.kept.clone();
         report.blobs_skipped = plan.blobs_skipped;
-        // Manifests go first, so a crash mid-GC never leaves a manifest without its blobs.
+        // Manifests go first, so a crash mid-GC does not leave a manifest without its blobs.
+        // No directory is fsynced: a deletion lost in a power cut only leaves garbage that the
+        // next GC removes again, and what GC deletes is never what a kept checkpoint needs, so
+        // the order of deletions does not need to be durable either (a manifest that comes
+        // back without its blobs is not kept, never loaded, and reported as invalid).
         for id in &plan.manifests {
             manifests.unlink(id.manifest_file_name(), "gc.manifest")?;
             report.manifests_removed += 1;
         }
-        if !plan.manifests.is_empty() {
-            manifests.sync("gc.manifest")?;
-        }
         for d in &plan.blobs {
             blobs.unlink(d.to_hex(), "gc.blob")?;
             report.blobs_removed += 1;
-        }
-        if !plan.blobs.is_empty() {
-            blobs.sync("gc.blob")?;
         }
         Ok(())
     }
