@@ -287,10 +287,8 @@ fn carried_blobs_are_checked_not_copied() {
         store.publish_files(1, bogus),
         Err(CheckpointError::CarryMissing { .. })
     ));
-    let mut after = snapshot(&fx.state);
-    // A failed publish leaves no temp file behind; only the blob dir's own metadata is the same.
-    after.retain(|_, _| true);
-    assert_eq!(before, after);
+    // A refused publish leaves the tree as it was, temp files included (none).
+    assert_eq!(before, snapshot(&fx.state));
 }
 
 /// GC keeps the last K checkpoints (default 2) and exactly the blobs they reference.
@@ -569,10 +567,24 @@ fn refusals_name_the_file_and_the_fault() {
         assert!(msg.contains(&fx.store_dir().display().to_string()), "{msg}");
         assert!(err.is_corrupt_state(), "{want}: {err:?}");
         assert!(!msg.ends_with('.'), "{msg}");
-        // Publishing on top of a refused state is refused too, and nothing changes.
-        let owner = CheckpointStore::open(&sd, opts()).unwrap();
-        let _ = owner.report().unwrap();
+        // The read-only report refuses the current checkpoint the same way and changes
+        // nothing either.
+        let report = ro.report().unwrap();
+        assert!(report.current.is_err(), "{want}");
         assert_eq!(before, snapshot(&fx.state), "{want}");
+        // The owner cannot publish on top of a CURRENT or manifest it cannot trust (publish
+        // checks those, not the parent's blobs, which load verifies).
+        if !want.starts_with("blob") {
+            let files = vec![PublishFile {
+                name: "new".into(),
+                mode: 0o600,
+                source: Source::Reader(Box::new(&b"new"[..])),
+            }];
+            let err = store.publish_files(1, files).unwrap_err();
+            assert!(err.to_string().contains(want), "{want}: publish gave {err}");
+            // CURRENT and the parent manifest are checked before any blob is written.
+            assert_eq!(before, snapshot(&fx.state), "{want}");
+        }
     }
 }
 
@@ -768,4 +780,90 @@ fn random_kill_9_never_loses_an_acknowledged_checkpoint() {
     );
     assert_eq!(violations, 0);
     assert!(last_acked.unwrap_or(0) > 0, "no publish ever completed");
+}
+
+/// Files of 4 MiB and more are hashed on a helper thread (publish, the unchanged-file probe,
+/// load and views); the results must be the same as on the small-file path.
+#[test]
+fn large_files_round_trip_through_the_pipelined_paths() {
+    let fx = Fixture::new(1);
+    let sd = fx.open();
+    let store = CheckpointStore::open_owned(&sd, opts()).unwrap();
+    let big: Vec<u8> = (0..(9 << 20) + 7u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let staging = store.staging().unwrap();
+    std::fs::write(staging.path().join("big.bin"), &big).unwrap();
+    let Published::New { checkpoint, .. } = store.publish(1, &staging).unwrap() else {
+        panic!("new checkpoint expected")
+    };
+    assert_eq!(
+        checkpoint.entry("big.bin").unwrap().sha256.to_hex(),
+        sha(&big)
+    );
+    // Same bytes again: found unchanged by the pipelined probe, CURRENT untouched.
+    assert!(matches!(
+        store.publish(1, &staging).unwrap(),
+        Published::Unchanged { .. }
+    ));
+    let cp = store.load().unwrap().unwrap();
+    assert_eq!(cp, checkpoint);
+    let view = store.materialise(&cp).unwrap();
+    assert_eq!(std::fs::read(view.path().join("big.bin")).unwrap(), big);
+    // One flipped byte deep inside is caught by the pipelined verifier.
+    let blob = fx
+        .store_dir()
+        .join("blobs/sha256")
+        .join(cp.entry("big.bin").unwrap().sha256.to_hex());
+    let mut bad = big.clone();
+    bad[8 << 20] ^= 0x40;
+    overwrite(&blob, &bad);
+    assert!(matches!(
+        store.load(),
+        Err(CheckpointError::BlobDigestMismatch { .. })
+    ));
+}
+
+/// Child entry point (not a test by itself): with at most 64 open descriptors, publishes a
+/// staging area of 300 files.
+#[test]
+#[ignore = "child-process entry point, run by staging_with_more_files_than_descriptors_publishes"]
+fn child_many_files() {
+    if std::env::var(CHILD_ENV).as_deref() != Ok("many") {
+        return;
+    }
+    let fx = Fixture::new(1);
+    let sd = fx.open();
+    let store = CheckpointStore::open_owned(&sd, opts()).unwrap();
+    let staging = store.staging().unwrap();
+    for i in 0..300 {
+        let dir = staging.path().join(format!("d{}", i % 7));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("f{i:03}")), format!("{}", i % 5)).unwrap();
+    }
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut lim = getrlimit(Resource::Nofile);
+    lim.current = Some(64);
+    setrlimit(Resource::Nofile, lim).unwrap();
+    let res = store.publish(1, &staging).unwrap();
+    let Published::New { checkpoint, .. } = res else {
+        panic!("new checkpoint expected")
+    };
+    assert_eq!(store.load().unwrap().unwrap(), checkpoint);
+    println!("published {}", checkpoint.entries.len());
+}
+
+/// A staging area with more files than the process may hold open still publishes: staged files
+/// are opened one at a time (run in a child so the lowered descriptor limit stays there).
+#[test]
+fn staging_with_more_files_than_descriptors_publishes() {
+    let child = spawn_child("child_many_files", "many", &[]);
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("published 300"),
+        "{:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -169,6 +169,56 @@ where
     })
 }
 
+/// Like [`digest_reader`], hashing on a helper thread when `size_hint` is large enough to gain.
+pub fn digest_fast<R: Read + ?Sized>(
+    r: &mut R,
+    size_hint: u64,
+    buf: &mut [u8],
+) -> io::Result<Summary> {
+    if size_hint < PIPELINE_MIN {
+        return digest_reader(r, buf);
+    }
+    match pipe::<_, std::convert::Infallible, _>(r, None, |_, _| Ok(())) {
+        Ok(s) => Ok(s),
+        Err(PipeError::Read(e)) => Err(e),
+        Err(PipeError::Sink(never)) => match never {},
+    }
+}
+
+/// The single-threaded form of [`pipe`] for small streams, through the caller's buffer.
+pub fn copy_small<R, E, S>(
+    src: &mut R,
+    limit: u64,
+    buf: &mut [u8],
+    mut sink: S,
+) -> Result<Summary, PipeError<E>>
+where
+    R: Read + ?Sized,
+    S: FnMut(&[u8], u64) -> Result<(), E>,
+{
+    let mut h = Sha256::new();
+    let mut size = 0u64;
+    loop {
+        let want = (limit - size).min(buf.len() as u64) as usize;
+        if want == 0 {
+            break;
+        }
+        let n = match src.read(&mut buf[..want]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(PipeError::Read(e)),
+        };
+        sink(&buf[..n], size).map_err(PipeError::Sink)?;
+        h.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok(Summary {
+        size,
+        sha256: Digest(h.finalize().into()),
+    })
+}
+
 /// Like [`verify_reader`], hashing on a helper thread when `size` is large enough to gain.
 pub fn verify_reader_fast<R: Read + ?Sized>(
     r: &mut R,

@@ -3,12 +3,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustix::fs::Mode;
-use sha2::{Digest as _, Sha256};
 
 use super::error::CheckpointError;
 use super::format::{self, CURRENT_LEN, CheckpointId, Current, Digest, Entry, MAX_MANIFEST_LEN};
@@ -104,6 +103,13 @@ pub struct PublishFile<'r> {
     pub mode: u32,
     /// The bytes.
     pub source: Source<'r>,
+}
+
+/// One file of a publish, opened only when its blob is written.
+struct Input<'r> {
+    name: String,
+    #[allow(clippy::type_complexity)]
+    open: Box<dyn FnOnce() -> Result<(Source<'r>, u32), CheckpointError> + 'r>,
 }
 
 /// What a GC after a publish did.
@@ -482,7 +488,8 @@ impl<'s> CheckpointStore<'s> {
             Err(_) => self.read_current().ok().flatten().map(|c| c.id),
         };
         let mut newest_valid_older = None;
-        if matches!(current, Ok(Some(_))) || current.is_err() {
+        // With no checkpoint at all there is nothing older to look for.
+        if !matches!(current, Ok(None)) {
             let mut buf = hash::buffer();
             for id in self.manifest_ids()?.into_iter().rev() {
                 if below.is_some_and(|b| id >= b) {
@@ -601,18 +608,22 @@ impl<'s> CheckpointStore<'s> {
         self.owned_dirs()?;
         self.fence(epoch)?;
         let staged = tree::walk(&staging.dir)?;
-        let mut files = Vec::with_capacity(staged.len());
-        for s in staged {
-            let f = tree::open_staged(&staging.dir, &s.name)?;
-            let st = rustix::fs::fstat(&f).map_err(|e| {
-                CheckpointError::io(staging.dir.path().join(&s.name), "stat", e.into())
-            })?;
-            files.push(PublishFile {
-                name: s.name,
-                mode: st.st_mode & 0o777,
-                source: Source::File(f),
-            });
-        }
+        // Each file is opened only when its turn comes, so a staging area with more files than
+        // the descriptor limit still publishes.
+        let dir = &staging.dir;
+        let files = staged
+            .into_iter()
+            .map(|s| Input {
+                name: s.name.clone(),
+                open: Box::new(move || {
+                    let f = tree::open_staged(dir, &s.name)?;
+                    let st = rustix::fs::fstat(&f).map_err(|e| {
+                        CheckpointError::io(dir.path().join(&s.name), "stat", e.into())
+                    })?;
+                    Ok((Source::File(f), st.st_mode & 0o777))
+                }),
+            })
+            .collect();
         self.publish_checked(epoch, files, Some(staging.dir.path()))
     }
 
@@ -626,13 +637,23 @@ impl<'s> CheckpointStore<'s> {
     ) -> Result<Published, CheckpointError> {
         self.owned_dirs()?;
         self.fence(epoch)?;
+        let files = files
+            .into_iter()
+            .map(|f| {
+                let PublishFile { name, mode, source } = f;
+                Input {
+                    name,
+                    open: Box::new(move || Ok((source, mode))),
+                }
+            })
+            .collect();
         self.publish_checked(epoch, files, None)
     }
 
     fn publish_checked(
         &self,
         epoch: u64,
-        mut files: Vec<PublishFile<'_>>,
+        mut files: Vec<Input<'_>>,
         origin: Option<&Path>,
     ) -> Result<Published, CheckpointError> {
         let (root, manifests, blobs) = self.owned_dirs()?;
@@ -648,7 +669,7 @@ impl<'s> CheckpointStore<'s> {
                 name: f.name.clone(),
                 size: 0,
                 sha256: Digest([0; 32]),
-                mode: f.mode & 0o777,
+                mode: 0,
             })
             .collect();
         if let Err(reason) = format::check_entries(&probe) {
@@ -683,17 +704,21 @@ impl<'s> CheckpointStore<'s> {
         let mut entries = Vec::with_capacity(files.len());
         let mut bytes_written = 0u64;
         for f in files {
-            let hint = parent
-                .as_ref()
-                .and_then(|m| m.entries.iter().find(|e| e.name == f.name));
+            let hint = parent.as_ref().and_then(|m| {
+                m.entries
+                    .binary_search_by(|e| e.name.as_bytes().cmp(f.name.as_bytes()))
+                    .ok()
+                    .map(|i| &m.entries[i])
+            });
+            let (source, mode) = (f.open)()?;
             let (size, sha256, written) =
-                self.store_blob(blobs, f.source, &f.name, hint, &mut buf, &shown)?;
+                self.store_blob(blobs, source, &f.name, hint, &mut buf, &shown)?;
             bytes_written += written;
             entries.push(Entry {
                 name: f.name,
                 size,
                 sha256,
-                mode: f.mode & 0o777,
+                mode: mode & 0o777,
             });
         }
         // Always, even when every blob already existed: a blob renamed by an earlier publish
@@ -790,29 +815,35 @@ impl<'s> CheckpointStore<'s> {
                     .map_err(|e| CheckpointError::io(shown(name), "stat", e))?
                     .len();
                 if hint.is_some_and(|h| h.size == len) {
-                    let s = hash::digest_reader(&mut f, buf)
+                    let s = hash::digest_fast(&mut f, len, buf)
                         .map_err(|e| CheckpointError::io(shown(name), "read", e))?;
-                    if self.blob_present(blobs, &s.sha256, s.size)? {
+                    if self.blob_present(blobs, &s.sha256, s.size, name)? {
                         return Ok((s.size, s.sha256, 0));
                     }
                     f.seek(SeekFrom::Start(0))
                         .map_err(|e| CheckpointError::io(shown(name), "seek", e))?;
                 }
-                self.write_blob(blobs, &mut f, name, buf, shown)
+                self.write_blob(blobs, &mut f, name, shown)
             }
-            Source::Reader(mut r) => self.write_blob(blobs, &mut r, name, buf, shown),
+            Source::Reader(mut r) => self.write_blob(blobs, &mut r, name, shown),
         }
     }
 
     /// Whether a blob with this digest exists; one with the wrong size is refused, never
     /// replaced (that would be a repair).
-    fn blob_present(&self, blobs: &Dir, d: &Digest, size: u64) -> Result<bool, CheckpointError> {
+    fn blob_present(
+        &self,
+        blobs: &Dir,
+        d: &Digest,
+        size: u64,
+        name: &str,
+    ) -> Result<bool, CheckpointError> {
         match blobs.stat(d.to_hex())? {
             None => Ok(false),
             Some(st) if st.st_size as u64 == size => Ok(true),
             Some(st) => Err(CheckpointError::BlobSizeMismatch {
                 path: self.blob_path(d),
-                name: String::new(),
+                name: name.to_string(),
                 expected: size,
                 actual: st.st_size as u64,
             }),
@@ -826,11 +857,10 @@ impl<'s> CheckpointStore<'s> {
         blobs: &Dir,
         src: &mut dyn Read,
         name: &str,
-        buf: &mut [u8],
         shown: &dyn Fn(&str) -> PathBuf,
     ) -> Result<(u64, Digest, u64), CheckpointError> {
+        // The pipeline brings its own fixed set of buffers.
         let mut tmp = blobs.create_temp("publish.blob").map_err(publish_failed)?;
-        let _ = buf; // the pipeline brings its own fixed set of buffers
         let mut kicked = 0u64;
         let summary = hash::pipe(src, None, |chunk, offset| {
             tmp.write_all(chunk).map_err(publish_failed)?;
@@ -855,7 +885,7 @@ impl<'s> CheckpointStore<'s> {
             hash::PipeError::Sink(e) => e,
         })?;
         let (size, sha256) = (summary.size, summary.sha256);
-        if self.blob_present(blobs, &sha256, size)? {
+        if self.blob_present(blobs, &sha256, size, name)? {
             return Ok((size, sha256, 0));
         }
         // Blobs are read-only even to us, so no later open for writing can change them by
@@ -997,25 +1027,24 @@ impl<'s> CheckpointStore<'s> {
             let mut out = dir.create_exclusive(leaf, "view")?;
             let out_path = dir.child_path(leaf);
             let mut src = self.open_blob(e)?;
-            let mut h = Sha256::new();
-            let mut size = 0u64;
-            loop {
-                let n = match src.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(err) => {
-                        return Err(CheckpointError::io(self.blob_path(&e.sha256), "read", err));
-                    }
-                };
-                size += n as u64;
-                if size > e.size {
-                    break;
-                }
-                h.update(&buf[..n]);
-                out.write_all(&buf[..n])
-                    .map_err(|err| CheckpointError::io(&out_path, "write", err))?;
+            // Read at most one byte past the promised size: enough to notice a longer blob.
+            let limit = e.size.saturating_add(1);
+            let mut sink = |chunk: &[u8], _: u64| {
+                out.write_all(chunk)
+                    .map_err(|err| CheckpointError::io(&out_path, "write", err))
+            };
+            let got = if e.size >= hash::PIPELINE_MIN {
+                hash::pipe(&mut src, Some(limit), &mut sink)
+            } else {
+                hash::copy_small(&mut src, limit, &mut buf, &mut sink)
             }
+            .map_err(|err| match err {
+                hash::PipeError::Read(err) => {
+                    CheckpointError::io(self.blob_path(&e.sha256), "read", err)
+                }
+                hash::PipeError::Sink(err) => err,
+            })?;
+            let size = got.size;
             if size != e.size {
                 return Err(self.mismatch(
                     e,
@@ -1025,7 +1054,7 @@ impl<'s> CheckpointStore<'s> {
                     },
                 ));
             }
-            let got = Digest(h.finalize().into());
+            let got = got.sha256;
             if got != e.sha256 {
                 return Err(self.mismatch(
                     e,
