@@ -161,13 +161,12 @@ impl Staging {
     }
 }
 
-/// A read-only copy of a checkpoint's files (`TENURE_CHECKPOINT`).
+/// A read-only copy of a checkpoint's files in the store's `views/` directory
+/// (`TENURE_CHECKPOINT`); remove it with [`CheckpointStore::remove_view`].
 #[derive(Debug)]
 pub struct View {
     path: PathBuf,
     name: String,
-    /// Whether the view lives in the store's `views/` directory.
-    in_store: bool,
 }
 
 impl View {
@@ -961,11 +960,7 @@ impl<'s> CheckpointStore<'s> {
         let parent = root.ensure_dir(VIEWS_DIR, "view")?;
         let name = tree::random_name()?;
         let path = self.materialise_into(checkpoint, &parent, &name)?;
-        Ok(View {
-            path,
-            name,
-            in_store: true,
-        })
+        Ok(View { path, name })
     }
 
     /// Copies `checkpoint`'s files into a new directory `name` under `parent`, re-creating
@@ -1080,10 +1075,6 @@ impl<'s> CheckpointStore<'s> {
     /// Removes a view made by [`CheckpointStore::materialise`].
     pub fn remove_view(&self, view: View) -> Result<(), CheckpointError> {
         let (root, _, _) = self.owned_dirs()?;
-        debug_assert!(
-            view.in_store,
-            "views made by materialise_into are the caller's"
-        );
         let parent = root.open_dir(VIEWS_DIR)?;
         tree::remove_tree(&parent, &view.name, "view")
     }
