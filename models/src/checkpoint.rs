@@ -421,14 +421,14 @@ pub struct CheckpointModel {
     /// The GC's `keep` values checked (one initial state each).
     pub keeps: Vec<u8>,
     /// Whether a corruption may hit files no checkpoint references (a blob a crashed publish
-    /// left behind). With the store as built this breaks I12 through deduplication, see
-    /// [`CheckpointModel::dedup_verifies_digest`].
+    /// left behind). Without [`CheckpointModel::dedup_verifies_digest`] this breaks I12 through
+    /// deduplication.
     pub corrupt_orphans: bool,
-    /// Whether a publish verifies the digest of an existing blob before reusing it. The store as
-    /// built reuses a blob of the right name and size without reading it, so a corrupted
-    /// leftover blob enters the new checkpoint: the publish is acknowledged and the next load
-    /// refuses it. Verifying (and failing the publish on a mismatch, never rewriting the blob)
-    /// closes that.
+    /// Whether a publish verifies the digest of an existing blob before reusing it. Without it,
+    /// a corrupted leftover blob of the right name and size enters the new checkpoint: the
+    /// publish is acknowledged and the next load refuses it. The store verifies every blob the
+    /// current checkpoint does not name (and fails the publish on a mismatch, never rewriting
+    /// the blob); this model found the hole.
     pub dedup_verifies_digest: bool,
     /// The bug to inject, if any.
     pub mutation: Option<Mutation>,
@@ -442,8 +442,8 @@ impl CheckpointModel {
             crashes: 2,
             corruptions: 1,
             keeps: vec![1, 2],
-            corrupt_orphans: false,
-            dedup_verifies_digest: false,
+            corrupt_orphans: true,
+            dedup_verifies_digest: true,
             mutation: None,
         }
     }

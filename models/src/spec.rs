@@ -11,13 +11,6 @@
 //!    `publish-failed/SIGTERM` is 74: the detail names the drain's cause, not the code).
 //!
 //! A record none of these cover is a gap in the spec table and is reported as such.
-//! [`KNOWN_GAPS`] lists the gaps the models found in the machine as it is; the models skip only
-//! the table comparison for them (the code must still be `Outcome::code`).
-
-/// End records (by prefix) that the spec table cannot give a code for. Empty: the one gap the
-/// signal model found (`exited/SIGTERM` after `STOPPING=1` and a forwarded signal, which hid the
-/// child's code) was closed by naming the code in every `exited/N` record.
-pub const KNOWN_GAPS: &[&str] = &[];
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -97,11 +90,6 @@ impl ExitTable {
         TABLE.get_or_init(|| ExitTable::parse(LIFECYCLE_MD))
     }
 
-    /// Whether `record` is one of the [`KNOWN_GAPS`].
-    pub fn is_known_gap(record: &str) -> bool {
-        KNOWN_GAPS.iter().any(|g| record.starts_with(g))
-    }
-
     /// The code the spec table gives for an end record such as `stopped/SIGINT`.
     pub fn code_of(&self, record: &str) -> Result<u8, Gap> {
         if let Some(c) = self.exact.get(record) {
@@ -158,19 +146,5 @@ mod tests {
         assert_eq!(t.code_of("busy/SIGTERM"), Ok(75));
         assert!(t.code_of("nonsense").is_err());
         assert!(t.code_of("stopped/xyz").is_err());
-    }
-
-    /// The gaps listed in KNOWN_GAPS are still gaps. When the spec table or the end-record
-    /// format closes one, this fails: remove it from the list so the models check it again.
-    #[test]
-    fn known_gaps_are_still_gaps() {
-        let t = ExitTable::spec();
-        for gap in KNOWN_GAPS {
-            let record = format!("{gap}TERM");
-            assert!(
-                t.code_of(&record).is_err(),
-                "`{record}` now has a code in the spec table: remove `{gap}` from KNOWN_GAPS"
-            );
-        }
     }
 }

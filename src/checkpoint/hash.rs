@@ -89,6 +89,170 @@ pub fn verify_reader<R: Read + ?Sized>(
     Ok(Ok(()))
 }
 
+/// Below this size a stream is hashed on the calling thread: a helper thread costs more than
+/// it saves.
+pub const PIPELINE_MIN: u64 = 4 << 20;
+
+/// Buffers in flight between the reading thread and the hashing thread (each [`BUF_LEN`]).
+const PIPELINE_BUFS: usize = 3;
+
+/// Why [`pipe`] stopped.
+#[derive(Debug)]
+pub enum PipeError<E> {
+    /// Reading the source failed.
+    Read(io::Error),
+    /// The sink refused a chunk.
+    Sink(E),
+}
+
+/// Streams `src` to its end (or to `limit` bytes), handing each chunk to `sink` on the calling
+/// thread while a helper thread hashes the same chunks, so reading, writing and hashing
+/// overlap on two cores. Memory stays fixed at [`PIPELINE_BUFS`] buffers of [`BUF_LEN`].
+pub fn pipe<R, E, S>(src: &mut R, limit: Option<u64>, mut sink: S) -> Result<Summary, PipeError<E>>
+where
+    R: Read + ?Sized,
+    E: Send,
+    S: FnMut(&[u8], u64) -> Result<(), E>,
+{
+    use std::sync::mpsc::sync_channel;
+    let (to_hasher, chunks) = sync_channel::<(Vec<u8>, usize)>(PIPELINE_BUFS);
+    let (give_back, returned) = sync_channel::<Vec<u8>>(PIPELINE_BUFS);
+    std::thread::scope(|scope| {
+        let hasher = scope.spawn(move || {
+            let mut h = Sha256::new();
+            for (buf, n) in chunks {
+                h.update(&buf[..n]);
+                // The reader may have stopped early; then nobody wants the buffer back.
+                let _ = give_back.send(buf);
+            }
+            Digest(h.finalize().into())
+        });
+        // The sender lives in this closure so every early return drops it and ends the
+        // hasher's loop before the scope joins it.
+        let mut run = move || -> Result<u64, PipeError<E>> {
+            let mut spare: Vec<Vec<u8>> = (0..PIPELINE_BUFS).map(|_| buffer()).collect();
+            let mut size = 0u64;
+            loop {
+                let mut buf = match spare.pop() {
+                    Some(b) => b,
+                    None => returned.recv().expect("the hasher returns every buffer"),
+                };
+                let want = match limit {
+                    Some(l) => (l - size).min(buf.len() as u64) as usize,
+                    None => buf.len(),
+                };
+                if want == 0 {
+                    return Ok(size);
+                }
+                let n = loop {
+                    match src.read(&mut buf[..want]) {
+                        Ok(n) => break n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(PipeError::Read(e)),
+                    }
+                };
+                if n == 0 {
+                    return Ok(size);
+                }
+                sink(&buf[..n], size).map_err(PipeError::Sink)?;
+                size += n as u64;
+                to_hasher
+                    .send((buf, n))
+                    .expect("the hasher runs until the sender is dropped");
+            }
+        };
+        let res = run();
+        // Dropping the closure drops the sender, which ends the hasher's loop.
+        drop(run);
+        let sha256 = hasher.join().expect("hashing does not panic");
+        res.map(|size| Summary { size, sha256 })
+    })
+}
+
+/// Like [`digest_reader`], hashing on a helper thread when `size_hint` is large enough to gain.
+pub fn digest_fast<R: Read + ?Sized>(
+    r: &mut R,
+    size_hint: u64,
+    buf: &mut [u8],
+) -> io::Result<Summary> {
+    if size_hint < PIPELINE_MIN {
+        return digest_reader(r, buf);
+    }
+    match pipe::<_, std::convert::Infallible, _>(r, None, |_, _| Ok(())) {
+        Ok(s) => Ok(s),
+        Err(PipeError::Read(e)) => Err(e),
+        Err(PipeError::Sink(never)) => match never {},
+    }
+}
+
+/// The single-threaded form of [`pipe`] for small streams, through the caller's buffer.
+pub fn copy_small<R, E, S>(
+    src: &mut R,
+    limit: u64,
+    buf: &mut [u8],
+    mut sink: S,
+) -> Result<Summary, PipeError<E>>
+where
+    R: Read + ?Sized,
+    S: FnMut(&[u8], u64) -> Result<(), E>,
+{
+    let mut h = Sha256::new();
+    let mut size = 0u64;
+    loop {
+        let want = (limit - size).min(buf.len() as u64) as usize;
+        if want == 0 {
+            break;
+        }
+        let n = match src.read(&mut buf[..want]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(PipeError::Read(e)),
+        };
+        sink(&buf[..n], size).map_err(PipeError::Sink)?;
+        h.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok(Summary {
+        size,
+        sha256: Digest(h.finalize().into()),
+    })
+}
+
+/// Like [`verify_reader`], hashing on a helper thread when `size` is large enough to gain.
+pub fn verify_reader_fast<R: Read + ?Sized>(
+    r: &mut R,
+    size: u64,
+    sha256: &Digest,
+    buf: &mut [u8],
+) -> io::Result<Result<(), Mismatch>> {
+    if size < PIPELINE_MIN {
+        return verify_reader(r, size, sha256, buf);
+    }
+    let got = match pipe::<_, std::convert::Infallible, _>(
+        r,
+        Some(size.saturating_add(1)),
+        |_, _| Ok(()),
+    ) {
+        Ok(s) => s,
+        Err(PipeError::Read(e)) => return Err(e),
+        Err(PipeError::Sink(never)) => match never {},
+    };
+    if got.size != size {
+        return Ok(Err(Mismatch::Size {
+            expected: size,
+            actual: got.size,
+        }));
+    }
+    if got.sha256 != *sha256 {
+        return Ok(Err(Mismatch::Digest {
+            expected: *sha256,
+            actual: got.sha256,
+        }));
+    }
+    Ok(Ok(()))
+}
+
 /// sha256 of a byte slice.
 pub fn digest_bytes(bytes: &[u8]) -> Digest {
     Digest(Sha256::digest(bytes).into())
@@ -215,6 +379,54 @@ mod tests {
         );
         assert!(matches!(
             verify_reader(&mut &b"abd"[..], 3, &abc, &mut buf).unwrap(),
+            Err(Mismatch::Digest { .. })
+        ));
+    }
+
+    #[test]
+    fn pipe_hashes_what_it_hands_to_the_sink() {
+        let data: Vec<u8> = (0..(3 * BUF_LEN + 12345) as u32)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let mut seen = Vec::new();
+        let s = pipe::<_, (), _>(&mut &data[..], None, |chunk, off| {
+            assert_eq!(off as usize, seen.len());
+            seen.extend_from_slice(chunk);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, data);
+        assert_eq!((s.size, s.sha256), (data.len() as u64, digest_bytes(&data)));
+        // A limit stops reading there.
+        let s = pipe::<_, (), _>(&mut &data[..], Some(10), |_, _| Ok(())).unwrap();
+        assert_eq!((s.size, s.sha256), (10, digest_bytes(&data[..10])));
+        // A sink error stops the stream and is returned.
+        let e = pipe(&mut &data[..], None, |_, off| {
+            if off > 0 { Err("full") } else { Ok(()) }
+        });
+        assert!(matches!(e, Err(PipeError::Sink("full"))));
+        // The pipelined verifier agrees with the plain one.
+        let mut buf = buffer();
+        let d = digest_bytes(&data);
+        let n = data.len() as u64;
+        assert_eq!(
+            verify_reader_fast(&mut &data[..], n, &d, &mut buf).unwrap(),
+            Ok(())
+        );
+        let big = vec![1u8; PIPELINE_MIN as usize + 5];
+        let bd = digest_bytes(&big);
+        assert_eq!(
+            verify_reader_fast(&mut &big[..], big.len() as u64, &bd, &mut buf).unwrap(),
+            Ok(())
+        );
+        assert!(matches!(
+            verify_reader_fast(&mut &big[..], big.len() as u64 - 1, &bd, &mut buf).unwrap(),
+            Err(Mismatch::Size { .. })
+        ));
+        let mut bad = big.clone();
+        bad[PIPELINE_MIN as usize] ^= 1;
+        assert!(matches!(
+            verify_reader_fast(&mut &bad[..], big.len() as u64, &bd, &mut buf).unwrap(),
             Err(Mismatch::Digest { .. })
         ));
     }

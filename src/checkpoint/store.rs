@@ -3,12 +3,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustix::fs::Mode;
-use sha2::{Digest as _, Sha256};
 
 use super::error::CheckpointError;
 use super::format::{self, CURRENT_LEN, CheckpointId, Current, Digest, Entry, MAX_MANIFEST_LEN};
@@ -19,6 +18,9 @@ use super::{
     BLOBS_DIR, CURRENT_FILE, MANIFESTS_DIR, SHA256_DIR, STAGING_DIR, STORE_DIR, VIEWS_DIR,
 };
 use crate::privfs::{Dir, FileKind, FsError, Links, StateDir};
+
+/// Bytes written between two writeback kicks of a blob being published.
+const WRITEBACK_KICK: u64 = 8 << 20;
 
 /// Options of a store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +105,13 @@ pub struct PublishFile<'r> {
     pub source: Source<'r>,
 }
 
+/// One file of a publish, opened only when its blob is written.
+struct Input<'r> {
+    name: String,
+    #[allow(clippy::type_complexity)]
+    open: Box<dyn FnOnce() -> Result<(Source<'r>, u32), CheckpointError> + 'r>,
+}
+
 /// What a GC after a publish did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GcReport {
@@ -152,13 +161,12 @@ impl Staging {
     }
 }
 
-/// A read-only copy of a checkpoint's files (`TENURE_CHECKPOINT`).
+/// A read-only copy of a checkpoint's files in the store's `views/` directory
+/// (`TENURE_CHECKPOINT`); remove it with [`CheckpointStore::remove_view`].
 #[derive(Debug)]
 pub struct View {
     path: PathBuf,
     name: String,
-    /// Whether the view lives in the store's `views/` directory.
-    in_store: bool,
 }
 
 impl View {
@@ -432,7 +440,7 @@ impl<'s> CheckpointStore<'s> {
 
     fn verify_entry(&self, e: &Entry, buf: &mut [u8]) -> Result<(), CheckpointError> {
         let mut f = self.open_blob(e)?;
-        match hash::verify_reader(&mut f, e.size, &e.sha256, buf)
+        match hash::verify_reader_fast(&mut f, e.size, &e.sha256, buf)
             .map_err(|err| CheckpointError::io(self.blob_path(&e.sha256), "read", err))?
         {
             Ok(()) => Ok(()),
@@ -495,7 +503,8 @@ impl<'s> CheckpointStore<'s> {
             Err(_) => self.read_current().ok().flatten().map(|c| c.id),
         };
         let mut newest_valid_older = None;
-        if matches!(current, Ok(Some(_))) || current.is_err() {
+        // With no checkpoint at all there is nothing older to look for.
+        if !matches!(current, Ok(None)) {
             let mut buf = hash::buffer();
             for id in self.manifest_ids()?.into_iter().rev() {
                 if below.is_some_and(|b| id >= b) {
@@ -614,18 +623,22 @@ impl<'s> CheckpointStore<'s> {
         self.owned_dirs()?;
         self.fence(epoch)?;
         let staged = tree::walk(&staging.dir)?;
-        let mut files = Vec::with_capacity(staged.len());
-        for s in staged {
-            let f = tree::open_staged(&staging.dir, &s.name)?;
-            let st = rustix::fs::fstat(&f).map_err(|e| {
-                CheckpointError::io(staging.dir.path().join(&s.name), "stat", e.into())
-            })?;
-            files.push(PublishFile {
-                name: s.name,
-                mode: st.st_mode & 0o777,
-                source: Source::File(f),
-            });
-        }
+        // Each file is opened only when its turn comes, so a staging area with more files than
+        // the descriptor limit still publishes.
+        let dir = &staging.dir;
+        let files = staged
+            .into_iter()
+            .map(|s| Input {
+                name: s.name.clone(),
+                open: Box::new(move || {
+                    let f = tree::open_staged(dir, &s.name)?;
+                    let st = rustix::fs::fstat(&f).map_err(|e| {
+                        CheckpointError::io(dir.path().join(&s.name), "stat", e.into())
+                    })?;
+                    Ok((Source::File(f), st.st_mode & 0o777))
+                }),
+            })
+            .collect();
         self.publish_checked(epoch, files, Some(staging.dir.path()))
     }
 
@@ -639,13 +652,23 @@ impl<'s> CheckpointStore<'s> {
     ) -> Result<Published, CheckpointError> {
         self.owned_dirs()?;
         self.fence(epoch)?;
+        let files = files
+            .into_iter()
+            .map(|f| {
+                let PublishFile { name, mode, source } = f;
+                Input {
+                    name,
+                    open: Box::new(move || Ok((source, mode))),
+                }
+            })
+            .collect();
         self.publish_checked(epoch, files, None)
     }
 
     fn publish_checked(
         &self,
         epoch: u64,
-        mut files: Vec<PublishFile<'_>>,
+        mut files: Vec<Input<'_>>,
         origin: Option<&Path>,
     ) -> Result<Published, CheckpointError> {
         let (root, manifests, blobs) = self.owned_dirs()?;
@@ -661,7 +684,7 @@ impl<'s> CheckpointStore<'s> {
                 name: f.name.clone(),
                 size: 0,
                 sha256: Digest([0; 32]),
-                mode: f.mode & 0o777,
+                mode: 0,
             })
             .collect();
         if let Err(reason) = format::check_entries(&probe) {
@@ -691,22 +714,35 @@ impl<'s> CheckpointStore<'s> {
             })?,
         };
 
+        // Existing blobs are reused without reading them only when the current checkpoint
+        // names them (its blobs were verified when the owner loaded it). Any other blob with
+        // the right name — an orphan of a crashed publish — is read and checked first, so a
+        // corrupted orphan is refused instead of being referenced by the new checkpoint.
+        let trusted: BTreeSet<Digest> = parent
+            .iter()
+            .flat_map(|m| m.entries.iter().map(|e| e.sha256))
+            .collect();
+
         // 1. Blobs: temp, fsync, rename (never replacing), then one fsync of the blob dir.
         let mut buf = hash::buffer();
         let mut entries = Vec::with_capacity(files.len());
         let mut bytes_written = 0u64;
         for f in files {
-            let hint = parent
-                .as_ref()
-                .and_then(|m| m.entries.iter().find(|e| e.name == f.name));
+            let hint = parent.as_ref().and_then(|m| {
+                m.entries
+                    .binary_search_by(|e| e.name.as_bytes().cmp(f.name.as_bytes()))
+                    .ok()
+                    .map(|i| &m.entries[i])
+            });
+            let (source, mode) = (f.open)()?;
             let (size, sha256, written) =
-                self.store_blob(blobs, f.source, &f.name, hint, &mut buf, &shown)?;
+                self.store_blob(blobs, source, &f.name, hint, &trusted, &mut buf, &shown)?;
             bytes_written += written;
             entries.push(Entry {
                 name: f.name,
                 size,
                 sha256,
-                mode: f.mode & 0o777,
+                mode: mode & 0o777,
             });
         }
         // Always, even when every blob already existed: a blob renamed by an earlier publish
@@ -771,12 +807,14 @@ impl<'s> CheckpointStore<'s> {
     }
 
     /// Stores one file's bytes as a blob and returns (size, digest, bytes written).
+    #[allow(clippy::too_many_arguments)]
     fn store_blob(
         &self,
         blobs: &Dir,
         source: Source<'_>,
         name: &str,
         hint: Option<&Entry>,
+        trusted: &BTreeSet<Digest>,
         buf: &mut [u8],
         shown: &dyn Fn(&str) -> PathBuf,
     ) -> Result<(u64, Digest, u64), CheckpointError> {
@@ -803,29 +841,47 @@ impl<'s> CheckpointStore<'s> {
                     .map_err(|e| CheckpointError::io(shown(name), "stat", e))?
                     .len();
                 if hint.is_some_and(|h| h.size == len) {
-                    let s = hash::digest_reader(&mut f, buf)
+                    let s = hash::digest_fast(&mut f, len, buf)
                         .map_err(|e| CheckpointError::io(shown(name), "read", e))?;
-                    if self.blob_present(blobs, &s.sha256, s.size)? {
+                    if self.blob_present(blobs, &s.sha256, s.size, name, trusted)? {
                         return Ok((s.size, s.sha256, 0));
                     }
                     f.seek(SeekFrom::Start(0))
                         .map_err(|e| CheckpointError::io(shown(name), "seek", e))?;
                 }
-                self.write_blob(blobs, &mut f, name, buf, shown)
+                self.write_blob(blobs, &mut f, name, trusted, shown)
             }
-            Source::Reader(mut r) => self.write_blob(blobs, &mut r, name, buf, shown),
+            Source::Reader(mut r) => self.write_blob(blobs, &mut r, name, trusted, shown),
         }
     }
 
-    /// Whether a blob with this digest exists; one with the wrong size is refused, never
-    /// replaced (that would be a repair).
-    fn blob_present(&self, blobs: &Dir, d: &Digest, size: u64) -> Result<bool, CheckpointError> {
+    /// Whether a blob with this digest exists; one with the wrong size, or (when it is not in
+    /// `trusted`) the wrong content, is refused, never replaced (that would be a repair).
+    fn blob_present(
+        &self,
+        blobs: &Dir,
+        d: &Digest,
+        size: u64,
+        name: &str,
+        trusted: &BTreeSet<Digest>,
+    ) -> Result<bool, CheckpointError> {
         match blobs.stat(d.to_hex())? {
             None => Ok(false),
-            Some(st) if st.st_size as u64 == size => Ok(true),
+            Some(st) if st.st_size as u64 == size => {
+                if !trusted.contains(d) {
+                    let entry = Entry {
+                        name: name.to_string(),
+                        size,
+                        sha256: *d,
+                        mode: 0,
+                    };
+                    self.verify_entry(&entry, &mut hash::buffer())?;
+                }
+                Ok(true)
+            }
             Some(st) => Err(CheckpointError::BlobSizeMismatch {
                 path: self.blob_path(d),
-                name: String::new(),
+                name: name.to_string(),
                 expected: size,
                 actual: st.st_size as u64,
             }),
@@ -839,25 +895,36 @@ impl<'s> CheckpointStore<'s> {
         blobs: &Dir,
         src: &mut dyn Read,
         name: &str,
-        buf: &mut [u8],
+        trusted: &BTreeSet<Digest>,
         shown: &dyn Fn(&str) -> PathBuf,
     ) -> Result<(u64, Digest, u64), CheckpointError> {
+        // The pipeline brings its own fixed set of buffers.
         let mut tmp = blobs.create_temp("publish.blob").map_err(publish_failed)?;
-        let mut h = Sha256::new();
-        let mut size = 0u64;
-        loop {
-            let n = match src.read(buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(CheckpointError::io(shown(name), "read", e)),
-            };
-            h.update(&buf[..n]);
-            tmp.write_all(&buf[..n]).map_err(publish_failed)?;
-            size += n as u64;
-        }
-        let sha256 = Digest(h.finalize().into());
-        if self.blob_present(blobs, &sha256, size)? {
+        let mut kicked = 0u64;
+        let summary = hash::pipe(src, None, |chunk, offset| {
+            tmp.write_all(chunk).map_err(publish_failed)?;
+            let end = offset + chunk.len() as u64;
+            if end - kicked >= WRITEBACK_KICK {
+                // Start writeback of what is written so far, so the disk works while we go on
+                // hashing and the final fsync has little left to do. DONTNEED starts
+                // asynchronous writeback of dirty pages (and drops pages that are already
+                // clean); it is advice only, the fsync below is what makes the blob durable.
+                let _ = rustix::fs::fadvise(
+                    tmp.file(),
+                    kicked,
+                    std::num::NonZeroU64::new(end - kicked),
+                    rustix::fs::Advice::DontNeed,
+                );
+                kicked = end;
+            }
+            Ok(())
+        })
+        .map_err(|e| match e {
+            hash::PipeError::Read(e) => CheckpointError::io(shown(name), "read", e),
+            hash::PipeError::Sink(e) => e,
+        })?;
+        let (size, sha256) = (summary.size, summary.sha256);
+        if self.blob_present(blobs, &sha256, size, name, trusted)? {
             return Ok((size, sha256, 0));
         }
         // Blobs are read-only even to us, so no later open for writing can change them by
@@ -910,20 +977,18 @@ impl<'s> CheckpointStore<'s> {
         let plan = gc::plan(current, &seen, &present, self.keep);
         report.kept = plan.kept.clone();
         report.blobs_skipped = plan.blobs_skipped;
-        // Manifests go first, so a crash mid-GC never leaves a manifest without its blobs.
+        // Manifests go first, so a crash mid-GC does not leave a manifest without its blobs.
+        // No directory is fsynced: a deletion lost in a power cut only leaves garbage that the
+        // next GC removes again, and what GC deletes is never what a kept checkpoint needs, so
+        // the order of deletions does not need to be durable either (a manifest that comes
+        // back without its blobs is not kept, never loaded, and reported as invalid).
         for id in &plan.manifests {
             manifests.unlink(id.manifest_file_name(), "gc.manifest")?;
             report.manifests_removed += 1;
         }
-        if !plan.manifests.is_empty() {
-            manifests.sync("gc.manifest")?;
-        }
         for d in &plan.blobs {
             blobs.unlink(d.to_hex(), "gc.blob")?;
             report.blobs_removed += 1;
-        }
-        if !plan.blobs.is_empty() {
-            blobs.sync("gc.blob")?;
         }
         Ok(())
     }
@@ -935,11 +1000,7 @@ impl<'s> CheckpointStore<'s> {
         let parent = root.ensure_dir(VIEWS_DIR, "view")?;
         let name = tree::random_name()?;
         let path = self.materialise_into(checkpoint, &parent, &name)?;
-        Ok(View {
-            path,
-            name,
-            in_store: true,
-        })
+        Ok(View { path, name })
     }
 
     /// Copies `checkpoint`'s files into a new directory `name` under `parent`, re-creating
@@ -1001,25 +1062,24 @@ impl<'s> CheckpointStore<'s> {
             let mut out = dir.create_exclusive(leaf, "view")?;
             let out_path = dir.child_path(leaf);
             let mut src = self.open_blob(e)?;
-            let mut h = Sha256::new();
-            let mut size = 0u64;
-            loop {
-                let n = match src.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(err) => {
-                        return Err(CheckpointError::io(self.blob_path(&e.sha256), "read", err));
-                    }
-                };
-                size += n as u64;
-                if size > e.size {
-                    break;
-                }
-                h.update(&buf[..n]);
-                out.write_all(&buf[..n])
-                    .map_err(|err| CheckpointError::io(&out_path, "write", err))?;
+            // Read at most one byte past the promised size: enough to notice a longer blob.
+            let limit = e.size.saturating_add(1);
+            let mut sink = |chunk: &[u8], _: u64| {
+                out.write_all(chunk)
+                    .map_err(|err| CheckpointError::io(&out_path, "write", err))
+            };
+            let got = if e.size >= hash::PIPELINE_MIN {
+                hash::pipe(&mut src, Some(limit), &mut sink)
+            } else {
+                hash::copy_small(&mut src, limit, &mut buf, &mut sink)
             }
+            .map_err(|err| match err {
+                hash::PipeError::Read(err) => {
+                    CheckpointError::io(self.blob_path(&e.sha256), "read", err)
+                }
+                hash::PipeError::Sink(err) => err,
+            })?;
+            let size = got.size;
             if size != e.size {
                 return Err(self.mismatch(
                     e,
@@ -1029,7 +1089,7 @@ impl<'s> CheckpointStore<'s> {
                     },
                 ));
             }
-            let got = Digest(h.finalize().into());
+            let got = got.sha256;
             if got != e.sha256 {
                 return Err(self.mismatch(
                     e,
@@ -1055,10 +1115,6 @@ impl<'s> CheckpointStore<'s> {
     /// Removes a view made by [`CheckpointStore::materialise`].
     pub fn remove_view(&self, view: View) -> Result<(), CheckpointError> {
         let (root, _, _) = self.owned_dirs()?;
-        debug_assert!(
-            view.in_store,
-            "views made by materialise_into are the caller's"
-        );
         let parent = root.open_dir(VIEWS_DIR)?;
         tree::remove_tree(&parent, &view.name, "view")
     }

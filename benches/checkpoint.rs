@@ -1,0 +1,433 @@
+//! Checkpoint store benchmarks (issue 4), each printed as a ratio against a baseline measured
+//! in the same run:
+//!
+//! - verify a cached checkpoint (full `load`) vs in-process sha2 on the same bytes (in memory,
+//!   and streamed from the same files) and vs `sha256sum`; peak RSS of a child that only loads;
+//! - publish vs writing + fsyncing the same bytes by hand plus one durable pointer replace;
+//! - incremental publish (one 4 MiB file changed) vs writing + fsyncing 4 MiB.
+//!
+//! Default sizes run in about a minute (`cargo bench --bench checkpoint`); the issue's sizes
+//! (1 GiB verify, 256 MiB publish, 1 GiB incremental) with `TENURE_BENCH_FULL=1`.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest as _, Sha256};
+use tenure::checkpoint::{CheckpointStore, PublishFile, Published, Source, StoreOptions};
+use tenure::privfs::StateDir;
+
+const MIB: usize = 1 << 20;
+
+fn full() -> bool {
+    std::env::var("TENURE_BENCH_FULL").is_ok_and(|v| v == "1")
+}
+
+/// Divides the default sizes by 16 with `TENURE_BENCH_QUICK=1` (a smoke run).
+fn scale(bytes: usize) -> usize {
+    if std::env::var("TENURE_BENCH_QUICK").is_ok_and(|v| v == "1") {
+        bytes / 16
+    } else {
+        bytes
+    }
+}
+
+fn payload(len: usize, seed: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len);
+    let mut x = seed.wrapping_mul(2).wrapping_add(1);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn time<F: FnMut()>(runs: usize, mut f: F) -> Duration {
+    median(
+        (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed()
+            })
+            .collect(),
+    )
+}
+
+/// Flushes every dirty page and pending journal commit of the machine and lets the device
+/// settle, so each timed step starts from a quiet disk and does not pay for the previous step's
+/// deferred work (on a filesystem mounted with online `discard`, the discards of a deleted
+/// file run after the commit that `sync` waits for; a settle time is the only handle on them).
+fn quiesce() {
+    rustix::fs::sync();
+    std::thread::sleep(Duration::from_millis(300));
+    rustix::fs::sync();
+}
+
+fn mibs(bytes: usize, d: Duration) -> f64 {
+    bytes as f64 / MIB as f64 / d.as_secs_f64()
+}
+
+fn set_epoch(sd: &StateDir, epoch: u64) {
+    let control = sd
+        .root()
+        .ensure_dir(tenure::lease::CONTROL_DIR, "bench")
+        .unwrap();
+    tenure::lease::epoch::write(&control, epoch).unwrap();
+}
+
+/// Publishes `files` (name, bytes) into a fresh state dir under `root`.
+fn make_store(root: &Path, files: &[(String, Vec<u8>)]) -> StateDir {
+    let sd = StateDir::open(root, true).unwrap();
+    set_epoch(&sd, 1);
+    let store = CheckpointStore::open_owned(&sd, StoreOptions::default()).unwrap();
+    let list = files
+        .iter()
+        .map(|(n, b)| PublishFile {
+            name: n.clone(),
+            mode: 0o600,
+            source: Source::Reader(Box::new(&b[..])),
+        })
+        .collect();
+    store.publish_files(1, list).unwrap();
+    drop(store);
+    sd
+}
+
+fn vm_hwm_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+fn bench_verify(tmp: &Path) {
+    let total = scale(if full() { 1024 * MIB } else { 256 * MIB });
+    let per = scale(64 * MIB);
+    let files: Vec<(String, Vec<u8>)> = (0..total / per)
+        .map(|i| (format!("part/{i:03}"), payload(per, i as u64 + 11)))
+        .collect();
+    let state = tmp.join("verify");
+    let sd = make_store(&state, &files);
+    let store = CheckpointStore::open(&sd, StoreOptions::default()).unwrap();
+    let cp = store.load().unwrap().unwrap(); // also warms the page cache
+    let blob_paths: Vec<_> = cp
+        .entries
+        .iter()
+        .map(|e| {
+            state
+                .join("checkpoints/blobs/sha256")
+                .join(e.sha256.to_hex())
+        })
+        .collect();
+
+    let t_load = time(3, || {
+        assert_eq!(store.load().unwrap().unwrap().id, cp.id);
+    });
+    let t_mem = time(3, || {
+        for (_, b) in &files {
+            std::hint::black_box(Sha256::digest(b));
+        }
+    });
+    drop(files);
+    let t_stream = time(3, || {
+        let mut buf = vec![0u8; MIB];
+        for p in &blob_paths {
+            let mut f = File::open(p).unwrap();
+            let mut h = Sha256::new();
+            loop {
+                let n = f.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                h.update(&buf[..n]);
+            }
+            std::hint::black_box(h.finalize());
+        }
+    });
+    let t_sum = time(1, || {
+        let st = Command::new("sha256sum")
+            .args(&blob_paths)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    });
+    // Peak RSS of a process that does nothing but open the store and load (verify) it.
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--verify-child", state.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hwm: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+
+    println!(
+        "verify {} MiB cached checkpoint ({} files):",
+        total / MIB,
+        blob_paths.len()
+    );
+    println!(
+        "  load (full verify)     {:>8.1} MiB/s",
+        mibs(total, t_load)
+    );
+    println!(
+        "  sha2 in memory         {:>8.1} MiB/s   load/this = {:.2}",
+        mibs(total, t_mem),
+        t_mem.as_secs_f64() / t_load.as_secs_f64()
+    );
+    println!(
+        "  sha2 streamed, 1 MiB   {:>8.1} MiB/s   load/this = {:.2}",
+        mibs(total, t_stream),
+        t_stream.as_secs_f64() / t_load.as_secs_f64()
+    );
+    println!(
+        "  sha256sum              {:>8.1} MiB/s   load/this = {:.2}x faster",
+        mibs(total, t_sum),
+        t_sum.as_secs_f64() / t_load.as_secs_f64()
+    );
+    println!(
+        "  peak RSS of a verifying process: {:.1} MiB (VmHWM)",
+        hwm as f64 / 1024.0
+    );
+}
+
+/// The hand-written floor: write + fsync the bytes into one new file, then a durable pointer
+/// replace (temp, write, fsync, rename, dir fsync).
+fn by_hand(dir: &Path, i: usize, bytes: &[u8]) {
+    let data = dir.join(format!("data-{i}"));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&data)
+        .unwrap();
+    f.write_all(bytes).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    File::open(dir).unwrap().sync_all().unwrap();
+    let tmp = dir.join("pointer.tmp");
+    let mut p = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .unwrap();
+    p.write_all(format!("data-{i}\n").as_bytes()).unwrap();
+    p.sync_all().unwrap();
+    drop(p);
+    std::fs::rename(&tmp, dir.join("pointer")).unwrap();
+    File::open(dir).unwrap().sync_all().unwrap();
+}
+
+fn bench_publish(tmp: &Path) {
+    let size = scale(if full() { 256 * MIB } else { 64 * MIB });
+    let runs = 5;
+    let state = tmp.join("publish");
+    let sd = StateDir::open(&state, true).unwrap();
+    set_epoch(&sd, 1);
+    let store = CheckpointStore::open_owned(&sd, StoreOptions { keep: 1 }).unwrap();
+    // The same publish without garbage to collect, to show what the GC costs.
+    let state2 = tmp.join("publish-nogc");
+    let sd2 = StateDir::open(&state2, true).unwrap();
+    set_epoch(&sd2, 1);
+    let nogc = CheckpointStore::open_owned(&sd2, StoreOptions { keep: 1000 }).unwrap();
+    let mut nogc_times = Vec::new();
+    let hand_gc = tmp.join("by-hand-gc");
+    std::fs::create_dir(&hand_gc).unwrap();
+    let mut hand_gc_times = Vec::new();
+    let hand = tmp.join("by-hand");
+    std::fs::create_dir(&hand).unwrap();
+    let mut bytes = payload(size, 5);
+    let mut i = 0usize;
+    let mut pub_times = Vec::new();
+    let mut hand_times = Vec::new();
+    // Interleaved so both see the same disk state; a new first word each time defeats dedup.
+    for _ in 0..runs {
+        i += 1;
+        bytes[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        quiesce();
+        let t = Instant::now();
+        let res = store
+            .publish_files(
+                1,
+                vec![PublishFile {
+                    name: "state.bin".into(),
+                    mode: 0o600,
+                    source: Source::Reader(Box::new(&bytes[..])),
+                }],
+            )
+            .unwrap();
+        pub_times.push(t.elapsed());
+        assert!(matches!(res, Published::New { .. }));
+        quiesce();
+        let t = Instant::now();
+        nogc.publish_files(
+            1,
+            vec![PublishFile {
+                name: "state.bin".into(),
+                mode: 0o600,
+                source: Source::Reader(Box::new(&bytes[..])),
+            }],
+        )
+        .unwrap();
+        nogc_times.push(t.elapsed());
+        quiesce();
+        let t = Instant::now();
+        by_hand(&hand, i, &bytes);
+        hand_times.push(t.elapsed());
+        std::fs::remove_file(hand.join(format!("data-{i}"))).unwrap();
+        // The hand-written floor of "keep the last one": also delete the previous file.
+        quiesce();
+        let t = Instant::now();
+        by_hand(&hand_gc, i, &bytes);
+        if i > 1 {
+            std::fs::remove_file(hand_gc.join(format!("data-{}", i - 1))).unwrap();
+        }
+        hand_gc_times.push(t.elapsed());
+    }
+    let (p, h) = (median(pub_times), median(hand_times));
+    let (n, hg) = (median(nogc_times), median(hand_gc_times));
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    println!("publish {} MiB (median of {runs}):", size / MIB);
+    println!("  write+fsync+pointer by hand        {:>8.1} ms", ms(h));
+    println!(
+        "  store publish, nothing to collect  {:>8.1} ms   ratio = {:.2}",
+        ms(n),
+        ratio(n, h)
+    );
+    println!("  by hand, deleting the previous one {:>8.1} ms", ms(hg));
+    println!(
+        "  store publish, GC of the previous  {:>8.1} ms   ratio = {:.2} (vs by hand deleting: {:.2})",
+        ms(p),
+        ratio(p, h),
+        ratio(p, hg)
+    );
+}
+
+fn bench_incremental(tmp: &Path) {
+    let total = scale(if full() { 1024 * MIB } else { 256 * MIB });
+    let per = 4 * MIB;
+    let n = total / per;
+    let files: Vec<(String, Vec<u8>)> = (0..n)
+        .map(|i| (format!("f/{i:04}"), payload(per, 1000 + i as u64)))
+        .collect();
+    let state = tmp.join("incremental");
+    let sd = make_store(&state, &files);
+    let store = CheckpointStore::open_owned(&sd, StoreOptions { keep: 2 }).unwrap();
+    let hand = tmp.join("inc-by-hand");
+    std::fs::create_dir(&hand).unwrap();
+    let runs = 5;
+    let mut pub_times = Vec::new();
+    let mut hand_times = Vec::new();
+    for r in 0..runs {
+        // Outside the timed region: the owner holds its loaded checkpoint anyway.
+        let cp = store.load().unwrap().unwrap().entries;
+        let changed = payload(per, 50_000 + r as u64);
+        let list: Vec<PublishFile> = cp
+            .iter()
+            .map(|e| {
+                if e.name == "f/0001" {
+                    PublishFile {
+                        name: e.name.clone(),
+                        mode: e.mode,
+                        source: Source::Reader(Box::new(&changed[..])),
+                    }
+                } else {
+                    PublishFile {
+                        name: e.name.clone(),
+                        mode: e.mode,
+                        source: Source::Blob {
+                            sha256: e.sha256,
+                            size: e.size,
+                        },
+                    }
+                }
+            })
+            .collect();
+        quiesce();
+        let t = Instant::now();
+        let res = store.publish_files(1, list).unwrap();
+        pub_times.push(t.elapsed());
+        let Published::New { bytes_written, .. } = res else {
+            panic!("one file changed, got {res:?}")
+        };
+        assert_eq!(bytes_written, per as u64);
+        quiesce();
+        let t = Instant::now();
+        by_hand(&hand, r, &changed);
+        hand_times.push(t.elapsed());
+    }
+    let (p, h) = (median(pub_times), median(hand_times));
+    println!(
+        "incremental publish: {} MiB checkpoint, one 4 MiB file changed (median of {runs}):",
+        total / MIB
+    );
+    println!("  store publish          {:>8.1} ms", p.as_secs_f64() * 1e3);
+    println!(
+        "  write+fsync 4 MiB+ptr  {:>8.1} ms   ratio = {:.2}",
+        h.as_secs_f64() * 1e3,
+        p.as_secs_f64() / h.as_secs_f64()
+    );
+
+    // The same change through a staging area that holds every file: publish must re-hash all
+    // of them to find the unchanged ones (reported for the runner path, no target).
+    let staging = store.staging().unwrap();
+    for (name, b) in &files {
+        let p = staging.path().join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, b).unwrap();
+    }
+    std::fs::write(staging.path().join("f/0001"), payload(per, 99_999)).unwrap();
+    quiesce();
+    let t = Instant::now();
+    store.publish(1, &staging).unwrap();
+    let s = t.elapsed();
+    println!(
+        "  via a full staging dir {:>8.1} ms   ratio = {:.2} (re-hashes every file)",
+        s.as_secs_f64() * 1e3,
+        s.as_secs_f64() / h.as_secs_f64()
+    );
+    store.discard_staging(staging).unwrap();
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--verify-child") {
+        let sd = StateDir::open(Path::new(&args[2]), false).unwrap();
+        let store = CheckpointStore::open(&sd, StoreOptions::default()).unwrap();
+        store.load().unwrap().unwrap();
+        println!("{}", vm_hwm_kib());
+        return;
+    }
+    // `cargo bench` passes `--bench`; anything else (e.g. `cargo test --benches`) only checks
+    // that the binary starts.
+    if !args.iter().any(|a| a == "--bench") {
+        println!("checkpoint bench: run with `cargo bench --bench checkpoint`");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    println!(
+        "checkpoint store benchmarks ({} sizes)",
+        if full() { "full" } else { "default" }
+    );
+    bench_verify(tmp.path());
+    bench_publish(tmp.path());
+    bench_incremental(tmp.path());
+}
