@@ -500,7 +500,8 @@ impl Core {
                             LeaseError::Cancelled { .. } => {
                                 Event::Stop(crate::machine::Signal::Term)
                             }
-                            _ => Event::LeaseFailed(Fault::State),
+                            e if e.is_refusal() => Event::LeaseFailed(Fault::State),
+                            _ => Event::LeaseFailed(Fault::Io),
                         };
                         self.failure = Some(e.into());
                         Some(next)

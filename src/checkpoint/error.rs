@@ -240,17 +240,6 @@ impl CheckpointError {
                 | CheckpointError::BlobMissing { .. }
                 | CheckpointError::BlobSizeMismatch { .. }
                 | CheckpointError::BlobDigestMismatch { .. }
-        ) || matches!(
-            self,
-            CheckpointError::Fs(
-                FsError::Symlink { .. }
-                    | FsError::NotRegular { .. }
-                    | FsError::NotDirectory { .. }
-                    | FsError::NotOwned { .. }
-                    | FsError::Permissive { .. }
-                    | FsError::HardLinked { .. }
-                    | FsError::TooLarge { .. }
-            )
-        )
+        ) || matches!(self, CheckpointError::Fs(e) if e.is_refusal())
     }
 }

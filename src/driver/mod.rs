@@ -26,7 +26,7 @@ use crate::machine::{
     Action, ChildStatus, Config, DrainCause, Event, Fault, Machine, Note, Outcome, PhaseKind,
     ReadyMode, Reason, Refusal, Signal, Timer, reason_name,
 };
-use crate::privfs::{FsError, StateDir};
+use crate::privfs::StateDir;
 use child::{Child, SpawnSpec};
 use eventlog::EventLog;
 use notify::{Notice, NotifySocket, Supervisor};
@@ -325,7 +325,7 @@ impl<'a> Runner<'a> {
             Ok(d) => d,
             Err(e) => {
                 self.failure = Some(e.to_string());
-                let fault = if fs_refusal(&e) {
+                let fault = if e.is_refusal() {
                     Fault::State
                 } else {
                     Fault::Io
@@ -359,7 +359,7 @@ impl<'a> Runner<'a> {
         });
         // A dir whose state was refused is left byte-for-byte as it was (cards L8–L10): not
         // even the event log is created or appended to.
-        let refused = matches!(&result, Err(e) if lease_refusal(e));
+        let refused = matches!(&result, Err(e) if e.is_refusal());
         self.log = match log {
             Some(l) => Some(l),
             None if refused => None,
@@ -393,7 +393,7 @@ impl<'a> Runner<'a> {
             // The signal that cancelled the wait is read by the loop and fed as `stop`.
             Err(LeaseError::Cancelled { .. }) => {}
             Err(e) => {
-                let fault = if lease_refusal(&e) {
+                let fault = if e.is_refusal() {
                     Fault::State
                 } else {
                     Fault::Io
@@ -969,44 +969,5 @@ fn cause_name(c: DrainCause) -> String {
         DrainCause::ChildStopping => "child-stopping".into(),
         DrainCause::ChildExited => "child-exited".into(),
         DrainCause::RootLost => "root-lost".into(),
-    }
-}
-
-/// Whether a lease error is a refusal of the dir's state (exit 65) rather than an OS failure.
-pub(crate) fn lease_refusal(e: &LeaseError) -> bool {
-    match e {
-        LeaseError::ForeignState { .. }
-        | LeaseError::IdentityUnreadable { .. }
-        | LeaseError::IdentityMismatch { .. }
-        | LeaseError::CorruptRecord { .. }
-        | LeaseError::Moved { .. }
-        | LeaseError::StaleEpoch { .. }
-        | LeaseError::BadInstanceName { .. }
-        | LeaseError::Epoch(_) => true,
-        LeaseError::Fs(fs) => fs_refusal(fs),
-        LeaseError::Busy { .. }
-        | LeaseError::Cancelled { .. }
-        | LeaseError::Identity(_)
-        | LeaseError::Lock { .. }
-        | LeaseError::Wait { .. } => false,
-    }
-}
-
-/// Whether a filesystem error refuses the dir's state (exit 65) rather than failing the OS.
-fn fs_refusal(e: &FsError) -> bool {
-    match e {
-        FsError::Symlink { .. }
-        | FsError::NotRegular { .. }
-        | FsError::NotDirectory { .. }
-        | FsError::NotOwned { .. }
-        | FsError::Permissive { .. }
-        | FsError::HardLinked { .. }
-        | FsError::TooLarge { .. }
-        | FsError::BadName { .. } => true,
-        FsError::NotFound { .. }
-        | FsError::AlreadyExists { .. }
-        | FsError::Fsync { .. }
-        | FsError::Poisoned { .. }
-        | FsError::Io { .. } => false,
     }
 }

@@ -106,7 +106,7 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
     // refused dir stays byte-for-byte as it was (card L8).
     if let Err(e) = lease::check(&dir) {
         eprintln!("tenure: {e}");
-        if !super::lease_refusal(&e) {
+        if !e.is_refusal() {
             return EXIT_IO;
         }
         let msg = format!("tenure: {e}\n").into_bytes();

@@ -178,6 +178,30 @@ pub enum LeaseError {
     },
 }
 
+impl LeaseError {
+    /// True when the dir's state is refused (foreign, moved, corrupt, permissive, a stale
+    /// epoch): the "refused state" exit code, nothing changed. False for contention,
+    /// cancellation and operating-system failures.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            LeaseError::ForeignState { .. }
+            | LeaseError::IdentityUnreadable { .. }
+            | LeaseError::IdentityMismatch { .. }
+            | LeaseError::CorruptRecord { .. }
+            | LeaseError::Moved { .. }
+            | LeaseError::StaleEpoch { .. }
+            | LeaseError::BadInstanceName { .. }
+            | LeaseError::Epoch(_) => true,
+            LeaseError::Fs(fs) => fs.is_refusal(),
+            LeaseError::Busy { .. }
+            | LeaseError::Cancelled { .. }
+            | LeaseError::Identity(_)
+            | LeaseError::Lock { .. }
+            | LeaseError::Wait { .. } => false,
+        }
+    }
+}
+
 /// Formats the owner part of contention messages: `owner pid N, epoch E`.
 struct OwnerPart<'a>(Option<&'a OwnerRecord>);
 

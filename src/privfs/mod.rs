@@ -153,6 +153,27 @@ impl FsError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, FsError::NotFound { .. })
     }
+
+    /// True when the state on disk is refused (a symlink, a permissive or foreign file, a
+    /// record too large, a bad name): the "refused state" exit code, never repaired. False for
+    /// operational failures (I/O, fsync, a missing file).
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            FsError::Symlink { .. }
+            | FsError::NotRegular { .. }
+            | FsError::NotDirectory { .. }
+            | FsError::NotOwned { .. }
+            | FsError::Permissive { .. }
+            | FsError::HardLinked { .. }
+            | FsError::TooLarge { .. }
+            | FsError::BadName { .. } => true,
+            FsError::NotFound { .. }
+            | FsError::AlreadyExists { .. }
+            | FsError::Fsync { .. }
+            | FsError::Poisoned { .. }
+            | FsError::Io { .. } => false,
+        }
+    }
 }
 
 /// The kind of a directory entry, for messages and listings.
