@@ -123,16 +123,8 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
         if intake.pending() {
             return interrupted(intake, launches);
         }
-        match ready_owner(&dir) {
-            Ok(Some(line)) => {
-                println!("{line}");
-                return 0;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                eprintln!("tenure: {e}");
-                return EXIT_REFUSED;
-            }
+        if let Some(code) = announce_ready(&dir) {
+            return code;
         }
         if Instant::now() >= deadline {
             // Every launch returns below, so reaching the deadline here means an owner we did
@@ -163,16 +155,8 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
             }
         };
         // Under the election: look again, a previous winner may have launched meanwhile.
-        match ready_owner(&dir) {
-            Ok(Some(line)) => {
-                println!("{line}");
-                return 0;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                eprintln!("tenure: {e}");
-                return EXIT_REFUSED;
-            }
+        if let Some(code) = announce_ready(&dir) {
+            return code;
         }
         if lease::status(&dir).is_ok_and(|s| s.held) {
             drop(election);
@@ -187,6 +171,22 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
             }
             Err((Failure::Interrupted, _, _)) => return interrupted(intake, launches),
             Err((why, code, tail)) => return fail(why, launches, code, tail),
+        }
+    }
+}
+
+/// Prints the registration of a live, ready owner and gives `up`'s exit code (0), or 65 when
+/// the dir's records are refused; `None` while no owner is ready.
+fn announce_ready(dir: &StateDir) -> Option<u8> {
+    match ready_owner(dir) {
+        Ok(Some(line)) => {
+            println!("{line}");
+            Some(0)
+        }
+        Ok(None) => None,
+        Err(e) => {
+            eprintln!("tenure: {e}");
+            Some(EXIT_REFUSED)
         }
     }
 }
