@@ -762,12 +762,15 @@ impl Lease {
         &self.orphans
     }
 
-    /// Rewrites the owner record (durably) with a new phase (card H8).
+    /// Rewrites the owner record with a new phase (card H8). The new record is fsynced before it
+    /// replaces the old one, so a reader (or a reboot) always finds a complete record; the
+    /// directory is not fsynced: after a power loss the rename may be lost and the record show
+    /// an earlier phase of an owner that no longer holds the lock, which `status` reports as
+    /// stale anyway. The record written at acquisition, which names the owner, is fully durable.
     pub fn set_phase(&mut self, phase: PhaseKind) -> Result<(), LeaseError> {
         let mut next = self.record.clone();
         next.phase = phase;
-        self.control
-            .replace_durable(OWNER_FILE, &to_json(&next), "lease.owner")?;
+        durable_temp(&self.control, &to_json(&next), "lease.owner")?.rename_into(OWNER_FILE)?;
         self.record = next;
         Ok(())
     }
