@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 /// The log of detached owners inside the control folder.
 pub const UP_LOG: &str = "up.log";
+/// The rotated log of detached owners.
+pub const UP_LOG_OLD: &str = "up.log.1";
 /// How long `up` waits for readiness when `--wait` is not given.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
 /// How often `up` looks at the registration while waiting.
@@ -216,6 +218,15 @@ fn launch_and_wait(
         .root()
         .ensure_dir(CONTROL_DIR, "up")
         .map_err(|_| (Failure::SpawnFailed, None, None))?;
+    // One older generation is kept, like the event log; the election makes this single-writer.
+    if control
+        .stat(UP_LOG)
+        .ok()
+        .flatten()
+        .is_some_and(|st| st.st_size as u64 >= super::eventlog::ROTATE_BYTES)
+    {
+        let _ = control.rename(UP_LOG, UP_LOG_OLD, "up");
+    }
     let log = control
         .open_or_create_file(UP_LOG, "up")
         .map_err(|_| (Failure::SpawnFailed, None, None))?;
