@@ -544,3 +544,52 @@ fn help_documents_commands_and_exit_codes() {
     let bad = tenure().arg("frobnicate").output().unwrap();
     assert_eq!(bad.status.code(), Some(64));
 }
+
+/// Card L5 with invariant I7 across a crash: an owner that died without stopping its child (the
+/// child outlived it, as in the instant before its parent-death signal lands) leaves the child
+/// registered; the successor SIGKILLs that child through the identity-checked path, removes its
+/// entry, and only then starts its own workload — two workloads never serve one dir at once.
+/// The crashed owner is the library holding the lease in this test process (the state a
+/// SIGKILLed runner leaves: the lock free, the records and a live child in place).
+#[test]
+fn l5_successor_stops_a_crashed_owners_child_first() {
+    use tenure::lease::{self, AcquireOptions, Identity, WaitBound};
+    use tenure::privfs::StateDir;
+    let env = Env::new();
+    let mut orphan = Command::new("sleep")
+        .arg("300")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = orphan.id();
+    {
+        let sd = StateDir::open(&env.dir, true).unwrap();
+        let opts = AcquireOptions {
+            wait: WaitBound::Try,
+            ..AcquireOptions::default()
+        };
+        let first = lease::acquire(&sd, &opts, &mut |_| {}).unwrap();
+        first
+            .register_instance("child", &Identity::of_pid(pid).unwrap())
+            .unwrap();
+        drop(first); // the lock goes with the "crashed" owner; every record stays
+    }
+    let r = env.run(&[], &sh(TERM_CHILD, &[]));
+    let killed = env.wait_event("orphan-killed", Some(r.pid()));
+    assert_eq!(killed["orphan_pid"], pid);
+    // The orphan is dead (SIGKILL, reaped by us: its parent) before the new child was spawned.
+    let status = orphan.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9));
+    env.wait_event("ready", Some(r.pid()));
+    let kinds = env.kinds_of(r.pid());
+    let at = |k: &str| kinds.iter().position(|x| x == k).unwrap();
+    assert!(at("orphan-killed") < at("spawned"), "{kinds:?}");
+    let entries = env.status()["registry"].clone();
+    assert!(
+        !entries.to_string().contains("1-child"),
+        "the orphan's entry is removed: {entries}"
+    );
+    r.signal(Signal::TERM);
+    r.wait().expect_code(143);
+}

@@ -166,6 +166,8 @@ struct Runner<'a> {
     epoch: Option<u64>,
     failure: Option<String>,
     child_status: Option<ChildStatus>,
+    /// A live process left by a crashed owner that SIGKILL did not stop.
+    orphan_alive: Option<String>,
 }
 
 impl<'a> Runner<'a> {
@@ -220,6 +222,7 @@ impl<'a> Runner<'a> {
             epoch: None,
             failure: None,
             child_status: None,
+            orphan_alive: None,
         })
     }
 
@@ -370,10 +373,29 @@ impl<'a> Runner<'a> {
         }
         self.dir = Some(dir);
         match result {
-            Ok(l) => {
+            Ok(mut l) => {
                 self.epoch = Some(l.epoch());
                 self.queue
                     .push_back(Event::LeaseGranted { epoch: l.epoch() });
+                // A crashed owner's child may have outlived it (invariant I7 across a crash):
+                // it is stopped before this ownership starts a workload of its own.
+                match l.stop_orphans(self.opts.kill_wait) {
+                    Ok(pids) => {
+                        for pid in pids {
+                            eprintln!("tenure: stopped pid {pid}, left running by a crashed owner");
+                            self.log("orphan-killed", json!({"orphan_pid": pid}));
+                        }
+                    }
+                    Err(o) => {
+                        self.orphan_alive = Some(format!(
+                            "pid {} ({}) left running by the owner of epoch {} survived SIGKILL; refusing to start a second workload on {}",
+                            o.identity.pid,
+                            o.name,
+                            o.epoch,
+                            self.dir_display()
+                        ));
+                    }
+                }
                 self.lease = Some(l);
                 self.next_root_check = Instant::now() + ROOT_CHECK;
             }
@@ -405,6 +427,13 @@ impl<'a> Runner<'a> {
     }
 
     fn start_recovery(&mut self) {
+        if let Some(msg) = self.orphan_alive.take() {
+            // An orphan of a crashed owner could not be stopped: refuse before any workload.
+            eprintln!("tenure: {msg}");
+            self.failure = Some(msg);
+            self.queue.push_back(Event::RecoveryFailed(Fault::Io));
+            return;
+        }
         let dir = match self.dir.as_ref().map(StateDir::try_clone) {
             Some(Ok(d)) => d,
             Some(Err(e)) => {

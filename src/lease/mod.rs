@@ -816,6 +816,38 @@ impl Lease {
         }
     }
 
+    /// Stops the live orphans an earlier, crashed owner left running (its supervised child
+    /// outlived it, e.g. in the instant before the child's parent-death signal): each gets
+    /// SIGKILL through the identity-checked pidfd path (a recycled pid is never signalled) and
+    /// is waited for up to `bound`; its registry entry is then removed. Returns the pids it
+    /// stopped, or the orphan still alive at the bound: two workloads on one state dir must
+    /// never run at once, so the caller refuses to start its own.
+    pub fn stop_orphans(&mut self, bound: Duration) -> Result<Vec<u32>, Box<RegistryRecord>> {
+        let mut stopped = Vec::new();
+        for o in std::mem::take(&mut self.orphans) {
+            if let Ok(SignalOutcome::Delivered) =
+                signal_owner(&o.identity, rustix::process::Signal::KILL)
+            {
+                stopped.push(o.identity.pid);
+            }
+            let deadline = Instant::now() + bound;
+            while o.identity.liveness() == Liveness::Live {
+                if Instant::now() >= deadline {
+                    return Err(Box::new(o));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            match self
+                .instances
+                .unlink(format!("{}-{}.json", o.epoch, o.name), "lease.sweep")
+            {
+                Ok(()) | Err(FsError::NotFound { .. }) => {}
+                Err(_) => {}
+            }
+        }
+        Ok(stopped)
+    }
+
     /// Orderly release: removes this owner's registry entries, rewrites the owner record with
     /// phase `released` (durably), then unlocks. The lock is released even when a step fails;
     /// the first error is returned.
