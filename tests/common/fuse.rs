@@ -74,7 +74,7 @@ pub struct FuseStall {
     stop: Option<UnixStream>,
     daemon: Option<JoinHandle<OwnedFd>>,
     seen: Receiver<Seen>,
-    /// Declared last so it is removed after the unmount in `Drop`.
+    /// Removed only after `Drop::drop` has aborted and unmounted (fields drop after it).
     _tmp: tempfile::TempDir,
 }
 
