@@ -319,11 +319,11 @@ exit 3"#;
 /// log says `killed`, the end record is `killed/SIGKILL`.
 ///
 /// The card's second half — a child that cannot be reaped even after SIGKILL keeps the lease
-/// and the runner says `did not stop` — needs a process in uninterruptible sleep (a hung FUSE
-/// or NFS request), which a test cannot produce safely here (FUSE waits are killable). It is
-/// covered at the machine level instead: the real run's `--trace` is replayed up to the SIGKILL,
+/// and the runner says `did not stop` — runs end to end in `tests/runner_g6.rs` (a FUSE request
+/// that is read and never answered leaves the child in uninterruptible sleep). Here it is also
+/// checked at the machine level from this real run: the `--trace` is replayed up to the SIGKILL,
 /// and from that very state the kill-wait expiring must give `did not stop` and no release,
-/// and only the child's exit may release. No mock is put into the driver.
+/// and only the child's exit may release.
 #[test]
 fn g6_bounded_stop_kills_after_grace() {
     let env = Env::new();

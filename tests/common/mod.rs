@@ -11,6 +11,8 @@
 
 #![allow(dead_code)]
 
+pub mod fuse;
+
 use rustix::process::{Pid, Signal};
 use serde_json::Value;
 use std::collections::BTreeMap;
