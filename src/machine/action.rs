@@ -232,7 +232,7 @@ impl Outcome {
     pub fn summary(&self) -> String {
         let reason = reason_name(self.reason);
         let detail = match self.reason {
-            Reason::Killed => "SIGKILL".to_string(),
+            Reason::Killed | Reason::DidNotStop => "SIGKILL".to_string(),
             // The workload's own code, even when a signal was forwarded after `STOPPING=1`:
             // the record must say the code the runner exits with.
             Reason::Exited | Reason::PublishFailed => self.code().to_string(),
