@@ -152,6 +152,29 @@ where
     }
 }
 
+/// Runs the catalogued mutant `name` of `model` (at 3 processes for the lease model), prints
+/// the shortest counterexample, and panics if the mutant survives — the body of every mutant
+/// test.
+pub fn assert_killed(model: Which, name: &str) {
+    let mutant = mutants()
+        .into_iter()
+        .find(|m| m.model == model && m.name == name)
+        .unwrap_or_else(|| panic!("mutant {name} is not catalogued"));
+    let r = run_mutant(mutant, 3);
+    println!(
+        "mutant {} breaks `{}` ({}); shortest counterexample, {} steps:",
+        mutant.name,
+        mutant.breaks,
+        invariant(mutant.breaks),
+        r.length
+    );
+    for line in &r.path {
+        println!("    {line}");
+    }
+    assert!(r.killed, "mutant {} survived", mutant.name);
+    assert!(r.length > 0 && !r.path.is_empty());
+}
+
 /// Runs a mutant on its model's CI configuration (the lease model with `processes` slots).
 pub fn run_mutant(mutant: Mutant, processes: usize) -> MutantReport {
     match mutant.model {

@@ -40,23 +40,7 @@ fn corrupted_leftover_blob_poisons_dedup_unless_verified() {
 }
 
 fn killed(mutation: Mutation) {
-    let mutant = catalog::mutants()
-        .into_iter()
-        .find(|m| m.model == Which::Checkpoint && m.name == mutation.name())
-        .expect("catalogued");
-    let r = catalog::run_mutant(mutant, 3);
-    println!(
-        "mutant {} breaks `{}` ({}); shortest counterexample, {} steps:",
-        mutant.name,
-        mutant.breaks,
-        catalog::invariant(mutant.breaks),
-        r.length
-    );
-    for line in &r.path {
-        println!("    {line}");
-    }
-    assert!(r.killed, "mutant {} survived", mutant.name);
-    assert!(r.length > 0 && !r.path.is_empty());
+    catalog::assert_killed(Which::Checkpoint, mutation.name());
 }
 
 /// I12: without the blob directory's fsync, CURRENT can name a blob that vanished.

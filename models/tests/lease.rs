@@ -50,23 +50,7 @@ fn sometimes_properties_need_the_faults() {
 }
 
 fn killed(mutation: Mutation) {
-    let mutant = catalog::mutants()
-        .into_iter()
-        .find(|m| m.model == Which::Lease && m.name == mutation.name())
-        .expect("catalogued");
-    let r = catalog::run_mutant(mutant, 3);
-    println!(
-        "mutant {} breaks `{}` ({}); shortest counterexample, {} steps:",
-        mutant.name,
-        mutant.breaks,
-        catalog::invariant(mutant.breaks),
-        r.length
-    );
-    for line in &r.path {
-        println!("    {line}");
-    }
-    assert!(r.killed, "mutant {} survived", mutant.name);
-    assert!(r.length > 0 && !r.path.is_empty());
+    catalog::assert_killed(Which::Lease, mutation.name());
 }
 
 /// I1 (card L5): breaking a lock whose recorded owner looks dead lets two processes own.

@@ -34,23 +34,7 @@ fn one_signal_cannot_signal_twice() {
 }
 
 fn killed(mutation: Mutation) {
-    let mutant = catalog::mutants()
-        .into_iter()
-        .find(|m| m.model == Which::Signals && m.name == mutation.name())
-        .expect("catalogued");
-    let r = catalog::run_mutant(mutant, 3);
-    println!(
-        "mutant {} breaks `{}` ({}); shortest counterexample, {} steps:",
-        mutant.name,
-        mutant.breaks,
-        catalog::invariant(mutant.breaks),
-        r.length
-    );
-    for line in &r.path {
-        println!("    {line}");
-    }
-    assert!(r.killed, "mutant {} survived", mutant.name);
-    assert!(r.length > 0 && !r.path.is_empty());
+    catalog::assert_killed(Which::Signals, mutation.name());
 }
 
 /// I7 (cards G5, G6): releasing at SIGKILL, before the child is reaped.
