@@ -497,6 +497,8 @@ impl Core {
                     Err(e) => {
                         let next = match &e {
                             LeaseError::Busy { .. } => Event::WaitExpired,
+                            // The caller's cancel fd only says "stop"; the library reports it as
+                            // the conventional stop signal (the caller gets the lease error).
                             LeaseError::Cancelled { .. } => {
                                 Event::Stop(crate::machine::Signal::Term)
                             }

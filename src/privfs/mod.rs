@@ -663,16 +663,11 @@ impl Dir {
         let lst = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
             .map_err(|e| FsError::io("look at", path.clone(), e))?;
         check_dir_stat(&path, &lst)?;
-        let fd = rustix::fs::openat(
-            &self.fd,
+        let fd = self.open_nofollow(
             name,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| match e {
-            rustix::io::Errno::LOOP => FsError::Symlink { path: path.clone() },
-            e => FsError::io("open", path.clone(), e),
-        })?;
+            &path,
+        )?;
         let st = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
         check_dir_stat(&path, &st)?;
         Ok(Dir::from_fd(fd, path))
@@ -726,19 +721,27 @@ impl Dir {
             .map_err(|e| FsError::io("look at", path.clone(), e))?;
         check_file_stat(&path, &lst, links)?;
         // O_NONBLOCK: if a FIFO is swapped in after the look, opening it must not block.
-        let fd = rustix::fs::openat(
-            &self.fd,
+        let fd = self.open_nofollow(
             name,
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
-            Mode::empty(),
-        )
-        .map_err(|e| match e {
-            rustix::io::Errno::LOOP => FsError::Symlink { path: path.clone() },
-            e => FsError::io("open", path.clone(), e),
-        })?;
+            &path,
+        )?;
         let st = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
         check_file_stat(&path, &st, links)?;
         Ok(File::from(fd))
+    }
+
+    /// `openat` relative to this directory with the caller's flags plus `O_NOFOLLOW`; a
+    /// symlink in the last component is the distinct `symlink` refusal.
+    fn open_nofollow(&self, name: &OsStr, flags: OFlags, path: &Path) -> Result<OwnedFd, FsError> {
+        rustix::fs::openat(&self.fd, name, flags | OFlags::NOFOLLOW, Mode::empty()).map_err(|e| {
+            match e {
+                rustix::io::Errno::LOOP => FsError::Symlink {
+                    path: path.to_path_buf(),
+                },
+                e => FsError::io("open", path.to_path_buf(), e),
+            }
+        })
     }
 
     /// Opens a file a child process wrote inside a private directory (a checkpoint staging
@@ -751,16 +754,11 @@ impl Dir {
         let lst = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
             .map_err(|e| FsError::io("look at", path.clone(), e))?;
         check_kind_owner(&path, &lst, FileKind::Regular)?;
-        let fd = rustix::fs::openat(
-            &self.fd,
+        let fd = self.open_nofollow(
             name,
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
-            Mode::empty(),
-        )
-        .map_err(|e| match e {
-            rustix::io::Errno::LOOP => FsError::Symlink { path: path.clone() },
-            e => FsError::io("open", path.clone(), e),
-        })?;
+            &path,
+        )?;
         let st = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
         check_kind_owner(&path, &st, FileKind::Regular)?;
         Ok(File::from(fd))
@@ -774,16 +772,11 @@ impl Dir {
         let lst = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
             .map_err(|e| FsError::io("look at", path.clone(), e))?;
         check_kind_owner(&path, &lst, FileKind::Directory)?;
-        let fd = rustix::fs::openat(
-            &self.fd,
+        let fd = self.open_nofollow(
             name,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| match e {
-            rustix::io::Errno::LOOP => FsError::Symlink { path: path.clone() },
-            e => FsError::io("open", path.clone(), e),
-        })?;
+            &path,
+        )?;
         let st = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
         check_kind_owner(&path, &st, FileKind::Directory)?;
         Ok(Dir::from_fd(fd, path))
@@ -879,16 +872,11 @@ impl Dir {
         let lst = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
             .map_err(|e| FsError::io("look at", path.clone(), e))?;
         check_file_stat(&path, &lst, Links::Single)?;
-        let fd = rustix::fs::openat(
-            &self.fd,
+        let fd = self.open_nofollow(
             name,
             OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
-            Mode::empty(),
-        )
-        .map_err(|e| match e {
-            rustix::io::Errno::LOOP => FsError::Symlink { path: path.clone() },
-            e => FsError::io("open", path.clone(), e),
-        })?;
+            &path,
+        )?;
         file_rw_checked(File::from(fd), &path)
     }
 
