@@ -260,9 +260,22 @@ impl<'s> CheckpointStore<'s> {
         for scratch in [STAGING_DIR, VIEWS_DIR] {
             if let Some(d) = root.open_dir_optional(scratch)? {
                 for e in d.entries()? {
-                    // Anything else was not made by the store: leave it alone.
-                    if let (FileKind::Directory, Some(name)) = (e.kind, e.name.to_str()) {
-                        tree::remove_tree(&d, name, "open.sweep")?
+                    // Everything in these two directories is scratch of an earlier ownership:
+                    // staging areas and views, and whatever a child left beside its area (a
+                    // `rename into place` temp dir, a symlink). None of it was published, and
+                    // none of it is ever followed: links are removed, not resolved.
+                    match e.kind {
+                        FileKind::Directory => tree::remove_tree(&d, &e.name, "open.sweep")?,
+                        FileKind::Regular
+                        | FileKind::Symlink
+                        | FileKind::Fifo
+                        | FileKind::Socket
+                        | FileKind::CharDevice
+                        | FileKind::BlockDevice
+                        | FileKind::Unknown => match d.unlink(&e.name, "open.sweep") {
+                            Ok(()) | Err(FsError::NotFound { .. }) => {}
+                            Err(err) => return Err(err.into()),
+                        },
                     }
                 }
             }

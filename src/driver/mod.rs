@@ -365,7 +365,8 @@ impl<'a> Runner<'a> {
         let refused = matches!(&result, Err(e) if e.is_refusal());
         self.log = match log {
             Some(l) => Some(l),
-            None if refused => None,
+            // Already tried while waiting (and warned if the log file is refused).
+            None if refused || contended => None,
             None => EventLog::open(&dir),
         };
         if contended {

@@ -188,16 +188,26 @@ fn open_existing(dir: &Path) -> Result<StateDir, u8> {
 /// `tenure status`: prints the phase, epoch, owner, waiters and checkpoint. Exit 0, or 65 when
 /// the dir or a record is refused (an invalid registration fails closed, card H8).
 pub fn status(dir: &Path, json: bool) -> u8 {
-    let d = match open_existing(dir) {
+    // With `--json` a refusal is JSON too (`{"dir", "error": {"code", "message"}}`), so a
+    // script that parses stdout learns why instead of finding nothing (issue 10).
+    let refused = |message: String| {
+        eprintln!("tenure: {message}");
+        if json {
+            let v = serde_json::json!({
+                "dir": dir.display().to_string(),
+                "error": {"code": EXIT_REFUSED, "message": message},
+            });
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        }
+        EXIT_REFUSED
+    };
+    let d = match StateDir::open(dir, false) {
         Ok(d) => d,
-        Err(code) => return code,
+        Err(e) => return refused(e.to_string()),
     };
     let s = match collect(&d) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("tenure: {e}");
-            return EXIT_REFUSED;
-        }
+        Err(e) => return refused(e.to_string()),
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
