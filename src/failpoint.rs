@@ -9,7 +9,9 @@
 //! - `abort`: `std::process::abort()` (SIGABRT, no unwinding, no destructors);
 //! - `kill`: SIGKILL to the calling process, the harshest crash a process can have;
 //! - `eio`: `hit` returns an `EIO` error, which the caller treats exactly as if the step itself
-//!   had failed with it (for an fsync: the file is abandoned, never fsynced again).
+//!   had failed with it (for an fsync: the file is abandoned, never fsynced again);
+//! - `stop`: at a [`pause`] point, the process stops itself with `SIGSTOP` until a test sends
+//!   `SIGCONT` (a deterministic window between two steps).
 //!
 //! `crate::privfs` calls `hit` with `<label>.<step>` for every step it performs, where the caller
 //! chooses the label (e.g. `publish.blob`) and the steps are `create`, `write`, `fsync`, `rename`,
@@ -32,6 +34,9 @@ mod enabled {
         Kill,
         /// Return an `EIO` error from the step.
         Eio,
+        /// Stop this process (`SIGSTOP`) until a test sends `SIGCONT`: for tests that must
+        /// observe a state between two steps ([`pause`] points only).
+        Stop,
     }
 
     static CONFIG: Mutex<Option<Vec<(String, Action)>>> = Mutex::new(None);
@@ -46,6 +51,7 @@ mod enabled {
                     "abort" => Action::Abort,
                     "kill" => Action::Kill,
                     "eio" => Action::Eio,
+                    "stop" => Action::Stop,
                     _ => return None,
                 };
                 Some((name.trim().to_owned(), action))
@@ -77,10 +83,22 @@ mod enabled {
             .map(|(_, a)| a)
     }
 
+    /// A point where the process may be paused by a test (`name=stop`), between two steps
+    /// that are not I/O of their own (e.g. card P5: between taking the lock and writing the
+    /// owner record).
+    pub fn pause(name: &str) {
+        if action_for(name) == Some(Action::Stop) {
+            let _ = rustix::process::kill_process(
+                rustix::process::getpid(),
+                rustix::process::Signal::STOP,
+            );
+        }
+    }
+
     /// Takes the configured action for `name`, if any.
     pub fn hit(name: &str) -> io::Result<()> {
         match action_for(name) {
-            None => Ok(()),
+            None | Some(Action::Stop) => Ok(()),
             Some(Action::Eio) => Err(io::Error::from_raw_os_error(
                 rustix::io::Errno::IO.raw_os_error(),
             )),
@@ -99,7 +117,12 @@ mod enabled {
 }
 
 #[cfg(feature = "failpoints")]
-pub use enabled::{Action, configure, hit, parse};
+pub use enabled::{Action, configure, hit, parse, pause};
+
+/// Without the `failpoints` feature a pause point does nothing.
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn pause(_name: &str) {}
 
 /// Without the `failpoints` feature a crash point does nothing.
 #[cfg(not(feature = "failpoints"))]

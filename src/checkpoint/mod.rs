@@ -64,7 +64,7 @@ pub use format::{CheckpointId, Current, Digest, Entry, FormatError, Manifest};
 pub use hash::VerifyingReader;
 pub use store::{
     Checkpoint, CheckpointStore, GcReport, PublishFile, Published, Source, Staging, StoreOptions,
-    VerifyReport, View,
+    VerifyReport, View, highest_epoch,
 };
 
 /// The store's directory inside a state dir.
@@ -81,6 +81,8 @@ pub const SHA256_DIR: &str = "sha256";
 pub const STAGING_DIR: &str = "staging";
 /// The views' directory inside [`STORE_DIR`].
 pub const VIEWS_DIR: &str = "views";
+/// Where the staged output of a failed publish is kept, as `failed/<epoch>` (card P1).
+pub const FAILED_DIR: &str = "failed";
 
 /// Every crash point of a publish, in the order a publish of one new file reaches them: each
 /// privfs step is `<label>.<step>`, plus `publish.acked` (after the `CURRENT` directory fsync,

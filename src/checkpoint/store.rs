@@ -15,7 +15,8 @@ use super::gc::{self, DEFAULT_KEEP, Seen};
 use super::hash::{self, Mismatch, VerifyingReader};
 use super::tree;
 use super::{
-    BLOBS_DIR, CURRENT_FILE, MANIFESTS_DIR, SHA256_DIR, STAGING_DIR, STORE_DIR, VIEWS_DIR,
+    BLOBS_DIR, CURRENT_FILE, FAILED_DIR, MANIFESTS_DIR, SHA256_DIR, STAGING_DIR, STORE_DIR,
+    VIEWS_DIR,
 };
 use crate::privfs::{Dir, FileKind, FsError, Links, StateDir};
 
@@ -1153,4 +1154,38 @@ pub(crate) fn replace_current(root: &Dir, current: &Current) -> Result<(), Check
             new: current.id,
             source,
         })
+}
+
+/// The highest lease epoch the store records (card P3), and where: the epochs of the
+/// manifests in `manifests/` and the names of kept outputs in `failed/`. Best effort and
+/// read-only: an unreadable manifest records nothing.
+pub fn highest_epoch(state: &StateDir) -> Option<crate::lease::epoch::Seen> {
+    let store = CheckpointStore::open(state, StoreOptions::default()).ok()?;
+    let mut best: Option<crate::lease::epoch::Seen> = None;
+    let mut consider = |epoch: u64, path: PathBuf| {
+        if best.as_ref().is_none_or(|b| epoch > b.epoch) {
+            best = Some(crate::lease::epoch::Seen { epoch, path });
+        }
+    };
+    for id in store.manifest_ids().unwrap_or_default() {
+        if let Ok((m, _)) = store.read_manifest(id, None) {
+            consider(m.epoch, store.manifest_path(id));
+        }
+    }
+    if let Some(dirs) = &store.dirs
+        && let Ok(Some(failed)) = dirs.root.open_dir_optional(FAILED_DIR)
+        && let Ok(entries) = failed.entries()
+    {
+        for e in entries {
+            if let Some(epoch) = e.name.to_str().and_then(failed_epoch) {
+                consider(epoch, failed.child_path(&e.name));
+            }
+        }
+    }
+    best
+}
+
+/// The epoch in the name of a kept output (`<epoch>` or `<epoch>.<n>`).
+fn failed_epoch(name: &str) -> Option<u64> {
+    name.split('.').next()?.parse().ok()
 }

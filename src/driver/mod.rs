@@ -376,6 +376,15 @@ impl<'a> Runner<'a> {
         match result {
             Ok(mut l) => {
                 self.epoch = Some(l.epoch());
+                // Card P3: a rewound epoch file is one warning line, never a reused epoch.
+                if let Some(r) = l.rewound() {
+                    eprintln!("tenure: warning: {r}");
+                    self.log(
+                        "epoch-rewound",
+                        json!({"file_epoch": r.file, "recorded_epoch": r.seen.epoch,
+                               "recorded_in": r.seen.path}),
+                    );
+                }
                 self.queue
                     .push_back(Event::LeaseGranted { epoch: l.epoch() });
                 // A crashed owner's child may have outlived it (invariant I7 across a crash):

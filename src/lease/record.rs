@@ -80,6 +80,11 @@ pub struct OwnerRecord {
     pub phase: PhaseKind,
     /// The owner process.
     pub identity: Identity,
+    /// The root id of the dir's identity marker when the record was written (card P4): a
+    /// record copied into another dir (`cp -a`) is recognised as not this dir's and never
+    /// acted on. Absent in records of older versions, which are treated as foreign.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_id: Option<Token>,
 }
 
 /// `.tenure/identity.json`: the directory identity marker, written once by the first owner of a
@@ -126,6 +131,9 @@ pub struct RegistryRecord {
     pub identity: Identity,
     /// When the entry was written (unix milliseconds).
     pub since: u64,
+    /// The root id of the dir the entry belongs to (card P4; see [`OwnerRecord::root_id`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_id: Option<Token>,
 }
 
 /// The current time in unix milliseconds.
@@ -200,6 +208,7 @@ mod tests {
                 exe: PathBuf::from("/bin/x"),
                 pidfs_ino: None,
             },
+            root_id: Some(Token([2; 16])),
         };
         let json = serde_json::to_string(&rec).unwrap();
         assert!(json.contains("\"phase\":\"recovering\""), "{json}");
