@@ -56,15 +56,19 @@ pub mod error;
 pub mod format;
 pub mod gc;
 pub mod hash;
+pub mod limits;
 mod store;
 mod tree;
 
 pub use error::CheckpointError;
-pub use format::{CheckpointId, Current, Digest, Entry, FormatError, Manifest};
+pub use format::{
+    CheckpointId, Current, Digest, Entry, EntryCheck, FormatError, Header, Manifest, ManifestReader,
+};
 pub use hash::VerifyingReader;
+pub use limits::Limits;
 pub use store::{
-    Checkpoint, CheckpointStore, GcReport, PublishFile, Published, Source, Staging, StoreOptions,
-    VerifyReport, View, highest_epoch,
+    Checkpoint, CheckpointStore, CheckpointSummary, GcReport, PublishFile, Published, Source,
+    Staging, StoreOptions, VerifyReport, View, highest_epoch,
 };
 
 /// The store's directory inside a state dir.

@@ -2,7 +2,7 @@
 //! state dir without owning it (except `init`, which takes the lease for an instant), and never
 //! change a refused dir.
 
-use crate::checkpoint::{Checkpoint, CheckpointError, CheckpointStore, StoreOptions};
+use crate::checkpoint::{CheckpointError, CheckpointStore, CheckpointSummary, StoreOptions};
 use crate::lease::{
     self, AcquireOptions, Identity, LeaseStatus, Liveness, OwnerState, SignalOutcome, WaitBound,
 };
@@ -34,6 +34,17 @@ pub struct Status {
     pub registry: Vec<RegistryView>,
     /// The current checkpoint.
     pub checkpoint: CheckpointView,
+    /// Outputs of failed publishes kept under `checkpoints/failed/`, oldest first (card P1).
+    pub failed_publishes: Vec<FailedView>,
+}
+
+/// The output of a failed publish, kept (card P1).
+#[derive(Debug, Clone, Serialize)]
+pub struct FailedView {
+    /// The epoch of the owner whose publish failed.
+    pub epoch: u64,
+    /// Where its output is kept.
+    pub path: String,
 }
 
 /// A process as `status` shows it.
@@ -86,7 +97,7 @@ pub struct CheckpointView {
     /// The epoch that published it.
     pub epoch: Option<u64>,
     /// Number of files.
-    pub files: Option<usize>,
+    pub files: Option<u64>,
     /// Total bytes.
     pub bytes: Option<u64>,
     /// Why it is invalid.
@@ -114,7 +125,7 @@ pub fn phase_word(st: &LeaseStatus) -> String {
     }
 }
 
-fn checkpoint_view(r: Result<Option<Checkpoint>, CheckpointError>) -> CheckpointView {
+fn checkpoint_view(r: Result<Option<CheckpointSummary>, CheckpointError>) -> CheckpointView {
     match r {
         Ok(None) => CheckpointView {
             state: "none".into(),
@@ -128,8 +139,8 @@ fn checkpoint_view(r: Result<Option<Checkpoint>, CheckpointError>) -> Checkpoint
             state: "valid".into(),
             id: Some(c.id.get()),
             epoch: Some(c.epoch),
-            files: Some(c.entries.len()),
-            bytes: Some(c.total_size()),
+            files: Some(c.files),
+            bytes: Some(c.bytes),
             error: None,
         },
         Err(e) => CheckpointView {
@@ -146,8 +157,26 @@ fn checkpoint_view(r: Result<Option<Checkpoint>, CheckpointError>) -> Checkpoint
 /// Collects the status of `dir` (read-only).
 pub fn collect(dir: &StateDir) -> Result<Status, lease::LeaseError> {
     let st = lease::status(dir)?;
-    let checkpoint =
-        checkpoint_view(CheckpointStore::open(dir, StoreOptions::default()).and_then(|s| s.load()));
+    let store = CheckpointStore::open(dir, StoreOptions::default());
+    let checkpoint = checkpoint_view(
+        store
+            .as_ref()
+            .map_err(|e| {
+                CheckpointError::io(dir.path(), "open", std::io::Error::other(e.to_string()))
+            })
+            .and_then(|s| s.load_summary()),
+    );
+    let failed_publishes = store
+        .as_ref()
+        .ok()
+        .and_then(|s| s.failed_outputs().ok())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(epoch, path)| FailedView {
+            epoch,
+            path: path.display().to_string(),
+        })
+        .collect();
     Ok(Status {
         dir: dir.path().display().to_string(),
         phase: phase_word(&st),
@@ -175,6 +204,7 @@ pub fn collect(dir: &StateDir) -> Result<Status, lease::LeaseError> {
             })
             .collect(),
         checkpoint,
+        failed_publishes,
     })
 }
 
@@ -252,6 +282,12 @@ pub fn status(dir: &Path, json: bool) -> u8 {
             s.checkpoint.error.as_deref().unwrap_or("")
         ),
     }
+    for f in &s.failed_publishes {
+        println!(
+            "failed:     the publish of epoch {} failed; its output is kept in {}",
+            f.epoch, f.path
+        );
+    }
     0
 }
 
@@ -297,8 +333,8 @@ pub fn verify(dir: &Path) -> u8 {
             println!(
                 "checkpoint {} is valid: {} files, {} bytes, published at epoch {}",
                 c.id.get(),
-                c.entries.len(),
-                c.total_size(),
+                c.files,
+                c.bytes,
                 c.epoch
             );
             0

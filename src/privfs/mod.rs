@@ -214,6 +214,11 @@ impl FileKind {
     fn of(st: &Stat) -> FileKind {
         FileKind::from_file_type(FileType::from_raw_mode(st.st_mode))
     }
+
+    /// The kind a `st_mode` describes.
+    pub fn of_mode(mode: u32) -> FileKind {
+        FileKind::from_file_type(FileType::from_raw_mode(mode))
+    }
 }
 
 impl fmt::Display for FileKind {
