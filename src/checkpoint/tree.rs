@@ -195,32 +195,35 @@ impl<'t> DirCursor<'t> {
             dev_ino: id,
         });
         self.open += 1;
-        self.trim();
+        self.trim(self.levels.len() - 1);
         Ok(())
     }
 
-    fn trim(&mut self) {
+    /// Over the budget, closes the descriptor of the shallowest open level above `keep`.
+    fn trim(&mut self, keep: usize) {
         if self.open <= CURSOR_FDS {
             return;
         }
-        // Close the shallowest open level below the current one.
-        let last = self.levels.len().saturating_sub(1);
-        if let Some(l) = self.levels[..last].iter_mut().find(|l| l.dir.is_some()) {
+        if let Some(l) = self.levels[..keep].iter_mut().find(|l| l.dir.is_some()) {
             l.dir = None;
             self.open -= 1;
         }
     }
 
-    /// Leaves the current directory; returns it (opened again if its descriptor was closed).
+    /// Leaves the current directory and returns it (opened again if its descriptor was
+    /// closed).
     pub(crate) fn pop(&mut self) -> Result<Option<Dir>, CheckpointError> {
         self.current()?;
-        let Some(l) = self.levels.pop() else {
-            return Ok(None);
-        };
+        Ok(self.pop_closed())
+    }
+
+    /// Leaves the current directory without needing its descriptor.
+    pub(crate) fn pop_closed(&mut self) -> Option<Dir> {
+        let l = self.levels.pop()?;
         if l.dir.is_some() {
             self.open -= 1;
         }
-        Ok(l.dir)
+        l.dir
     }
 
     /// The current directory, reopening it (and the levels above it that are closed) by name
@@ -249,14 +252,8 @@ impl<'t> DirCursor<'t> {
                 }
                 self.levels[i].dir = Some(d);
                 self.open += 1;
-            }
-            // Close what is over the budget, keeping the deepest levels.
-            while self.open > CURSOR_FDS {
-                let before = self.open;
-                self.trim();
-                if self.open == before {
-                    break;
-                }
+                // Stay within the budget as we go down, keeping the level just opened.
+                self.trim(i);
             }
         }
         Ok(match self.levels.last() {
@@ -370,7 +367,7 @@ impl<'t> Walker<'t> {
                 self.frames.pop();
                 if let Some((_, parent_len)) = self.frames.last() {
                     self.prefix.truncate(*parent_len);
-                    self.cursor.pop()?;
+                    self.cursor.pop_closed();
                 }
                 continue;
             };
@@ -509,5 +506,79 @@ impl<'t> ViewWriter<'t> {
         let top = self.cursor.top;
         rustix::fs::fchmod(top, Mode::from_raw_mode(0o500))
             .map_err(|e| CheckpointError::io(top.path(), "make read-only", e.into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::privfs::StateDir;
+
+    fn open_fds() -> usize {
+        std::fs::read_dir("/proc/self/fd").unwrap().count()
+    }
+
+    /// The walk of a 300-level tree holds at most [`CURSOR_FDS`] (plus a few) descriptors and
+    /// finds the bottom file; removing it needs two.
+    #[test]
+    fn deep_walks_hold_a_bounded_number_of_descriptors() {
+        let t = tempfile::tempdir().unwrap();
+        let sd = StateDir::open(&t.path().join("s"), true).unwrap();
+        let top = sd.root().create_dir("top", "t").unwrap();
+        {
+            let mut d = top.try_clone().unwrap();
+            for _ in 0..300 {
+                d = d.create_dir("d", "t").unwrap();
+            }
+            d.create_exclusive("f", "t").unwrap();
+            // A file at the top after the deep branch: the walk comes back up through levels
+            // whose descriptors it closed.
+            top.create_exclusive("z", "t").unwrap();
+        }
+        let before = open_fds();
+        let limits = crate::checkpoint::Limits {
+            max_depth: 1000,
+            ..crate::checkpoint::Limits::DEFAULT
+        };
+        let mut w = Walker::new(&top, limits).unwrap();
+        let mut most = 0;
+        let mut found = Vec::new();
+        while let Some(f) = w.next().unwrap() {
+            most = most.max(open_fds());
+            found.push(f.name);
+            w.dir().unwrap();
+            most = most.max(open_fds());
+        }
+        assert_eq!(
+            found,
+            vec![vec!["d"; 300].join("/") + "/f", "z".to_string()]
+        );
+        assert!(
+            most <= before + CURSOR_FDS + 2,
+            "{most} open, {before} before"
+        );
+        drop(w);
+        // A view of the same shape: created, made read-only on the way back up.
+        let view = sd.root().create_dir("view", "t").unwrap();
+        let mut vw = ViewWriter::new(&view);
+        for name in &found {
+            let (d, leaf) = vw.dir_for(name).unwrap();
+            d.create_exclusive(leaf, "t").unwrap();
+            most = most.max(open_fds());
+        }
+        vw.finish().unwrap();
+        assert!(
+            most <= before + CURSOR_FDS + 3,
+            "{most} open, {before} before"
+        );
+        let deep_dir = t.path().join("s/view").join(vec!["d"; 300].join("/"));
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&deep_dir).unwrap().permissions().mode() & 0o777,
+            0o500
+        );
+        remove_tree(sd.root(), "view", "t").unwrap();
+        remove_tree(sd.root(), "top", "t").unwrap();
+        assert!(sd.root().stat("top").unwrap().is_none());
     }
 }
