@@ -20,11 +20,9 @@ use tenure::checkpoint::{CheckpointError, CheckpointStore, Entry, Limits, Publis
 
 /// A staging tree: file names (relative, `/`-separated) with their contents.
 fn tree(limits: Limits) -> impl Strategy<Value = Vec<String>> {
-    let component = proptest::string::string_regex(&format!(
-        "[a-c]{{1,{}}}",
-        limits.max_component_len + 1
-    ))
-    .unwrap();
+    let component =
+        proptest::string::string_regex(&format!("[a-c]{{1,{}}}", limits.max_component_len + 1))
+            .unwrap();
     let name = proptest::collection::vec(component, 1..=limits.max_depth + 1)
         .prop_map(|parts| parts.join("/"));
     proptest::collection::vec(name, 0..=(limits.max_entries as usize + 2)).prop_map(|names| {
@@ -80,9 +78,14 @@ fn round_trip(limits: Limits, names: Vec<String>) -> Result<(), TestCaseError> {
     let ok = within(&limits, &names);
     match store.publish(1, &staging) {
         Ok(Published::New { checkpoint, .. }) => {
-            prop_assert!(ok, "accepted a tree past a limit: {names:?} under {limits:?}");
+            prop_assert!(
+                ok,
+                "accepted a tree past a limit: {names:?} under {limits:?}"
+            );
             // Load, under the same limits, returns exactly what was staged.
-            let ro = CheckpointStore::open(&sd, opts()).unwrap().with_limits(limits);
+            let ro = CheckpointStore::open(&sd, opts())
+                .unwrap()
+                .with_limits(limits);
             let loaded = ro.load().unwrap().expect("a checkpoint");
             prop_assert_eq!(loaded.summary(), checkpoint);
             let got: BTreeSet<(String, Vec<u8>)> = contents(&ro, &loaded).into_iter().collect();
@@ -104,7 +107,10 @@ fn round_trip(limits: Limits, names: Vec<String>) -> Result<(), TestCaseError> {
             prop_assert_eq!(current, None);
         }
         Err(e) => {
-            prop_assert!(!ok, "refused a tree within every limit: {e}\n{names:?} {limits:?}");
+            prop_assert!(
+                !ok,
+                "refused a tree within every limit: {e}\n{names:?} {limits:?}"
+            );
             prop_assert!(
                 matches!(
                     e,

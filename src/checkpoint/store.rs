@@ -1573,13 +1573,8 @@ fn unsupported(path: &Path, kind: &'static str) -> CheckpointError {
 fn failed_entries(failed: &Dir) -> Result<Vec<((u64, u32), std::ffi::OsString)>, CheckpointError> {
     let mut all = Vec::new();
     for e in failed.entries()? {
-        let Some(s) = e.name.to_str() else { continue };
-        let (epoch, n) = match s.split_once('.') {
-            Some((a, b)) => (a.parse().ok(), b.parse().ok()),
-            None => (s.parse().ok(), Some(0)),
-        };
-        if let (Some(epoch), Some(n)) = (epoch, n) {
-            all.push(((epoch, n), e.name));
+        if let Some(key) = e.name.to_str().and_then(failed_name) {
+            all.push((key, e.name));
         }
     }
     Ok(all)
@@ -1628,7 +1623,7 @@ pub fn highest_epoch(state: &StateDir) -> Option<crate::lease::epoch::Seen> {
         && let Ok(entries) = failed.entries()
     {
         for e in entries {
-            if let Some(epoch) = e.name.to_str().and_then(failed_epoch) {
+            if let Some((epoch, _)) = e.name.to_str().and_then(failed_name) {
                 consider(epoch, failed.child_path(&e.name));
             }
         }
@@ -1636,7 +1631,11 @@ pub fn highest_epoch(state: &StateDir) -> Option<crate::lease::epoch::Seen> {
     best
 }
 
-/// The epoch in the name of a kept output (`<epoch>` or `<epoch>.<n>`).
-fn failed_epoch(name: &str) -> Option<u64> {
-    name.split('.').next()?.parse().ok()
+/// The epoch and sequence number in the name of a kept output (`<epoch>` or `<epoch>.<n>`).
+pub fn failed_name(name: &str) -> Option<(u64, u32)> {
+    let (epoch, n) = match name.split_once('.') {
+        Some((a, b)) => (a.parse().ok()?, b.parse().ok()?),
+        None => (name.parse().ok()?, 0),
+    };
+    Some((epoch, n))
 }

@@ -299,11 +299,11 @@ fn read_json<T: DeserializeOwned>(dir: &Dir, name: &str) -> Result<Option<T>, Le
     let Some(bytes) = bytes else {
         return Ok(None);
     };
-    serde_json::from_slice(&bytes)
+    record::parse(&bytes)
         .map(Some)
-        .map_err(|e| LeaseError::CorruptRecord {
+        .map_err(|reason| LeaseError::CorruptRecord {
             path: dir.child_path(name),
-            reason: e.to_string(),
+            reason,
         })
 }
 
@@ -637,10 +637,7 @@ fn durable_temp<'d>(
 
 /// The epoch a registry entry name starts with (`<epoch>.json` or `<epoch>-<name>.json`).
 fn entry_epoch(name: &std::ffi::OsStr) -> Option<u64> {
-    let s = name.to_str()?;
-    let stem = s.strip_suffix(".json")?;
-    let digits = stem.split('-').next()?;
-    digits.parse().ok()
+    record::registry_entry_epoch(name.to_str()?)
 }
 
 /// The highest epoch the dir records outside the epoch file (card P3): the owner record,
@@ -767,11 +764,7 @@ fn waiter_liveness(waiters: &Dir, name: &str) -> Liveness {
     if let Ok(Some(rec)) = read_json::<WaiterRecord>(waiters, name) {
         return rec.identity.liveness();
     }
-    let parsed = name
-        .strip_suffix(".json")
-        .and_then(|s| s.split_once('-'))
-        .and_then(|(p, s)| Some((p.parse::<u32>().ok()?, s.parse::<u64>().ok()?)));
-    match parsed {
+    match record::waiter_entry_name(name) {
         Some((pid, start)) => match Identity::of_pid(pid) {
             Ok(now) if now.start_time == start => Liveness::Live,
             Ok(_) => Liveness::Recycled,

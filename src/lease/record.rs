@@ -136,6 +136,49 @@ pub struct RegistryRecord {
     pub root_id: Option<Token>,
 }
 
+/// Parses a JSON record of the control folder, as every reader of it does (the fuzz targets
+/// call the same functions).
+pub fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(bytes).map_err(|e| e.to_string())
+}
+
+fn versioned(version: u32) -> Result<(), String> {
+    if version == RECORD_VERSION {
+        Ok(())
+    } else {
+        Err(format!(
+            "format version {version}, this tenure reads {RECORD_VERSION}"
+        ))
+    }
+}
+
+/// Parses an owner record (`owner.json`) and checks its version.
+pub fn parse_owner(bytes: &[u8]) -> Result<OwnerRecord, String> {
+    let r: OwnerRecord = parse(bytes)?;
+    versioned(r.version)?;
+    Ok(r)
+}
+
+/// Parses a dir identity marker (`identity.json`) and checks its version.
+pub fn parse_marker(bytes: &[u8]) -> Result<DirIdentity, String> {
+    let m: DirIdentity = parse(bytes)?;
+    versioned(m.version)?;
+    Ok(m)
+}
+
+/// The epoch a registry entry's name starts with (`<epoch>.json` or `<epoch>-<name>.json`).
+pub fn registry_entry_epoch(name: &str) -> Option<u64> {
+    let stem = name.strip_suffix(".json")?;
+    let digits = stem.split('-').next()?;
+    digits.parse().ok()
+}
+
+/// The pid and start time a waiter entry's name holds (`<pid>-<start>.json`).
+pub fn waiter_entry_name(name: &str) -> Option<(u32, u64)> {
+    let (p, s) = name.strip_suffix(".json")?.split_once('-')?;
+    Some((p.parse().ok()?, s.parse().ok()?))
+}
+
 /// The current time in unix milliseconds.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
