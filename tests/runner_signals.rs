@@ -841,3 +841,52 @@ fn i3_publish_with_a_stale_epoch_is_rejected() {
     assert!(env.kinds_of(f.pid).contains(&"released".to_owned()));
     env.tool("verify", &[]).expect_code(0);
 }
+
+/// The hostile-children harness itself (tests/common/hostile.rs): the grandchild fixture is a
+/// real process whose parent is the supervised child, it reports itself, and it never outlives
+/// its fixture (dropping the fixture SIGKILLs it if nothing else stopped it).
+#[test]
+fn hostile_grandchild_fixture_is_real_and_never_leaks() {
+    use common::hostile::{Fixture, Hostile};
+    for (setsid, ignores_term) in [(false, false), (true, true)] {
+        let env = Env::new();
+        let fx = Fixture::new(
+            &env,
+            Hostile::ForksGrandchild {
+                setsid,
+                ignores_term,
+            },
+        );
+        let r = env.run(&[], &fx.command());
+        let child = child_pid(&env, r.pid());
+        assert_eq!(fx.pid(), child, "the fixture is the runner's child");
+        let g = fx.grandchild();
+        let stat = std::fs::read_to_string(format!("/proc/{g}/stat")).unwrap();
+        let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        assert_eq!(
+            fields[1],
+            child.to_string(),
+            "the grandchild's parent is the child"
+        );
+        let (pgid, sid) = (fields[2], fields[3]);
+        assert_eq!(
+            pgid == g.to_string() && sid == g.to_string(),
+            setsid,
+            "setsid={setsid}: pgid {pgid}, sid {sid}"
+        );
+        env.wait_event("ready", Some(r.pid()));
+        r.signal(Signal::TERM);
+        r.wait().expect_code(143);
+        assert_eq!(
+            env.checkpoint_file(common::hostile::STAGED).as_deref(),
+            Some(std::str::from_utf8(fx.staged()).unwrap())
+        );
+        drop(fx);
+        wait_for(
+            "the grandchild to be gone",
+            DEADLINE,
+            || (!alive(g)).then_some(()),
+            String::new,
+        );
+    }
+}

@@ -12,6 +12,8 @@
 #![allow(dead_code)]
 
 pub mod fuse;
+pub mod hostile;
+pub mod skip;
 
 use rustix::process::{Pid, Signal};
 use serde_json::Value;
@@ -88,16 +90,16 @@ pub fn alive(pid: u32) -> bool {
     !matches!(proc_state(pid), None | Some('Z') | Some('X'))
 }
 
-/// Field 22 of `/proc/PID/stat`.
+/// Field 22 of `/proc/PID/stat` (the start time in clock ticks since boot).
 pub fn start_time(pid: u32) -> u64 {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("process exists");
-    let after = &stat[stat.rfind(')').expect("stat has a comm") + 2..];
-    after
-        .split(' ')
-        .nth(19)
-        .expect("field 22")
-        .parse()
-        .expect("a number")
+    try_start_time(pid).unwrap_or_else(|| panic!("process {pid} does not exist"))
+}
+
+/// Field 22 of `/proc/PID/stat`, `None` when the process is gone.
+pub fn try_start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split(' ').nth(19)?.parse().ok()
 }
 
 /// Waits until `pid` is blocked opening a FIFO (the kernel's `wait_for_partner`), which is how

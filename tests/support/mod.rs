@@ -5,6 +5,9 @@
 #![allow(dead_code)]
 
 pub mod probe;
+// The rule for tests that need what the machine may lack (root here), shared with tests/common.
+#[path = "../common/skip.rs"]
+pub mod skip;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
