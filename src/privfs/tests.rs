@@ -436,10 +436,11 @@ mod with_failpoints {
         sd.root()
             .replace_durable("rec", b"old", "privfs-test-eio")
             .unwrap();
-        // The label is unique to this test, so the global configuration cannot hit other tests.
-        crate::failpoint::configure(Some("privfs-test-eio2.fsync=eio"));
+        // The label is unique to this test, so the armed fault cannot hit other tests, and the
+        // scope keeps other tests from replacing it meanwhile (issue 15).
+        let armed = crate::failpoint::scoped("privfs-test-eio2.fsync=eio");
         let res = sd.root().replace_durable("rec", b"new", "privfs-test-eio2");
-        crate::failpoint::configure(None);
+        drop(armed);
         let err = res.unwrap_err();
         assert!(matches!(err, FsError::Fsync { .. }), "{err}");
         assert_eq!(sd.root().read("rec", 64).unwrap(), b"old");
@@ -455,9 +456,9 @@ mod with_failpoints {
         let t = private_tempdir();
         let sd = StateDir::open(t.path(), false).unwrap();
         let d = sd.root().ensure_dir("d", "privfs-test-poison").unwrap();
-        crate::failpoint::configure(Some("privfs-test-poison2.dirfsync=eio"));
+        let armed = crate::failpoint::scoped("privfs-test-poison2.dirfsync=eio");
         let res = d.sync("privfs-test-poison2");
-        crate::failpoint::configure(None);
+        drop(armed);
         assert!(matches!(res, Err(FsError::Fsync { .. })));
         assert!(matches!(
             d.sync("privfs-test-poison"),
