@@ -116,7 +116,13 @@ impl Fixture {
     /// The child's command line, for `Env::run`.
     pub fn command(&self) -> Vec<String> {
         let exe = std::env::current_exe().expect("the test binary");
-        let mut c = vec![
+        let mut c = Vec::new();
+        if self.kind == Hostile::StagesThenIgnoresTerm {
+            // Ignored from exec on (an ignored disposition survives exec), so a SIGTERM that
+            // comes before the fixture installed its own handler does not kill it either.
+            c.extend(["sh", "-c", r#"trap '' TERM; exec "$0" "$@""#].map(str::to_owned));
+        }
+        c.extend([
             // `env` execs the test binary, so the runner's child pid is the fixture's.
             "env".to_owned(),
             format!("{ROLE}={}", self.kind.role()),
@@ -124,7 +130,7 @@ impl Fixture {
             format!("{GATE}={}", self.gate.display()),
             format!("{STAGE}={}", String::from_utf8_lossy(&self.staged)),
             format!("{WATCH}={}", std::process::id()),
-        ];
+        ]);
         c.push(exe.to_str().expect("a UTF-8 test binary path").to_owned());
         c.extend(entry_args().map(str::to_owned));
         c
@@ -247,10 +253,15 @@ fn wait_gate() {
     let _ = std::io::Read::read_to_string(&mut f, &mut s);
 }
 
-/// Blocks until SIGTERM arrives (a handler is installed, so it does not kill).
-fn term_arrives() {
-    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM])
-        .expect("a SIGTERM handler");
+/// Installs a SIGTERM handler (from now on SIGTERM does not kill); [`term_arrives`] waits for
+/// one. Installed before the child reports anything, so a signal the test sends after a report
+/// never meets the default disposition.
+fn term_handler() -> signal_hook::iterator::Signals {
+    signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM]).expect("a SIGTERM handler")
+}
+
+/// Blocks until a SIGTERM arrives.
+fn term_arrives(mut signals: signal_hook::iterator::Signals) {
     signals.forever().next();
 }
 
@@ -343,6 +354,7 @@ fn grandchild(ignores_term: bool) -> ! {
 }
 
 fn forks_grandchild(setsid: bool, ignores_term: bool) -> ! {
+    let term = term_handler();
     let mut c = Command::new(std::env::current_exe().expect("the test binary"));
     c.args(entry_args())
         .env(ROLE, format!("grandchild:{ignores_term}"))
@@ -363,7 +375,7 @@ fn forks_grandchild(setsid: bool, ignores_term: bool) -> ! {
     report(&format!("spawned-grandchild {}", g.id()));
     // The grandchild is deliberately not waited for: it outlives this process.
     std::mem::forget(g);
-    term_arrives();
+    term_arrives(term);
     stage();
     std::process::exit(0)
 }
@@ -377,8 +389,9 @@ fn run(role: &str) -> ! {
             park_forever()
         }
         ["exits", code] => {
+            let term = term_handler();
             stage();
-            term_arrives();
+            term_arrives(term);
             std::process::exit(code.parse().expect("an exit code"))
         }
         ["ignores-term"] => {

@@ -402,6 +402,37 @@ impl Env {
             .collect()
     }
 
+    /// The signals run `pid` forwarded to its child, in order (`signal-forwarded` lines).
+    pub fn forwarded(&self, pid: u32) -> Vec<String> {
+        self.events()
+            .iter()
+            .filter(|e| e["pid"] == pid && e["kind"] == "signal-forwarded")
+            .map(|e| e["signal"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// Every file (not directory) the checkpoint store holds outside its durable part (CURRENT,
+    /// manifests, blobs): what runs left in views, staging or any other scratch area. Fails if
+    /// the store itself is missing, so a renamed directory cannot make the answer vacuous.
+    pub fn scratch_left(&self) -> Vec<PathBuf> {
+        let store = self.dir.join("checkpoints");
+        assert!(
+            store.join("CURRENT").is_file(),
+            "no checkpoint store with a CURRENT at {}",
+            store.display()
+        );
+        snapshot(&store)
+            .into_iter()
+            .filter(|(p, n)| {
+                let durable = ["CURRENT", "manifests", "blobs"]
+                    .iter()
+                    .any(|d| p.starts_with(d));
+                !durable && !matches!(n, Node::Dir(_))
+            })
+            .map(|(p, _)| p)
+            .collect()
+    }
+
     /// Reads a file of the current checkpoint by running a child that copies it out of its
     /// read-only view (through the runner, so the read goes through the real recovery).
     pub fn checkpoint_file(&self, name: &str) -> Option<String> {
