@@ -250,7 +250,11 @@ fn orphan_surviving_kill_wait_makes_the_successor_refuse() {
     };
     let env = Env::new();
     let stuck = fuse.path(common::fuse::STUCK);
-    let owner = env.run(&[], &sh(r#"exec cat "$1""#, &[stuck.to_str().unwrap()]));
+    // `cat` itself is the child (no `sh -c 'exec cat'`): the registry records the child's
+    // identity (pid, start time, executable) at spawn, and an exec after that changes the
+    // executable, so the successor would count the orphan as a recycled pid and start anyway
+    // (a gap reported with issue 15 for the process-tree work, card T2).
+    let owner = env.run(&[], &["cat", stuck.to_str().unwrap()]);
     let child = env.wait_event("spawned", Some(owner.pid()))["child_pid"]
         .as_u64()
         .expect("child_pid") as u32;
