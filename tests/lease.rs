@@ -404,7 +404,9 @@ fn l7_covered_marker_publication() {
             };
             let m: lease::DirIdentity = serde_json::from_slice(&bytes)
                 .unwrap_or_else(|e| panic!("partial marker observed ({e}): {bytes:?}"));
-            let mut seen = root_id.lock().unwrap();
+            let mut seen = root_id
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             assert_eq!(
                 *seen.get_or_insert(m.root_id),
                 m.root_id,
