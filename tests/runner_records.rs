@@ -4,7 +4,6 @@
 mod common;
 
 use common::*;
-use rustix::process::Signal;
 use serde_json::Value;
 use std::fs;
 use std::path::Path;
@@ -149,9 +148,9 @@ fn p4_an_adopted_copy_never_acts_on_the_originals_records() {
 }
 
 /// Card P5: `stop` right after an owner took the lock, before it wrote its record (the owner
-/// is paused there by a failpoint, so the window is deterministic). With a short grace, `stop`
-/// exits 75 saying the owner is starting, and signals nobody; with a longer one it waits for
-/// the record, stops that owner and exits 0 after its orderly release.
+/// is held there by a failpoint gate, so the window is deterministic). With a short grace,
+/// `stop` exits 75 saying the owner is starting, and signals nobody; with a longer one it
+/// waits for the record, stops that owner and exits 0 after its orderly release.
 #[test]
 #[cfg_attr(
     not(feature = "failpoints"),
@@ -161,24 +160,24 @@ fn p5_stop_tells_the_truth_while_the_owner_is_starting() {
     let env = Env::new();
     // An earlier owner that released in order: its record names a pid that is gone.
     env.run_to_end(&["-n"], &["true"]).expect_code(0);
+    let gate = env.fifo("gate");
     let mut c = tenure();
-    c.env("TENURE_FAILPOINTS", "lease.locked=stop")
-        .args(["run", "--dir"])
-        .arg(&env.dir)
-        .args([
-            "--",
-            "sh",
-            "-c",
-            "trap 'exit 0' TERM; while :; do sleep 0.05; done",
-        ]);
+    c.env(
+        "TENURE_FAILPOINTS",
+        format!("lease.locked=gate:{}", gate.display()),
+    )
+    .args(["run", "--dir"])
+    .arg(&env.dir)
+    .args([
+        "--",
+        "sh",
+        "-c",
+        "trap 'exit 0' TERM; while :; do sleep 0.05; done",
+    ]);
     let owner = env.start(c);
     let pid = owner.pid();
-    wait_for(
-        "the owner to stop itself between lock and record",
-        DEADLINE,
-        || (proc_state(pid) == Some('T')).then_some(()),
-        String::new,
-    );
+    // Held between taking the lock and writing its record.
+    wait_blocked_in_fifo_open(pid);
     let before = env.owner_bytes();
 
     let f = env.tool("stop", &["--grace", "0.5"]);
@@ -186,11 +185,7 @@ fn p5_stop_tells_the_truth_while_the_owner_is_starting() {
     assert!(f.stderr.contains("still starting"), "{}", f.stderr);
     assert!(f.stderr.contains("nothing was signalled"), "{}", f.stderr);
     assert!(!f.stdout.contains("no live owner"), "{}", f.stdout);
-    assert_eq!(
-        proc_state(pid),
-        Some('T'),
-        "the starting owner was not touched"
-    );
+    assert!(alive(pid), "the starting owner was not touched");
     assert_eq!(env.owner_bytes(), before);
 
     let mut c = tenure();
@@ -209,7 +204,7 @@ fn p5_stop_tells_the_truth_while_the_owner_is_starting() {
         },
         String::new,
     );
-    send(pid, Signal::CONT);
+    release_fifo(&gate);
     let f = stopper.wait();
     f.expect_code(0);
     assert!(

@@ -534,7 +534,12 @@ fn become_owner(
     me: Identity,
     phase: PhaseKind,
 ) -> Result<Lease, LeaseError> {
-    crate::failpoint::pause("lease.locked");
+    // A named point between taking the lock and writing the owner record: tests hold an
+    // owner here (`gate`) to show what `stop` and `status` see of an owner that is starting.
+    crate::failpoint::hit("lease.locked").map_err(|source| LeaseError::Lock {
+        path: control.child_path(LOCK_FILE),
+        source,
+    })?;
     let found = inspect(dir)?;
     // Temp files in the control folder can only be left by an owner that crashed mid-write
     // (waiters write in `waiters/`), so the new owner removes them.
