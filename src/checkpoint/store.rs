@@ -751,6 +751,11 @@ impl<'s> CheckpointStore<'s> {
         let (root, _, _) = self.owned_dirs()?;
         let parent = root.open_dir(STAGING_DIR)?;
         let failed = root.ensure_dir(FAILED_DIR, "failed")?;
+        // Moving a directory to another parent rewrites its `..`, which needs write permission
+        // on it; a child may have left its output read-only.
+        if let Ok(d) = parent.open_dir_any_mode(&staging.name) {
+            let _ = rustix::fs::fchmod(&d, Mode::from_raw_mode(0o700));
+        }
         let mut n = 0u32;
         let kept = loop {
             let name = if n == 0 {
