@@ -196,9 +196,12 @@ fn p5_stop_tells_the_truth_while_the_owner_is_starting() {
         "stop to wait for the starting owner",
         DEADLINE,
         || {
+            // The captured stdout files only (reading the gate FIFO would block).
             fs::read_dir(&out)
                 .ok()?
-                .filter_map(|e| fs::read_to_string(e.ok()?.path()).ok())
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "out"))
+                .filter_map(|p| fs::read_to_string(p).ok())
                 .any(|t| t.contains("still starting; waiting"))
                 .then_some(())
         },
