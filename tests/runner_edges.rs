@@ -7,7 +7,6 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::fs;
-use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -71,7 +70,7 @@ fn run_broken(args: &[&str], how: Broken) -> (Option<i32>, String) {
     let dead_pipe = || {
         let (r, w) = rustix::pipe::pipe().unwrap();
         drop(r);
-        Stdio::from(OwnedFd::from(w))
+        Stdio::from(w)
     };
     let mut c = match how {
         Broken::PipeOut | Broken::PipeErr => {

@@ -39,6 +39,9 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(Some(&m.entries), full.as_ref());
         let again = Manifest::parse(&m.to_bytes()).unwrap();
         assert_eq!(again.entries, m.entries);
-        assert_eq!((again.id, again.parent, again.epoch), (m.id, m.parent, m.epoch));
+        assert_eq!(
+            (again.id, again.parent, again.epoch),
+            (m.id, m.parent, m.epoch)
+        );
     }
 });

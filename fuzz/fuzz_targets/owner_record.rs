@@ -2,7 +2,7 @@
 //! parses serialises back to one that parses equal.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use tenure::lease::record::{parse_owner, OwnerRecord};
+use tenure::lease::record::{OwnerRecord, parse_owner};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(r) = parse_owner(data) {

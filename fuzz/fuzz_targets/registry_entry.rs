@@ -2,8 +2,8 @@
 //! record, and the epochs their names carry.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use tenure::checkpoint::{failed_name, CheckpointId};
-use tenure::lease::record::{parse, registry_entry_epoch, RegistryRecord};
+use tenure::checkpoint::{CheckpointId, failed_name};
+use tenure::lease::record::{RegistryRecord, parse, registry_entry_epoch};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(r) = parse::<RegistryRecord>(data) {

@@ -1,7 +1,7 @@
 //! `.tenure/waiters/<pid>-<start>.json`: the record and the name a waiter entry has.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use tenure::lease::record::{parse, waiter_entry_name, WaiterRecord};
+use tenure::lease::record::{WaiterRecord, parse, waiter_entry_name};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(r) = parse::<WaiterRecord>(data) {
@@ -11,6 +11,9 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(name) = std::str::from_utf8(data)
         && let Some((pid, start)) = waiter_entry_name(name)
     {
-        assert_eq!(waiter_entry_name(&format!("{pid}-{start}.json")), Some((pid, start)));
+        assert_eq!(
+            waiter_entry_name(&format!("{pid}-{start}.json")),
+            Some((pid, start))
+        );
     }
 });

@@ -1574,8 +1574,11 @@ fn unsupported(path: &Path, kind: &'static str) -> CheckpointError {
     }
 }
 
-/// The kept outputs in `failed/`: ((epoch, n), name) for names `<epoch>` and `<epoch>.<n>`.
-fn failed_entries(failed: &Dir) -> Result<Vec<((u64, u32), std::ffi::OsString)>, CheckpointError> {
+/// A kept output in `failed/`: (epoch, n) from its name, and the name.
+type FailedEntry = ((u64, u32), std::ffi::OsString);
+
+/// The kept outputs in `failed/`, for names `<epoch>` and `<epoch>.<n>`.
+fn failed_entries(failed: &Dir) -> Result<Vec<FailedEntry>, CheckpointError> {
     let mut all = Vec::new();
     for e in failed.entries()? {
         if let Some(key) = e.name.to_str().and_then(failed_name) {
