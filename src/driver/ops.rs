@@ -425,8 +425,10 @@ fn names_the_holder(st: &LeaseStatus, o: &lease::OwnerRecord) -> bool {
         PhaseKind::Recovering | PhaseKind::Ready | PhaseKind::Draining => true,
         PhaseKind::Cold | PhaseKind::Released | PhaseKind::Cancelled | PhaseKind::Refused => false,
     };
-    let ours = st.identity.as_ref().map(|m| m.root_id).is_some()
-        && o.root_id == st.identity.as_ref().map(|m| m.root_id);
+    let ours = st
+        .identity
+        .as_ref()
+        .is_some_and(|m| o.root_id == Some(m.root_id));
     owning && ours && st.owner_liveness == Some(Liveness::Live)
 }
 

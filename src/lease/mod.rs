@@ -13,7 +13,9 @@
 //!     registry/instances/<epoch>-<name>.json  processes the owner runs, while it owns
 //! ```
 //! Only the kernel lock says who owns; every file is evidence, written under the lock (except
-//! waiter entries, written by each waiter about itself).
+//! waiter entries, written by each waiter about itself). The owner record and registry entries
+//! carry the `root_id` of the marker: only records of this dir's identity are ever signalled or
+//! swept, so a copied dir never acts on the original's processes (card P4).
 //!
 //! ## Cold, foreign and moved dirs (card L8)
 //! A state dir is **cold** when it holds no entry other than the control folder `.tenure/`, and
@@ -37,7 +39,9 @@
 //! 3. try the lock; when held by another: publish a waiter entry, call `on_wait` once with the
 //!    owner record, and wait (see `lock` for the inotify-based wake-up) until the bound expires
 //!    (`busy`), the cancel fd becomes readable (`cancelled`) or the lock is ours;
-//! 4. under the lock: inspect again; write the next epoch, the marker (if the dir is cold) and
+//! 4. under the lock: inspect again; write the next epoch (one above every epoch the dir
+//!    records anywhere — epoch file, owner record, registry, manifests, kept outputs: card P3,
+//!    [`epoch::next_after`]), the marker (if the dir is cold) and
 //!    the owner record each to a temp file and fsync it, rename them into place (epoch first,
 //!    marker without replacing) and fsync the control folder once; then write the registry
 //!    entry, sweep leftovers of dead owners and waiters and remove our own waiter entry. Only
