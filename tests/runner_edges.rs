@@ -375,3 +375,44 @@ fn leftovers_in_staging_are_cleaned_and_links_never_followed() {
     assert!(left.is_empty(), "{left:?}");
     assert_eq!(fs::read(victim.join("keep")).unwrap(), b"mine");
 }
+
+/// Found by the `current` fuzz target: a `CURRENT` whose bytes are valid UTF-8 with a
+/// multi-byte character across the end of the id made every command panic (exit 101). It is a
+/// refused dir now (65), named, and left as it was.
+#[test]
+fn a_current_with_a_character_across_the_id_is_refused_not_a_panic() {
+    let env = Env::new();
+    env.run_to_end(&["-n"], &sh(r#"echo 1 > "$TENURE_CHECKPOINT_OUT/x""#, &[]))
+        .expect_code(0);
+    let current = env.dir.join("checkpoints/CURRENT");
+    write_private(
+        &current,
+        b"00000000000000001c6\xc6\x9a\xcd\x9d024bc\xcc\xa6190072a88d82ee4a1092855d34c75bfa28d2855d34c75bfa28ddA50\n",
+    );
+    let before = snapshot(&env.dir);
+    for args in [vec!["verify"], vec!["status"], vec!["status", "--json"]] {
+        let f = env.tool(args[0], &args[1..]);
+        assert!(!f.stderr.contains("panicked"), "{args:?}: {}", f.stderr);
+        let text = format!("{}{}", f.stdout, f.stderr);
+        assert!(
+            text.contains("CURRENT holds a malformed checkpoint id"),
+            "{args:?}: {text}"
+        );
+        if args[0] == "verify" {
+            f.expect_code(65);
+        }
+    }
+    let f = env.run_to_end(&["-n"], &["true"]);
+    f.expect_code(65);
+    assert!(
+        f.stderr.contains("CURRENT holds a malformed checkpoint id"),
+        "{}",
+        f.stderr
+    );
+    let mut after = snapshot(&env.dir);
+    // The refused run may log; the checkpoint store is left byte for byte.
+    after.retain(|p, _| p.starts_with("checkpoints"));
+    let mut before = before;
+    before.retain(|p, _| p.starts_with("checkpoints"));
+    assert_same_tree(&before, &after);
+}

@@ -754,11 +754,15 @@ impl Current {
                 expected: CURRENT_LEN,
             });
         }
-        let text = std::str::from_utf8(&bytes[..CURRENT_LEN - 1])
-            .map_err(|_| FormatError::BadId(String::from_utf8_lossy(&bytes[..20]).into()))?;
-        // Byte 20 is ASCII only if the text is valid UTF-8 up to here, which from_utf8 checked.
-        let (id, rest) = text.split_at(20);
-        let id: CheckpointId = id.parse()?;
+        // Split on bytes, then decode each part: valid UTF-8 may hold a multi-byte character
+        // across byte 20, where a split of the text would panic (found by the `current` fuzz
+        // target, issue 10).
+        let (id, rest) = bytes[..CURRENT_LEN - 1].split_at(20);
+        let id: CheckpointId = std::str::from_utf8(id)
+            .map_err(|_| FormatError::BadId(String::from_utf8_lossy(id).into()))?
+            .parse()?;
+        let rest = std::str::from_utf8(rest)
+            .map_err(|_| FormatError::BadDigest(String::from_utf8_lossy(rest).into()))?;
         let digest = rest.strip_prefix(' ').ok_or(FormatError::BadSeparator)?;
         Ok(Current {
             id,
@@ -871,6 +875,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Found by fuzzing (issue 10): a multi-byte character across byte 20 of CURRENT made
+    /// the parser panic instead of refusing the file.
+    #[test]
+    fn current_with_a_character_across_the_id_is_refused_not_a_panic() {
+        let bytes = b"00000000000000001c6\xc6\x9a\xcd\x9d024bc\xcc\xa6190072a88d82ee4a1092855d34c75bfa28d2855d34c75bfa28ddA50\n";
+        assert_eq!(bytes.len(), CURRENT_LEN);
+        assert!(matches!(Current::parse(bytes), Err(FormatError::BadId(_))));
+        let mut id_then_char = b"0000000000000000000".to_vec();
+        id_then_char.extend_from_slice("ƚ".as_bytes());
+        id_then_char.extend_from_slice(&[b'a'; 64]);
+        id_then_char.push(b'\n');
+        assert_eq!(id_then_char.len(), CURRENT_LEN);
+        assert!(matches!(
+            Current::parse(&id_then_char),
+            Err(FormatError::BadId(_))
+        ));
     }
 
     #[test]
