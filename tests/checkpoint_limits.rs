@@ -158,3 +158,76 @@ fn p2_manifest_size_at_and_one_past_the_limit() {
     };
     round_trip(past, names).unwrap();
 }
+
+/// Old manifests still load (issue 10): a format-1 manifest as earlier versions wrote it, for
+/// a checkpoint 1,500 levels deep (deeper than today's publish limit, which did not exist
+/// then), loads, verifies and is copied into a view with a bounded number of descriptors.
+#[test]
+fn a_format1_checkpoint_1500_deep_still_loads_and_materialises() {
+    use sha2::Digest as _;
+    let fx = Fixture::new(1);
+    let sd = fx.open();
+    // Let the owned open create the store's directories.
+    drop(CheckpointStore::open_owned(&sd, opts()).unwrap());
+    let content = b"bottom\n";
+    let digest: String = sha2::Sha256::digest(content)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let blob = fx.store_dir().join("blobs/sha256").join(&digest);
+    std::fs::write(&blob, content).unwrap();
+    let name = vec!["d"; 1500].join("/") + "/f";
+    let legacy = serde_json::json!({
+        "format": 1,
+        "id": "00000000000000000001",
+        "parent": null,
+        "epoch": 1,
+        "created_at_ms": 1_700_000_000_000u64,
+        "entries": [{"name": name, "size": content.len(), "sha256": digest, "mode": 0o600}],
+    });
+    let mut bytes = serde_json::to_vec_pretty(&legacy).unwrap();
+    bytes.push(b'\n');
+    let manifest = fx.store_dir().join("manifests/00000000000000000001.json");
+    std::fs::write(&manifest, &bytes).unwrap();
+    let mdigest: String = sha2::Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let current = fx.store_dir().join("CURRENT");
+    std::fs::write(&current, format!("00000000000000000001 {mdigest}\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for p in [&blob, &manifest, &current] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let store = CheckpointStore::open_owned(&sd, opts()).unwrap();
+    let s = store.load_summary().unwrap().unwrap();
+    assert_eq!((s.files, s.bytes), (1, content.len() as u64));
+    let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let before = fds();
+    let (_, view) = store.materialise_current().unwrap().unwrap();
+    assert!(fds() <= before + 1, "the view left descriptors open");
+    // Read the bottom file back one component at a time.
+    let mut dir = std::fs::File::open(view.path()).unwrap();
+    for _ in 0..1500 {
+        let fd = rustix::fs::openat(
+            &dir,
+            "d",
+            rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        dir = std::fs::File::from(fd);
+    }
+    let f = rustix::fs::openat(
+        &dir,
+        "f",
+        rustix::fs::OFlags::RDONLY,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    use std::io::Read;
+    std::fs::File::from(f).read_to_end(&mut got).unwrap();
+    assert_eq!(got, content);
+    store.remove_view(view).unwrap();
+}
