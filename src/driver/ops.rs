@@ -157,26 +157,21 @@ fn checkpoint_view(r: Result<Option<CheckpointSummary>, CheckpointError>) -> Che
 /// Collects the status of `dir` (read-only).
 pub fn collect(dir: &StateDir) -> Result<Status, lease::LeaseError> {
     let st = lease::status(dir)?;
-    let store = CheckpointStore::open(dir, StoreOptions::default());
-    let checkpoint = checkpoint_view(
-        store
-            .as_ref()
-            .map_err(|e| {
-                CheckpointError::io(dir.path(), "open", std::io::Error::other(e.to_string()))
-            })
-            .and_then(|s| s.load_summary()),
-    );
-    let failed_publishes = store
-        .as_ref()
-        .ok()
-        .and_then(|s| s.failed_outputs().ok())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(epoch, path)| FailedView {
-            epoch,
-            path: path.display().to_string(),
-        })
-        .collect();
+    let (checkpoint, failed_publishes) = match CheckpointStore::open(dir, StoreOptions::default()) {
+        Err(e) => (checkpoint_view(Err(e)), Vec::new()),
+        Ok(store) => (
+            checkpoint_view(store.load_summary()),
+            store
+                .failed_outputs()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(epoch, path)| FailedView {
+                    epoch,
+                    path: path.display().to_string(),
+                })
+                .collect(),
+        ),
+    };
     Ok(Status {
         dir: dir.path().display().to_string(),
         phase: phase_word(&st),
