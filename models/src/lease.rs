@@ -493,7 +493,9 @@ impl LeaseState {
             | Action::NotifyReady
             | Action::NotifyStopping
             | Action::BeginDrain
-            | Action::Forward(_)
+            | Action::Forward(..)
+            | Action::Relay(..)
+            | Action::ExtendTimer(..)
             | Action::Kill
             | Action::Publish
             | Action::ReleaseLease

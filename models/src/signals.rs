@@ -640,7 +640,7 @@ impl SignalModel {
                     s.early_drain = true;
                 }
             }
-            Action::Forward(_) => {
+            Action::Forward(..) => {
                 if let Child::Running {
                     ref mut signalled, ..
                 } = s.child
@@ -693,6 +693,8 @@ impl SignalModel {
             }
             Action::ArmTimer(..)
             | Action::DisarmTimer(_)
+            | Action::ExtendTimer(..)
+            | Action::Relay(..)
             | Action::NotifyReady
             | Action::NotifyStopping => {}
         }

@@ -22,7 +22,7 @@ fn cli(args: &[&str]) -> (i32, String) {
 fn check_prints_counts_and_verdicts() {
     let (code, text) = cli(&["check", "signals"]);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("unique 34607"), "{text}");
+    assert!(text.contains("unique 35237"), "{text}");
     assert!(text.contains("states/s"), "{text}");
     assert!(
         text.contains("lease outlives the child") && text.contains("holds"),

@@ -15,7 +15,7 @@ use tenure_models::signals::{Mutation, SignalModel};
 fn full_signal_model() {
     let checker = SignalModel::ci().checker().spawn_bfs().join();
     checker.assert_properties();
-    assert_eq!(checker.unique_state_count(), 34_607);
+    assert_eq!(checker.unique_state_count(), 35_237);
 }
 
 /// With one signal instead of two, "two signals while draining" is not reached: the property

@@ -295,6 +295,12 @@ impl<'a> Runner<'a> {
             Action::ArmTimer(t, d) => {
                 self.timers.insert(t, Instant::now() + d);
             }
+            Action::ExtendTimer(t, d) => {
+                let later = Instant::now() + d;
+                if let Some(at) = self.timers.get_mut(&t) {
+                    *at = (*at).max(later);
+                }
+            }
             Action::DisarmTimer(t) => {
                 self.timers.remove(&t);
             }
@@ -302,7 +308,8 @@ impl<'a> Runner<'a> {
             Action::NotifyStopping => self.tell_supervisor("STOPPING=1"),
             // The runner has no in-process hook: the child is told by the forwarded signal.
             Action::BeginDrain => {}
-            Action::Forward(s) => self.signal_child(s.name(), to_rustix(s)),
+            Action::Forward(s, _) => self.signal_child(s.name(), to_rustix(s)),
+            Action::Relay(..) => {}
             Action::Kill => self.signal_child("SIGKILL", rustix::process::Signal::KILL),
             Action::Publish => self.publish(),
             Action::ReleaseLease => self.release(),
@@ -688,6 +695,7 @@ impl<'a> Runner<'a> {
                 eprintln!("tenure: draining ({cause})");
                 self.log("draining", json!({"cause": cause_name(cause)}));
             }
+            Note::WatchdogTimedOut | Note::TreeRemains => {}
             Note::ReadinessTimedOut => {
                 eprintln!("tenure: readiness timed out: the child did not send READY=1 in time");
                 self.log("readiness-timed-out", json!({}));
@@ -745,19 +753,21 @@ impl<'a> Runner<'a> {
             }),
         );
         match o.reason {
-            Reason::Exited | Reason::Stopped | Reason::Killed | Reason::DidNotStop => {
-                match self.published {
-                    Some(id) => eprintln!(
-                        "tenure: checkpoint {} published; released {dir} (epoch {epoch}, {})",
-                        id.get(),
-                        o.summary()
-                    ),
-                    None => eprintln!(
-                        "tenure: released {dir} (epoch {epoch}, {}); checkpoint unchanged",
-                        o.summary()
-                    ),
-                }
-            }
+            Reason::Exited
+            | Reason::Stopped
+            | Reason::Killed
+            | Reason::DidNotStop
+            | Reason::Watchdog => match self.published {
+                Some(id) => eprintln!(
+                    "tenure: checkpoint {} published; released {dir} (epoch {epoch}, {})",
+                    id.get(),
+                    o.summary()
+                ),
+                None => eprintln!(
+                    "tenure: released {dir} (epoch {epoch}, {}); checkpoint unchanged",
+                    o.summary()
+                ),
+            },
             Reason::PublishFailed => {
                 let name = |c: Option<CheckpointId>| {
                     c.map_or_else(
@@ -787,6 +797,9 @@ impl<'a> Runner<'a> {
                         "readiness timed out in phase recovering".into()
                     }
                     Some(Refusal::RootLost) => "the state dir was moved or replaced".into(),
+                    Some(Refusal::NoMainPid) => {
+                        "the daemon's tree ended before its pid file named a main process".into()
+                    }
                     Some(Refusal::State) | Some(Refusal::Io) | None => self
                         .failure
                         .clone()
@@ -998,5 +1011,6 @@ fn cause_name(c: DrainCause) -> String {
         DrainCause::ChildStopping => "child-stopping".into(),
         DrainCause::ChildExited => "child-exited".into(),
         DrainCause::RootLost => "root-lost".into(),
+        DrainCause::Watchdog => "watchdog".into(),
     }
 }
