@@ -225,18 +225,21 @@ fn g4_checkpoint_before_release() {
     assert_eq!(env.checkpoint_file("stopped").as_deref(), Some("1\n"));
 }
 
-/// Card G4 with the other stop signals: SIGINT → 130, SIGHUP → 129, and the forwarded signal is
-/// the one received.
+/// Card G4 with the other stop signals: SIGINT → 130, SIGHUP (with `--hup stop`) → 129, and the
+/// forwarded signal is the one received.
 #[test]
 fn g4_other_stop_signals_drain_with_their_code() {
-    for (sig, code, name) in [(Signal::INT, 130, "SIGINT"), (Signal::HUP, 129, "SIGHUP")] {
+    for (sig, code, name, args) in [
+        (Signal::INT, 130, "SIGINT", vec![]),
+        (Signal::HUP, 129, "SIGHUP", vec!["--hup", "stop"]),
+    ] {
         let env = Env::new();
         let trap = format!(
             r#"trap 'echo {name} > "$TENURE_CHECKPOINT_OUT/got"; exit 0' {}
 read _"#,
             &name[3..]
         );
-        let r = env.run(&[], &sh(&trap, &[]));
+        let r = env.run(&args, &sh(&trap, &[]));
         env.wait_event("ready", Some(r.pid()));
         r.signal(sig);
         let f = r.wait();

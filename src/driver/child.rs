@@ -1,6 +1,8 @@
-//! The supervised child: spawned with a restricted environment, held by a pidfd (so it is
-//! signalled and reaped by identity, never by a pid that may have been recycled), its stderr
-//! teed to ours with the last 4 KiB kept (card D5).
+//! The supervised child: spawned with a restricted environment in a process group of its own
+//! (so a signal to the runner's group reaches it only through the runner, once: card T3), moved
+//! into the ownership's cgroup before it execs (card T1), held by a pidfd (so it is signalled and
+//! reaped by identity, never by a pid that may have been recycled), its stderr teed to ours with
+//! the last 4 KiB kept (card D5).
 
 use crate::machine::{ChildStatus, ExecFailure};
 use rustix::event::{PollFd, PollFlags, poll};
@@ -8,7 +10,7 @@ use rustix::process::{Pid, PidfdFlags, WaitId, WaitIdOptions, pidfd_open, pidfd_
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{ChildStderr, Command, Stdio};
 
@@ -29,6 +31,12 @@ pub struct SpawnSpec {
     pub remove: Vec<OsString>,
     /// Variables set for the child (tenure's own, `NOTIFY_SOCKET`).
     pub set: Vec<(OsString, OsString)>,
+    /// `cgroup.procs` of the workload's cgroup, open for writing: the child enters the cgroup
+    /// (writes `0`) before it execs, so nothing it starts is ever outside.
+    pub cgroup_procs: Option<RawFd>,
+    /// A descriptor the child keeps across exec (the shared lock descriptor); the parent's copy
+    /// is `O_CLOEXEC`, the child clears the flag on its own.
+    pub inherit: Option<RawFd>,
 }
 
 /// Why the child could not be started.
@@ -97,11 +105,26 @@ impl Child {
         cmd.stdin(Stdio::inherit())
             .stdout(Stdio::inherit())
             .stderr(Stdio::piped());
+        // A process group of its own: a signal to the runner's group (Ctrl-C, systemd's
+        // KillMode=control-group) reaches the child only through the runner, once.
+        cmd.process_group(0);
         let parent = rustix::process::getpid();
+        let (procs, inherit) = (spec.cgroup_procs, spec.inherit);
         // SAFETY: the closure runs in the forked child before exec and only makes raw system
-        // calls (prctl, getppid, kill), which are async-signal-safe; it allocates nothing.
+        // calls (write, fcntl, prctl, getppid) on descriptors the parent keeps open until the
+        // spawn returns; they are async-signal-safe, and it allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
+                if let Some(fd) = procs {
+                    // Into the workload's cgroup before anything else can fork.
+                    rustix::io::write(BorrowedFd::borrow_raw(fd), b"0")?;
+                }
+                if let Some(fd) = inherit {
+                    rustix::io::fcntl_setfd(
+                        BorrowedFd::borrow_raw(fd),
+                        rustix::io::FdFlags::empty(),
+                    )?;
+                }
                 rustix::process::set_parent_process_death_signal(Some(
                     rustix::process::Signal::KILL,
                 ))?;
@@ -160,6 +183,19 @@ impl Child {
     /// The child's pid (for records and messages; never used to signal it).
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// Makes `pid` the main process from now on (a forking daemon's, named by its pid file or
+    /// the only child left): it must be a child of this process (the subreaper adopted it when
+    /// its parent exited), so its exit status can be read. The stderr pipe stays as it was: the
+    /// daemon may still write to it.
+    pub fn adopt(&mut self, pid: u32) -> io::Result<()> {
+        let raw = Pid::from_raw(pid as i32).ok_or_else(|| io::Error::other("pid 0"))?;
+        let pidfd = pidfd_open(raw, PidfdFlags::empty())?;
+        self.pid = pid;
+        self.pidfd = pidfd;
+        self.status = None;
+        Ok(())
     }
 
     /// The pidfd; readable once the child exited.

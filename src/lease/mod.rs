@@ -51,6 +51,7 @@
 //! A waiter that stops waiting for any reason removes its entry, so a cancelled or expired
 //! contender leaves nothing but the `.tenure/` folder and lock file that any contender may create.
 
+pub mod cgroup;
 mod election;
 pub mod epoch;
 pub mod identity;
@@ -61,7 +62,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::fs::File;
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -160,6 +161,9 @@ pub enum LeaseError {
     /// The identity of this process could not be read.
     #[error(transparent)]
     Identity(#[from] IdentityError),
+    /// A cgroup of the workload could not be created or ended.
+    #[error(transparent)]
+    Cgroup(#[from] cgroup::CgroupError),
     /// The lock syscall failed for a reason other than contention.
     #[error("cannot lock {path}: {source}; check that the filesystem supports flock")]
     Lock {
@@ -196,6 +200,7 @@ impl LeaseError {
             LeaseError::Busy { .. }
             | LeaseError::Cancelled { .. }
             | LeaseError::Identity(_)
+            | LeaseError::Cgroup(_)
             | LeaseError::Lock { .. }
             | LeaseError::Wait { .. } => false,
         }
@@ -531,6 +536,9 @@ fn become_owner(
     phase: PhaseKind,
 ) -> Result<Lease, LeaseError> {
     let found = inspect(dir)?;
+    // The record of the previous ownership (evidence of what it ran: its cgroup) is kept for
+    // `end_previous_cgroup` before ours replaces it.
+    let previous = read_owner(control)?;
     // Temp files in the control folder can only be left by an owner that crashed mid-write
     // (waiters write in `waiters/`), so the new owner removes them.
     control.remove_temp_files("lease.sweep")?;
@@ -549,19 +557,20 @@ fn become_owner(
         acquired_at: now_ms(),
         phase,
         identity: me,
+        cgroup: None,
     };
     // Every file of the acquisition is written and fsynced first, then all are renamed into
     // place and the control folder is fsynced once: the same guarantees as one durable replace
     // per file, with one directory fsync instead of three. The epoch is renamed first, so a
     // crash can leave a bumped epoch with an older record (harmless), never the reverse.
     let epoch_tmp = durable_temp(control, &epoch::encode(epoch), "epoch")?;
-    let marker_tmp = match found.marker {
-        Some(_) => None,
-        None => Some(durable_temp(
-            control,
-            &to_json(&new_marker(dir)?),
-            "lease.marker",
-        )?),
+    let (marker, marker_tmp) = match found.marker {
+        Some(m) => (m, None),
+        None => {
+            let m = new_marker(dir)?;
+            let tmp = durable_temp(control, &to_json(&m), "lease.marker")?;
+            (m, Some(tmp))
+        }
     };
     let owner_tmp = durable_temp(control, &to_json(&record), "lease.owner")?;
     epoch_tmp.rename_into(epoch::EPOCH_FILE)?;
@@ -597,6 +606,8 @@ fn become_owner(
         guard: Some(guard),
         record,
         orphans,
+        previous,
+        root_id: marker.root_id,
     })
 }
 
@@ -726,6 +737,8 @@ pub struct Lease {
     guard: Option<lock::LockGuard>,
     record: OwnerRecord,
     orphans: Vec<RegistryRecord>,
+    previous: Option<OwnerRecord>,
+    root_id: Token,
 }
 
 fn valid_instance_name(name: &str) -> bool {
@@ -896,6 +909,68 @@ impl Lease {
     /// The descriptor holding the kernel lock, e.g. to check in a test that it is `O_CLOEXEC`.
     pub fn lock_fd(&self) -> Option<BorrowedFd<'_>> {
         self.guard.as_ref().and_then(|g| g.fd())
+    }
+
+    /// A duplicate of the lock descriptor for the workload to inherit, where no cgroup contains
+    /// it (card T2): the lock belongs to the open file description, so the kernel keeps the dir
+    /// locked while any process of the workload still has a copy open, even after this process
+    /// was SIGKILLed (as `flock(1)` without `-o` does). The duplicate is `O_CLOEXEC` here; the
+    /// child clears the flag on its copy before it execs. From now on only [`Lease::release`]
+    /// unlocks — dropping the lease merely closes this process's descriptor — since `LOCK_UN`
+    /// through any copy would unlock every copy while the workload may still run.
+    pub fn share_lock(&mut self) -> io::Result<OwnedFd> {
+        match self.guard.as_mut() {
+            Some(g) => g.share(),
+            None => Err(io::Error::other("the lease was already released")),
+        }
+    }
+
+    /// The state dir's root id (from its identity marker), which names this ownership's cgroup.
+    pub fn root_id(&self) -> Token {
+        self.root_id
+    }
+
+    /// The owner record of the ownership before this one, as found at acquisition.
+    pub fn previous(&self) -> Option<&OwnerRecord> {
+        self.previous.as_ref()
+    }
+
+    /// Creates this ownership's cgroup (`tenure-<root id>-<epoch>`) and records it in the owner
+    /// record (fsynced, like a phase change) before any process is put in it, so that a
+    /// successor always knows what to end (card T2).
+    pub fn create_cgroup(&mut self) -> Result<cgroup::Cgroup, LeaseError> {
+        let name = cgroup::cgroup_name(&self.root_id.to_string(), self.record.epoch);
+        let cg = cgroup::Cgroup::create(&name)?;
+        let mut next = self.record.clone();
+        next.cgroup = Some(cg.record());
+        if let Err(e) = durable_temp(&self.control, &to_json(&next), "lease.owner")
+            .and_then(|t| Ok(t.rename_into(OWNER_FILE)?))
+        {
+            let _ = cg.remove();
+            return Err(e);
+        }
+        self.record = next;
+        Ok(cg)
+    }
+
+    /// Ends what a crashed previous owner left running in its cgroup (card T2): if the previous
+    /// owner record names a cgroup that still carries the recorded identity, every process in
+    /// it is SIGKILLed and the cgroup is waited for, up to `bound`, until it is empty, then
+    /// removed. A successor never starts its workload beside it: the caller refuses on
+    /// [`cgroup::EndedCgroup::Survived`].
+    pub fn end_previous_cgroup(&self, bound: Duration) -> Result<cgroup::EndedCgroup, LeaseError> {
+        let Some(prev) = &self.previous else {
+            return Ok(cgroup::EndedCgroup::Gone);
+        };
+        let Some(rec) = &prev.cgroup else {
+            return Ok(cgroup::EndedCgroup::Gone);
+        };
+        Ok(cgroup::end_recorded(
+            rec,
+            &self.root_id.to_string(),
+            prev.epoch,
+            bound,
+        )?)
     }
 }
 

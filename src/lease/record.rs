@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::cgroup::CgroupRecord;
 use super::identity::Identity;
 use crate::machine::PhaseKind;
 
@@ -80,6 +81,10 @@ pub struct OwnerRecord {
     pub phase: PhaseKind,
     /// The owner process.
     pub identity: Identity,
+    /// The cgroup that contains this ownership's workload, recorded before any process enters
+    /// it, so that a successor can end what a crashed owner left running (card T2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<CgroupRecord>,
 }
 
 /// `.tenure/identity.json`: the directory identity marker, written once by the first owner of a
@@ -200,6 +205,7 @@ mod tests {
                 exe: PathBuf::from("/bin/x"),
                 pidfs_ino: None,
             },
+            cgroup: None,
         };
         let json = serde_json::to_string(&rec).unwrap();
         assert!(json.contains("\"phase\":\"recovering\""), "{json}");
