@@ -77,8 +77,8 @@ pub use identity::{
     Identity, IdentityError, Liveness, SignalError, SignalOutcome, parse_start_time, signal_owner,
 };
 pub use record::{
-    DirIdentity, OwnerRecord, RECORD_VERSION, RegistryRecord, Token, WaiterRecord, format_unix_ms,
-    now_ms,
+    Containment, DirIdentity, OwnerRecord, RECORD_VERSION, RegistryRecord, Token, WaiterRecord,
+    format_unix_ms, now_ms,
 };
 
 /// The control folder tenure keeps inside every state dir.
@@ -557,7 +557,7 @@ fn become_owner(
         acquired_at: now_ms(),
         phase,
         identity: me,
-        cgroup: None,
+        containment: None,
     };
     // Every file of the acquisition is written and fsynced first, then all are renamed into
     // place and the control folder is fsynced once: the same guarantees as one durable replace
@@ -917,12 +917,27 @@ impl Lease {
     /// was SIGKILLed (as `flock(1)` without `-o` does). The duplicate is `O_CLOEXEC` here; the
     /// child clears the flag on its copy before it execs. From now on only [`Lease::release`]
     /// unlocks — dropping the lease merely closes this process's descriptor — since `LOCK_UN`
-    /// through any copy would unlock every copy while the workload may still run.
-    pub fn share_lock(&mut self) -> io::Result<OwnedFd> {
-        match self.guard.as_mut() {
+    /// through any copy would unlock every copy while the workload may still run. The owner
+    /// record says so ([`Containment::LockFd`]).
+    pub fn share_lock(&mut self) -> Result<OwnedFd, LeaseError> {
+        let path = self.control.child_path(LOCK_FILE);
+        let dup = match self.guard.as_mut() {
             Some(g) => g.share(),
             None => Err(io::Error::other("the lease was already released")),
         }
+        .map_err(|source| LeaseError::Lock { path, source })?;
+        self.record_containment(Containment::LockFd)?;
+        Ok(dup)
+    }
+
+    /// Rewrites the owner record with how the workload is contained (fsynced, like a phase
+    /// change).
+    fn record_containment(&mut self, c: Containment) -> Result<(), LeaseError> {
+        let mut next = self.record.clone();
+        next.containment = Some(c);
+        durable_temp(&self.control, &to_json(&next), "lease.owner")?.rename_into(OWNER_FILE)?;
+        self.record = next;
+        Ok(())
     }
 
     /// The state dir's root id (from its identity marker), which names this ownership's cgroup.
@@ -941,15 +956,10 @@ impl Lease {
     pub fn create_cgroup(&mut self) -> Result<cgroup::Cgroup, LeaseError> {
         let name = cgroup::cgroup_name(&self.root_id.to_string(), self.record.epoch);
         let cg = cgroup::Cgroup::create(&name)?;
-        let mut next = self.record.clone();
-        next.cgroup = Some(cg.record());
-        if let Err(e) = durable_temp(&self.control, &to_json(&next), "lease.owner")
-            .and_then(|t| Ok(t.rename_into(OWNER_FILE)?))
-        {
+        if let Err(e) = self.record_containment(Containment::Cgroup(cg.record())) {
             let _ = cg.remove();
             return Err(e);
         }
-        self.record = next;
         Ok(cg)
     }
 
@@ -962,7 +972,7 @@ impl Lease {
         let Some(prev) = &self.previous else {
             return Ok(cgroup::EndedCgroup::Gone);
         };
-        let Some(rec) = &prev.cgroup else {
+        let Some(Containment::Cgroup(rec)) = &prev.containment else {
             return Ok(cgroup::EndedCgroup::Gone);
         };
         Ok(cgroup::end_recorded(
