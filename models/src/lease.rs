@@ -610,13 +610,14 @@ impl LeaseState {
     }
 
     fn lock_free(&self, ino: u8) -> bool {
-        !self
+        let runner = self
             .procs
             .iter()
-            .any(|q| q.running() && q.lock == Some(ino))
-            // The workloads' copies of a locked descriptor are on the one lock file there is in
-            // the tree world.
-            && !(ino == self.lock_file && self.works.iter().any(Work::holds_lock))
+            .any(|q| q.running() && q.lock == Some(ino));
+        // The workloads' copies of a locked descriptor are on the one lock file there is in the
+        // tree world.
+        let workload = ino == self.lock_file && self.works.iter().any(Work::holds_lock);
+        !runner && !workload
     }
 
     /// The workload of slot `p`'s current incarnation.
@@ -1157,7 +1158,7 @@ impl Model for LeaseModel {
                 s.feed(p, Event::ChildSpawned);
             }
             LeaseAction::MainExit(_) => {
-                let Some(w) = s.work_of(p) else { return None };
+                let w = s.work_of(p)?;
                 let status = match w.main {
                     MainW::Killed => ChildStatus::Signaled(9),
                     MainW::Alive | MainW::Gone => ChildStatus::Exited(0),
