@@ -138,3 +138,56 @@ fn kill_after_grace_conforms() {
         "the kill-wait timer was armed"
     );
 }
+
+/// Card T1: a main process that exits 0 and leaves a `setsid` grandchild ignoring TERM, then a
+/// stray SIGUSR1 on the way — `main-exited`, the tree stop, SIGKILL, `tree-empty`, release,
+/// exit 137; and a forking shell daemon named by its pid file (`main-adopted`) stopped by
+/// SIGTERM. Both traces conform.
+#[test]
+fn process_tree_runs_conform() {
+    let env = Env::new();
+    let pidfile = env.path("gc.pid");
+    let script = r#"setsid sh -c 'trap "" TERM; echo $$ > "$1"; exec sleep 1000' sh "$1" &
+while [ ! -s "$1" ]; do sleep 0.01; done
+trap '' USR1
+read _
+exit 0"#;
+    let (trace, args) = traced(&env, "tree.jsonl", &["--grace", "0.3"]);
+    let mut r = env.run(&as_strs(&args), &sh(script, &[pidfile.to_str().unwrap()]));
+    env.wait_event("ready", Some(r.pid()));
+    wait_for(
+        "the grandchild's pid",
+        DEADLINE,
+        || {
+            std::fs::read_to_string(&pidfile)
+                .ok()
+                .filter(|s| s.ends_with('\n'))
+        },
+        String::new,
+    );
+    r.signal(Signal::USR1);
+    env.wait_event("signal-forwarded", Some(r.pid()));
+    r.close_stdin();
+    r.wait().expect_code(137);
+    let s = conforms(&trace);
+    assert_eq!(s.exit_code(), Some(137));
+    let text = read(&trace);
+    for ev in ["main-exited", "tree-empty", "stray"] {
+        assert!(text.contains(ev), "{ev} missing from the trace:\n{text}");
+    }
+
+    let env = Env::new();
+    let pid_file = env.path("daemon.pid");
+    let daemon = r#"(setsid sh -c 'trap "exit 0" TERM; echo $$ > "$1"; while :; do sleep 0.02; done' sh "$1" &)
+exit 0"#;
+    let (trace, mut args) = traced(&env, "forking.jsonl", &["--type", "forking"]);
+    args.extend(["--pidfile".into(), pid_file.to_str().unwrap().into()]);
+    let r = env.run(&as_strs(&args), &sh(daemon, &[pid_file.to_str().unwrap()]));
+    env.wait_event("main-adopted", Some(r.pid()));
+    env.wait_event("ready", Some(r.pid()));
+    r.signal(Signal::TERM);
+    r.wait().expect_code(143);
+    let s = conforms(&trace);
+    assert_eq!(s.final_phase, "released(stopped/SIGTERM)");
+    assert!(read(&trace).contains("main-adopted"));
+}

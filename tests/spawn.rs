@@ -74,9 +74,16 @@ fn same_behaviour(dir: &Path, configure: &dyn Fn(&mut SpawnSpec), cg: Option<&Cg
     assert_eq!(wait_exit(&mut c), ChildStatus::Exited(0));
     let line = fs::read_to_string(&out).unwrap();
     let fields: Vec<&str> = line.split_whitespace().collect();
-    assert_eq!(fields[0], "yes", "the environment reached the child: {line}");
+    assert_eq!(
+        fields[0], "yes",
+        "the environment reached the child: {line}"
+    );
     assert_eq!(fields[1], pid.to_string());
-    assert_eq!(fields[2], pid.to_string(), "a process group of its own: {line}");
+    assert_eq!(
+        fields[2],
+        pid.to_string(),
+        "a process group of its own: {line}"
+    );
     if let Some(cg) = cg {
         let name = cg.path().file_name().unwrap().to_str().unwrap();
         assert!(line.contains(name), "the child was in the cgroup: {line}");
