@@ -1397,6 +1397,17 @@ fn recover(
         (fault, e.to_string())
     };
     let store = CheckpointStore::open_owned(dir, StoreOptions { keep }).map_err(fail)?;
+    // A named point before the checkpoint is read and verified: tests hold the worker here
+    // (`gate`) to stop a run deterministically while it verifies, or fail it (`eio`).
+    crate::failpoint::hit("recover.verify").map_err(|e| {
+        (
+            Fault::Io,
+            format!(
+                "cannot verify the checkpoint of {}: {e}",
+                dir.path().display()
+            ),
+        )
+    })?;
     let current = store.load().map_err(fail)?;
     if cancelled() {
         return Err(abandoned());
