@@ -732,3 +732,60 @@ while :; do systemd-notify WATCHDOG=1; sleep 0.05; done"#;
     r.signal(Signal::TERM);
     r.wait().expect_code(143);
 }
+
+/// The workload has a process group of its own (card T3), yet with a terminal it behaves as a
+/// shell's foreground job: the runner hands the terminal's foreground to the workload's group,
+/// so the child reads the terminal (instead of being stopped by SIGTTIN) — here a real pty from
+/// `script(1)` — and takes it back when the workload is gone.
+#[test]
+fn t3_the_workload_reads_the_terminal() {
+    let Some(script) = which("script") else {
+        common::skip::skip(
+            "t3_the_workload_reads_the_terminal",
+            "script(1) is not installed (util-linux)",
+        );
+        return;
+    };
+    let env = Env::new();
+    let out = env.path("read");
+    let trace = env.path("tty.trace");
+    let inner = format!(
+        "{} run --trace {} --dir {} --cgroup off -- sh -c 'read x; echo got:$x > {}; sleep 0.2; echo back; exit 0'",
+        bin(),
+        trace.display(),
+        env.dir.display(),
+        out.display()
+    );
+    /// SIGKILLs `script` (and so the runner and its child, through the pty's hangup and the
+    /// parent-death signal) if the test fails before it ended.
+    struct Guard(std::process::Child);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            if let Ok(None) = self.0.try_wait() {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+    }
+    let mut guard = Guard(
+        std::process::Command::new(script)
+            .args(["-qec", &inner, "/dev/null"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("script(1)"),
+    );
+    let child = &mut guard.0;
+    use std::io::Write;
+    child.stdin.as_mut().unwrap().write_all(b"hello\n").unwrap();
+    let status = wait_for(
+        "the run on a terminal to end",
+        DEADLINE,
+        || child.try_wait().unwrap(),
+        || format!("read so far: {:?}", fs::read_to_string(&out).ok()),
+    );
+    assert_eq!(read(&out), "got:hello\n", "the child read the terminal");
+    assert_eq!(status.code(), Some(0));
+    check_trace(&trace, status);
+}

@@ -216,6 +216,8 @@ struct Runner<'a> {
     tree_remains: bool,
     /// Senders of rejected notifications already warned about (one line each, card T5).
     rejected: BTreeSet<u32>,
+    /// The workload's process group was given the terminal (taken back when it is gone).
+    terminal_handed: bool,
     /// The last pid-file problem reported (so a waiting owner says it once, not every 20 ms).
     pid_file_problem: Option<String>,
     next_pid_file_check: Instant,
@@ -277,6 +279,7 @@ impl<'a> Runner<'a> {
             tree: None,
             tree_remains: false,
             rejected: BTreeSet::new(),
+            terminal_handed: false,
             pid_file_problem: None,
             next_pid_file_check: Instant::now(),
         })
@@ -665,7 +668,9 @@ impl<'a> Runner<'a> {
             cgroup_dir: cgroup.as_ref().map(|c| c.dir_fd().as_raw_fd()),
             cgroup_procs: cgroup.as_ref().map(|c| c.procs_fd().as_raw_fd()),
             inherit: shared_lock.as_ref().map(|fd| fd.as_raw_fd()),
+            foreground: child::holds_terminal(),
         };
+        self.terminal_handed = spec.foreground;
         let spawned = Child::spawn(&spec);
         // The child has its copy; ours would only keep the lock past our own release.
         drop(shared_lock);
@@ -1179,6 +1184,7 @@ impl<'a> Runner<'a> {
         };
         if empty {
             self.notify = None;
+            self.give_terminal_back();
             self.queue.push_back(Event::ChildExited(status));
         } else {
             self.tree_remains = true;
@@ -1193,11 +1199,19 @@ impl<'a> Runner<'a> {
             Ok(true) => {
                 self.tree_remains = false;
                 self.notify = None;
+                self.give_terminal_back();
                 self.log("tree-empty", json!({}));
                 self.queue.push_back(Event::TreeEmpty);
             }
             Ok(false) => {}
             Err(e) => eprintln!("tenure: warning: {e}"),
+        }
+    }
+
+    /// The workload is gone: the terminal it was given comes back to the runner's group.
+    fn give_terminal_back(&mut self) {
+        if std::mem::take(&mut self.terminal_handed) {
+            child::take_terminal_back();
         }
     }
 
