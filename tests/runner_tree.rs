@@ -18,7 +18,7 @@ use serde_json::Value;
 use std::fs;
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixDatagram;
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -788,4 +788,46 @@ fn t3_the_workload_reads_the_terminal() {
     assert_eq!(read(&out), "got:hello\n", "the child read the terminal");
     assert_eq!(status.code(), Some(0));
     check_trace(&trace, status);
+}
+
+/// Card T1 through `tenure stop`'s escalation: an owner that does not stop (frozen here with
+/// SIGSTOP) is SIGKILLed after `stop`'s grace, and so is the rest of its workload — its cgroup,
+/// or without one the processes still holding the lock through the descriptor they inherited —
+/// so when `stop` reports the lease free, the detached grandchild is gone too.
+#[test]
+fn t1_stop_escalation_ends_the_whole_workload() {
+    for mode in modes("t1_stop_escalation_ends_the_whole_workload") {
+        let env = Env::new();
+        let pidfile = env.path("gc.pid");
+        let script = r#"setsid sh -c 'trap "" TERM; echo $$ > "$1"; exec sleep 1000' sh "$1" &
+read _"#;
+        let r = env.run(&mode.args(), &sh(script, &[pidfile.to_str().unwrap()]));
+        let gc = read_pid(&pidfile);
+        env.wait_event("ready", Some(r.pid()));
+        r.signal(Signal::STOP);
+        wait_for(
+            "the runner to be frozen",
+            DEADLINE,
+            || (proc_state(r.pid()) == Some('T')).then_some(()),
+            String::new,
+        );
+        let stop = env.tool("stop", &["--grace", "0.5"]);
+        stop.expect_code(0);
+        assert!(
+            stop.stdout.contains("the lease is free"),
+            "{mode:?}: {}",
+            stop.stdout
+        );
+        assert!(
+            !alive(gc),
+            "{mode:?}: the grandchild outlived `stop`: {}",
+            stop.stdout
+        );
+        let f = r.wait();
+        assert_eq!(
+            f.status.signal(),
+            Some(9),
+            "{mode:?}: the runner was SIGKILLed"
+        );
+    }
 }
