@@ -367,12 +367,12 @@ impl<'a> Runner<'a> {
             Action::NotifyStopping => self.tell_supervisor("STOPPING=1"),
             // The runner has no in-process hook: the child is told by the forwarded signal.
             Action::BeginDrain => {}
-            Action::Forward(s, t) => self.signal_workload(to_rustix(s), t),
+            Action::Forward(s, t) => self.signal_workload(to_rustix(s), t, true),
             Action::Relay(n, t) => match signal_from_number(n) {
-                Some(sig) => self.signal_workload(sig, t),
+                Some(sig) => self.signal_workload(sig, t, false),
                 None => eprintln!("tenure: cannot relay {}", signal_name(n)),
             },
-            Action::Kill => self.signal_workload(rustix::process::Signal::KILL, Target::Tree),
+            Action::Kill => self.signal_workload(rustix::process::Signal::KILL, Target::Tree, true),
             Action::Publish => self.publish(),
             Action::ReleaseLease => self.release(),
             Action::Note(n) => self.note(n),
@@ -711,8 +711,8 @@ impl<'a> Runner<'a> {
     }
 
     /// Sends `sig` to the main process (through its pidfd) and, for [`Target::Tree`], to every
-    /// other process of the workload.
-    fn signal_workload(&mut self, sig: rustix::process::Signal, target: Target) {
+    /// other process of the workload; a `stop` signal counts the descendants it reached.
+    fn signal_workload(&mut self, sig: rustix::process::Signal, target: Target, stop: bool) {
         let name = signal_name(sig.as_raw() as u8);
         let main = self.main_pid();
         let main_sent = match (&self.child, main) {
@@ -727,7 +727,7 @@ impl<'a> Runner<'a> {
         };
         let descendants = match (target, &mut self.tree) {
             (Target::Tree, Some(t)) if sig == rustix::process::Signal::KILL => t.kill(main),
-            (Target::Tree, Some(t)) => t.signal(sig, main),
+            (Target::Tree, Some(t)) => t.signal(sig, main, stop),
             (Target::Main | Target::Tree, _) => 0,
         };
         if main_sent || descendants > 0 {

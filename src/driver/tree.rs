@@ -140,28 +140,31 @@ impl Tree {
     }
 
     /// Sends `sig` to every live process of the workload except `main` (which the caller
-    /// signals through its own pidfd). Returns how many were signalled.
-    pub fn signal(&mut self, sig: Signal, main: Option<u32>) -> usize {
-        let mut sent = 0;
+    /// signals through its own pidfd), each once. With `stop`, the processes signalled count as
+    /// stopped descendants (a stop signal or SIGKILL; not a relayed signal). Returns how many
+    /// were signalled.
+    pub fn signal(&mut self, sig: Signal, main: Option<u32>, stop: bool) -> usize {
+        let mut sent: BTreeSet<(u32, u64)> = BTreeSet::new();
         // A second pass catches processes forked by the ones signalled in the first.
         for _ in 0..2 {
-            let members = self.members(main);
             let mut new = 0;
-            for (pid, start) in members {
-                if self.stopped.contains(&(pid, start)) && sig != Signal::KILL {
+            for (pid, start) in self.members(main) {
+                if sent.contains(&(pid, start)) {
                     continue;
                 }
                 if signal_checked(pid, start, sig) {
-                    sent += 1;
+                    sent.insert((pid, start));
                     new += 1;
-                    self.stopped.insert((pid, start));
                 }
             }
             if new == 0 {
                 break;
             }
         }
-        sent
+        if stop {
+            self.stopped.extend(sent.iter().copied());
+        }
+        sent.len()
     }
 
     /// SIGKILLs every process of the workload except `main`: `cgroup.kill` where there is a
@@ -177,7 +180,7 @@ impl Tree {
         for (pid, start) in &listed {
             self.stopped.insert((*pid, *start));
         }
-        self.signal(Signal::KILL, main);
+        self.signal(Signal::KILL, main, true);
         listed.len()
     }
 
