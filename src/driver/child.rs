@@ -1,6 +1,6 @@
 //! The supervised child: spawned with a restricted environment in a process group of its own
-//! (so a signal to the runner's group reaches it only through the runner, once: card T3), moved
-//! into the ownership's cgroup before it execs (card T1), held by a pidfd (so it is signalled and
+//! (so a signal to the runner's group reaches it only through the runner, once: card T3), inside
+//! the ownership's cgroup from before it execs (card T1), held by a pidfd (so it is signalled and
 //! reaped by identity, never by a pid that may have been recycled), its stderr teed to ours with
 //! the last 4 KiB kept (card D5).
 
