@@ -543,6 +543,13 @@ impl Core {
                 self.timers.insert(t, Instant::now() + d);
                 None
             }
+            Action::ExtendTimer(t, d) => {
+                let later = Instant::now() + d;
+                if let Some(at) = self.timers.get_mut(&t) {
+                    *at = (*at).max(later);
+                }
+                None
+            }
             Action::DisarmTimer(t) => {
                 self.timers.remove(&t);
                 None
@@ -591,7 +598,8 @@ impl Core {
             | Action::BeginDrain
             | Action::Note(_)
             | Action::SpawnChild
-            | Action::Forward(_)
+            | Action::Forward(..)
+            | Action::Relay(..)
             | Action::Kill => None,
         }
     }

@@ -7,7 +7,7 @@
 use std::collections::{HashSet, VecDeque};
 use tenure::machine::{
     Action, ChildStatus, Config, Event, Machine, Note, Outcome, PhaseKind, ReadyMode, Reason,
-    Refusal, Signal, Timer, table,
+    Refusal, Signal, Target, Timer, table,
 };
 
 /// Feeds events in order, panicking on a rejection, and returns every action.
@@ -69,7 +69,7 @@ fn g3_refuse_during_recovery() {
             Event::Stop(Signal::Term),
         ],
     );
-    assert!(actions.contains(&Action::Forward(Signal::Term)));
+    assert!(actions.contains(&Action::Forward(Signal::Term, Target::Tree)));
     assert!(!actions.contains(&Action::ReleaseLease), "child still runs");
     let actions = run(
         &mut m,
@@ -111,7 +111,7 @@ fn g4_checkpoint_before_release() {
         &[Event::CheckpointPublished, Event::LeaseReleased],
     ));
     let pos = |a: &Action| actions.iter().position(|x| x == a).unwrap();
-    assert!(pos(&Action::Forward(Signal::Term)) < pos(&Action::Publish));
+    assert!(pos(&Action::Forward(Signal::Term, Target::Tree)) < pos(&Action::Publish));
     assert!(pos(&Action::Publish) < pos(&Action::ReleaseLease));
     assert!(pos(&Action::Note(Note::CheckpointPublished)) < pos(&Action::Note(Note::Released)));
     assert_eq!(m.kind(), PhaseKind::Released);
@@ -228,6 +228,7 @@ fn illegal_events_are_rejected_with_phase_and_event() {
 /// What an observer of the driver knows about the world, derived from events and actions only.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 struct World {
+    /// Some process of the workload may run: the main process, or what remains of its tree.
     child_running: bool,
     publish_outstanding: bool,
     published: bool,
@@ -237,8 +238,9 @@ struct World {
 }
 
 /// Exhaustive check over every reachable (machine, world) pair of every profile: the
-/// machine-level parts of I6, I7, I8, I9, I10 and I11. The models check the same properties
-/// with many processes and an abstract kernel.
+/// machine-level parts of I6, I7 (for the whole tree: `main-exited` leaves the workload running
+/// until `tree-empty`, card T1), I8, I9, I10 and I11. The models check the same properties with
+/// many processes and an abstract kernel.
 #[test]
 fn machine_invariants_hold_in_every_reachable_state() {
     let mut checked = 0usize;
@@ -266,7 +268,7 @@ fn machine_invariants_hold_in_every_reachable_state() {
                 match e {
                     Event::LeaseGranted { .. } => w2.lease_held = true,
                     Event::ChildSpawned => w2.child_running = true,
-                    Event::ChildExited(_) => w2.child_running = false,
+                    Event::ChildExited(_) | Event::TreeEmpty => w2.child_running = false,
                     Event::CheckpointPublished => {
                         w2.publish_outstanding = false;
                         w2.published = true;
@@ -367,4 +369,200 @@ fn trace_lines_round_trip() {
         panic!()
     };
     assert!(last.rejected.is_some(), "start is illegal while aborting");
+}
+
+fn granted(config: Config) -> Machine {
+    let mut m = Machine::new(config);
+    run(
+        &mut m,
+        &[
+            Event::Start,
+            Event::LeaseGranted { epoch: 1 },
+            Event::RecoveryDone,
+            Event::ChildSpawned,
+        ],
+    );
+    m
+}
+
+/// Card T1: a main process that exits by itself and leaves descendants behind does not end the
+/// ownership: the rest gets TERM, the grace, SIGKILL, and the lease is released only when the
+/// tree is empty; the main process's code is kept unless the rest had to be killed.
+#[test]
+fn t1_leftover_tree_is_stopped_before_release() {
+    let mut m = granted(Config::child(ReadyMode::Start));
+    let a = run(&mut m, &[Event::MainExited(ChildStatus::Exited(0))]);
+    assert!(a.contains(&Action::Note(Note::TreeRemains)));
+    assert!(a.contains(&Action::Forward(Signal::Term, Target::Tree)));
+    assert!(!a.contains(&Action::ReleaseLease) && !a.contains(&Action::Publish));
+    let a = run(
+        &mut m,
+        &[
+            Event::TimerExpired(Timer::Grace),
+            Event::TimerExpired(Timer::KillWait),
+        ],
+    );
+    assert!(a.contains(&Action::Kill));
+    assert!(m.step(Event::LeaseReleased).is_err(), "tree still runs");
+    let a = run(&mut m, &[Event::TreeEmpty, Event::LeaseReleased]);
+    assert!(
+        !a.contains(&Action::Publish),
+        "a killed tree publishes nothing"
+    );
+    let o = exit_of(&a);
+    assert_eq!(o.reason, Reason::DidNotStop);
+    assert_eq!(o.child, Some(ChildStatus::Exited(0)));
+
+    // Stopped in order within the grace: the main process's code, published after exit 0.
+    let mut m = granted(Config::child(ReadyMode::Start));
+    let a = run(
+        &mut m,
+        &[Event::MainExited(ChildStatus::Exited(0)), Event::TreeEmpty],
+    );
+    assert_eq!(a.last(), Some(&Action::Publish));
+    let a = run(&mut m, &[Event::CheckpointSkipped, Event::LeaseReleased]);
+    assert_eq!(exit_of(&a).summary(), "exited/0");
+}
+
+/// Card T1 with `--kill-mode main`: the stop signal reaches the main process first, and what
+/// remains of its tree gets it (with a grace of its own) once the main process has exited. With
+/// the default `tree` mode every process gets it at once, and only once.
+#[test]
+fn t1_kill_mode_main_then_tree() {
+    let mut c = Config::child(ReadyMode::Start);
+    c.kill_mode = tenure::machine::KillMode::Main;
+    let mut m = granted(c);
+    let a = run(&mut m, &[Event::Stop(Signal::Int)]);
+    assert!(a.contains(&Action::Forward(Signal::Int, Target::Main)));
+    let a = run(&mut m, &[Event::MainExited(ChildStatus::Exited(0))]);
+    assert!(a.contains(&Action::Forward(Signal::Int, Target::Tree)));
+    assert!(a.contains(&Action::ArmTimer(Timer::Grace, c.grace)));
+    let a = run(&mut m, &[Event::TreeEmpty]);
+    assert_eq!(a.last(), Some(&Action::Publish));
+
+    let mut m = granted(Config::child(ReadyMode::Start));
+    let a = run(&mut m, &[Event::Stop(Signal::Int)]);
+    assert!(a.contains(&Action::Forward(Signal::Int, Target::Tree)));
+    let a = run(&mut m, &[Event::MainExited(ChildStatus::Exited(0))]);
+    assert!(
+        !a.iter().any(|x| matches!(x, Action::Forward(..))),
+        "card T3: the tree already had the signal once: {a:?}"
+    );
+}
+
+/// Card T3: no catchable signal ends the owner. A stray signal reaches the workload's main
+/// process while one runs and is ignored when nothing runs; HUP is forwarded while ready by
+/// default (`--hup forward`) and stops with `--hup stop`; while waiting it still cancels.
+#[test]
+fn t3_stray_signals_and_hup_policy() {
+    let mut m = granted(Config::child(ReadyMode::Start));
+    let a = run(&mut m, &[Event::Stray(10), Event::Stop(Signal::Hup)]);
+    assert_eq!(
+        a,
+        vec![
+            Action::Relay(10, Target::Main),
+            Action::Forward(Signal::Hup, Target::Main)
+        ]
+    );
+    assert_eq!(m.kind(), PhaseKind::Ready);
+
+    let cold = Machine::new(Config::child(ReadyMode::Start));
+    assert!(cold.step(Event::Stray(12)).unwrap().1.ignored);
+    let mut waiting = Machine::new(Config::child(ReadyMode::Start));
+    let a = run(
+        &mut waiting,
+        &[Event::Start, Event::LeaseBusy, Event::Stop(Signal::Hup)],
+    );
+    assert_eq!(exit_of(&a).code(), 129, "card G1 with HUP");
+
+    let mut c = Config::child(ReadyMode::Start);
+    c.hup = tenure::machine::HupPolicy::Stop;
+    let mut m = granted(c);
+    run(&mut m, &[Event::Stop(Signal::Hup)]);
+    assert_eq!(m.kind(), PhaseKind::Draining);
+}
+
+/// Card T4: a forking daemon is ready when its first process exits 0 and leaves its tree; with
+/// a pid file, once the file names the main process. A tree that ends before that is refused.
+#[test]
+fn t4_forking_readiness() {
+    let mut c = Config::child(ReadyMode::Forking);
+    let mut m = granted(c);
+    let a = run(&mut m, &[Event::MainExited(ChildStatus::Exited(0))]);
+    assert!(a.contains(&Action::Note(Note::Ready)));
+    assert_eq!(m.phase().label(), "ready(tree only)");
+    run(&mut m, &[Event::MainAdopted]);
+    let a = run(&mut m, &[Event::Stop(Signal::Term)]);
+    assert!(
+        a.contains(&Action::Forward(Signal::Term, Target::Main)),
+        "a forking daemon's main process is stopped first"
+    );
+
+    c.pid_file = true;
+    let mut m = granted(c);
+    let a = run(&mut m, &[Event::MainExited(ChildStatus::Exited(0))]);
+    assert!(!a.contains(&Action::Note(Note::Ready)));
+    let a = run(&mut m, &[Event::TreeEmpty, Event::LeaseReleased]);
+    let o = exit_of(&a);
+    assert_eq!(
+        (o.reason, o.refusal),
+        (Reason::Refused, Some(Refusal::NoMainPid))
+    );
+    assert_eq!(o.code(), 69);
+
+    // A first process that fails is the workload failing, leftovers stopped.
+    let mut m = granted(Config::child(ReadyMode::Forking));
+    let a = run(&mut m, &[Event::MainExited(ChildStatus::Exited(1))]);
+    assert!(a.contains(&Action::Forward(Signal::Term, Target::Tree)));
+}
+
+/// `--watchdog`: armed when ready, re-armed by every `WATCHDOG=1`; a missed ping stops the
+/// workload like a readiness timeout (TERM, grace, SIGKILL) and publishes nothing.
+#[test]
+fn watchdog_missed_ping_stops_without_publishing() {
+    let mut c = Config::child(ReadyMode::Notify);
+    c.watchdog = Some(std::time::Duration::from_secs(5));
+    let mut m = granted(c);
+    let a = run(&mut m, &[Event::ChildReady]);
+    assert!(a.contains(&Action::ArmTimer(Timer::Watchdog, c.watchdog.unwrap())));
+    let a = run(&mut m, &[Event::ChildWatchdog]);
+    assert_eq!(
+        a,
+        vec![Action::ArmTimer(Timer::Watchdog, c.watchdog.unwrap())]
+    );
+    let a = run(&mut m, &[Event::TimerExpired(Timer::Watchdog)]);
+    assert!(a.contains(&Action::Note(Note::WatchdogTimedOut)));
+    assert!(a.contains(&Action::Forward(Signal::Term, Target::Tree)));
+    let a = run(
+        &mut m,
+        &[
+            Event::ChildExited(ChildStatus::Exited(0)),
+            Event::LeaseReleased,
+        ],
+    );
+    assert!(!a.contains(&Action::Publish));
+    let o = exit_of(&a);
+    assert_eq!(
+        (o.summary().as_str(), o.code()),
+        ("watchdog/missed-ping", 69)
+    );
+}
+
+/// `EXTEND_TIMEOUT_USEC=`: extends the readiness timer while starting and the grace while
+/// stopping; nothing else.
+#[test]
+fn extend_timeout_extends_the_running_bound() {
+    let d = std::time::Duration::from_secs(90);
+    let mut c = Config::child(ReadyMode::Notify);
+    c.ready_timeout = Some(std::time::Duration::from_secs(1));
+    let mut m = granted(c);
+    let a = run(&mut m, &[Event::ChildExtendTimeout(d)]);
+    assert_eq!(a, vec![Action::ExtendTimer(Timer::Readiness, d)]);
+    run(&mut m, &[Event::ChildReady]);
+    assert!(m.step(Event::ChildExtendTimeout(d)).unwrap().1.ignored);
+    let a = run(
+        &mut m,
+        &[Event::Stop(Signal::Term), Event::ChildExtendTimeout(d)],
+    );
+    assert_eq!(a.last(), Some(&Action::ExtendTimer(Timer::Grace, d)));
 }

@@ -595,6 +595,11 @@ fn redact(v: &mut Value, tmp: &str) {
                     "start_time" => *x = "[start_time]".into(),
                     "since_ms" => *x = "[time]".into(),
                     "exe" => *x = "[exe]".into(),
+                    "processes" => {
+                        if let Value::Array(a) = x {
+                            a.iter_mut().for_each(|p| *p = "[pid]".into());
+                        }
+                    }
                     _ => redact(x, tmp),
                 }
             }
@@ -616,11 +621,13 @@ fn status_snapshot(env: &Env) -> String {
     serde_json::to_string_pretty(&v).unwrap()
 }
 
-/// `status --json` (cards H8, L1, L5, L10): a cold dir, a ready owner with its child and a
+/// `status --json` (cards H8, L1, L5, L10, T1): a cold dir, a ready owner with its child and a
 /// waiter, a released dir with a checkpoint, a stale record after SIGKILL, and an invalid
 /// checkpoint. Each state is checked for what it must say (the checkpoint's state and numbers,
-/// who owns and whether they live, which registry entries a dead owner left, the bad blob
-/// named by its path), and its whole shape is pinned by a snapshot beside it.
+/// who owns and whether they live, which registry entries a dead owner left, how the workload is
+/// contained, the bad blob named by its path), and its whole shape is pinned by a snapshot
+/// beside it. The owners run with `--cgroup off`, so the shape is the same with and without
+/// cgroup v2 (the child holding the shared lock is the one containment process).
 #[test]
 fn status_json_reports_each_state() {
     let env = Env::new();
@@ -640,7 +647,7 @@ fn status_json_reports_each_state() {
     }
     insta::assert_snapshot!("status_cold", status_snapshot(&env));
 
-    let owner = env.run(&[], &sh(TERM_CHILD, &[]));
+    let owner = env.run(&["--cgroup", "off"], &sh(TERM_CHILD, &[]));
     let child = env.wait_event("spawned", Some(owner.pid()))["child_pid"].clone();
     env.wait_status("ready", |s| s["phase"] == "ready");
     let waiter = env.run(&[], &["true"]);
@@ -670,6 +677,14 @@ fn status_json_reports_each_state() {
         ],
         "the owner's and its child's entries: {st}"
     );
+    // Card T1: no cgroup here, so the child keeps the shared lock: it is the one process
+    // besides the owner that holds it.
+    assert_eq!(st["containment"]["mechanism"], "lock-fd", "{st}");
+    assert_eq!(
+        st["containment"]["processes"],
+        Value::Array(vec![child.clone()]),
+        "{st}"
+    );
     insta::assert_snapshot!("status_ready_with_waiter", status_snapshot(&env));
     waiter.signal(Signal::TERM);
     waiter.wait().expect_code(143);
@@ -694,18 +709,28 @@ fn status_json_reports_each_state() {
     );
     insta::assert_snapshot!("status_released_with_checkpoint", status_snapshot(&env));
 
-    let owner = env.run(&[], &sh(TERM_CHILD, &[]));
+    let owner = env.run(&["--cgroup", "off"], &sh(TERM_CHILD, &[]));
     let child = env.wait_event("spawned", Some(owner.pid()))["child_pid"].clone();
     env.wait_status("ready again", |s| s["phase"] == "ready");
     let killed = owner.pid();
     owner.signal(Signal::KILL);
     owner.wait();
+    // The child dies of its parent-death signal and, with it, the last holder of the shared
+    // lock: only then is the record stale.
+    let child_pid = child.as_u64().unwrap() as u32;
+    wait_for(
+        "the crashed owner's child to die",
+        DEADLINE,
+        || (!alive(child_pid)).then_some(()),
+        String::new,
+    );
     let st = env.status();
     assert_eq!(st["phase"], "stale", "{st}");
     assert_eq!(st["lock_held"], false, "{st}");
     assert_eq!(st["owner"]["pid"], killed, "{st}");
     assert_eq!(st["owner"]["liveness"], "dead", "{st}");
     assert_eq!(st["owner"]["epoch"], 2, "{st}");
+    assert_eq!(st["containment"]["processes"], Value::Array(vec![]), "{st}");
     assert_eq!(
         registry(&st),
         [

@@ -361,10 +361,11 @@ fn refused_io_while_recovering_exits_74() {
 /// holds what the child staged; the registry holds no entry of this owner.
 #[test]
 fn g4_stop_when_ready_publishes_before_release() {
-    for (sig, code, name) in [
-        (Signal::TERM, 143, "SIGTERM"),
-        (Signal::INT, 130, "SIGINT"),
-        (Signal::HUP, 129, "SIGHUP"),
+    // HUP is a stop signal with `--hup stop` (the default forwards it, card T3).
+    for (sig, code, name, args) in [
+        (Signal::TERM, 143, "SIGTERM", vec![]),
+        (Signal::INT, 130, "SIGINT", vec![]),
+        (Signal::HUP, 129, "SIGHUP", vec!["--hup", "stop"]),
     ] {
         let env = Env::new();
         let trap = format!(
@@ -373,7 +374,7 @@ read _
 exit 3"#,
             &name[3..]
         );
-        let r = env.run(&[], &sh(&trap, &[]));
+        let r = env.run(&args, &sh(&trap, &[]));
         env.wait_event("ready", Some(r.pid()));
         env.wait_status("phase ready", |s| s["phase"] == "ready");
         r.signal(sig);
@@ -990,7 +991,9 @@ fn i3_publish_with_a_stale_epoch_is_rejected() {
 
 /// The hostile-children harness itself (tests/common/hostile.rs): the grandchild fixture is a
 /// real process whose parent is the supervised child, it reports itself, and it never outlives
-/// its fixture (dropping the fixture SIGKILLs it if nothing else stopped it).
+/// its fixture (dropping the fixture SIGKILLs it if nothing else stopped it). Card T1: the
+/// runner stops the grandchild with the child — the stop signal reaches the whole tree; one
+/// that swallows it is SIGKILLed after the grace, and then nothing is published.
 #[test]
 fn hostile_grandchild_fixture_is_real_and_never_leaks() {
     for (setsid, ignores_term) in [(false, false), (true, true)] {
@@ -1002,7 +1005,7 @@ fn hostile_grandchild_fixture_is_real_and_never_leaks() {
                 ignores_term,
             },
         );
-        let r = env.run(&[], &fx.command());
+        let r = env.run(&["--grace", "0.5"], &fx.command());
         let child = child_pid(&env, r.pid());
         assert_eq!(fx.pid(), child, "the fixture is the runner's child");
         let g = fx.grandchild();
@@ -1021,11 +1024,23 @@ fn hostile_grandchild_fixture_is_real_and_never_leaks() {
         );
         env.wait_event("ready", Some(r.pid()));
         r.signal(Signal::TERM);
-        r.wait().expect_code(143);
-        assert_eq!(
-            env.checkpoint_file(STAGED).as_deref(),
-            Some(std::str::from_utf8(fx.staged()).unwrap())
-        );
+        let f = r.wait();
+        assert!(!alive(g), "card T1: the grandchild outlived the run");
+        assert_eq!(f.end()["descendants_stopped"], 1, "{}", f.end());
+        if ignores_term {
+            f.expect_code(137);
+            assert_eq!(f.end()["summary"], "killed/SIGKILL");
+            assert!(
+                !store_holds(&env.dir, fx.staged()),
+                "a killed tree publishes nothing"
+            );
+        } else {
+            f.expect_code(143);
+            assert_eq!(
+                env.checkpoint_file(STAGED).as_deref(),
+                Some(std::str::from_utf8(fx.staged()).unwrap())
+            );
+        }
         drop(fx);
         wait_for(
             "the grandchild to be gone",

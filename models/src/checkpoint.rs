@@ -558,7 +558,9 @@ impl CheckpointState {
                     | Action::NotifyReady
                     | Action::NotifyStopping
                     | Action::BeginDrain
-                    | Action::Forward(_)
+                    | Action::Forward(..)
+                    | Action::Relay(..)
+                    | Action::ExtendTimer(..)
                     | Action::Kill
                     | Action::ReleaseLease
                     | Action::Note(_) => {}

@@ -14,7 +14,11 @@
 //!   `LeaseReleased` answers `ReleaseLease`. A later request replaces an outstanding one (the
 //!   driver abandons it), and `AbandonAcquire` withdraws an outstanding acquisition;
 //! - spawning is synchronous: while `SpawnChild` is outstanding nothing but its answer is fed;
-//! - `ChildReady`, `ChildStopping` and `ChildExited` need a spawned child that was not reaped;
+//! - `ChildExited` and `MainExited` need a main process that runs (spawned, or adopted, and not
+//!   reaped); `TreeEmpty` and `MainAdopted` need a tree whose main process was reaped while
+//!   other processes remained (`MainExited`); the workload's notifications (`ChildReady`,
+//!   `ChildStopping`, `ChildWatchdog`, `ChildExtendTimeout`) need some process of it running;
+//!   stop and stray signals can come at any time;
 //! - `TimerExpired(t)` needs `t` armed (by `ArmTimer`, not yet disarmed or fired);
 //! - `ResidenciesSettled` needs an in-process workload that is draining and whose drain hook
 //!   ran (`BeginDrain`): the host waits for residencies only then;
@@ -51,14 +55,16 @@ pub enum Request {
     Release,
 }
 
-/// What the driver knows of its child.
+/// What the driver knows of its workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ChildView {
     /// No child was spawned in this run.
     None,
-    /// The child was spawned and has not been reaped.
+    /// The main process runs (spawned or adopted, not reaped).
     Running,
-    /// The child was reaped.
+    /// The main process was reaped but other processes of its tree remain.
+    Tree,
+    /// The whole workload is gone.
     Reaped,
 }
 
@@ -164,6 +170,8 @@ pub enum NotAllowed {
     EpochZero,
     /// A child event without a running child.
     NoChild,
+    /// A tree event (`TreeEmpty`, `MainAdopted`) without a tree whose main process exited.
+    NoTree,
     /// A timer that is not armed.
     TimerNotArmed,
     /// `ResidenciesSettled` without an in-process workload whose drain began.
@@ -181,6 +189,7 @@ impl fmt::Display for NotAllowed {
             NotAllowed::BusyTwice => "`lease-busy` was already reported for this acquisition",
             NotAllowed::EpochZero => "a lease is never granted with epoch 0",
             NotAllowed::NoChild => "a child event without a running child",
+            NotAllowed::NoTree => "a tree event without a tree whose main process exited",
             NotAllowed::TimerNotArmed => "a timer that is not armed fired",
             NotAllowed::NoResidencies => {
                 "residencies settled without an in-process drain in progress"
@@ -225,6 +234,7 @@ fn timer_bit(t: Timer) -> u8 {
         Timer::Readiness => 1,
         Timer::Grace => 2,
         Timer::KillWait => 4,
+        Timer::Watchdog => 8,
     }
 }
 
@@ -345,14 +355,31 @@ impl Driver {
             Event::ChildSpawned | Event::SpawnFailed(_) => {
                 wants(self.request == Some(Request::Spawn))
             }
-            Event::ChildReady | Event::ChildStopping | Event::ChildExited(_) => {
+            Event::ChildExited(_) | Event::MainExited(_) => {
                 if self.child == ChildView::Running {
                     Ok(())
                 } else {
                     Err(NotAllowed::NoChild)
                 }
             }
-            Event::Stop(_) | Event::DrainRequested | Event::RootLost => Ok(()),
+            Event::ChildReady
+            | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_) => {
+                if matches!(self.child, ChildView::Running | ChildView::Tree) {
+                    Ok(())
+                } else {
+                    Err(NotAllowed::NoChild)
+                }
+            }
+            Event::TreeEmpty | Event::MainAdopted => {
+                if self.child == ChildView::Tree {
+                    Ok(())
+                } else {
+                    Err(NotAllowed::NoTree)
+                }
+            }
+            Event::Stop(_) | Event::Stray(_) | Event::DrainRequested | Event::RootLost => Ok(()),
             // The host's control thread waits for residencies only while the drain runs.
             Event::ResidenciesSettled => {
                 if matches!(self.machine.config().workload, Workload::InProcess)
@@ -400,10 +427,15 @@ impl Driver {
                 self.request = None;
                 self.child = ChildView::Running;
             }
-            Event::ChildExited(_) => self.child = ChildView::Reaped,
+            Event::ChildExited(_) | Event::TreeEmpty => self.child = ChildView::Reaped,
+            Event::MainExited(_) => self.child = ChildView::Tree,
+            Event::MainAdopted => self.child = ChildView::Running,
             Event::TimerExpired(t) => self.timers &= !timer_bit(t),
             Event::ChildReady
             | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_)
+            | Event::Stray(_)
             | Event::Stop(_)
             | Event::DrainRequested
             | Event::RootLost
@@ -440,8 +472,10 @@ impl Driver {
             Action::SetPhase(_)
             | Action::NotifyReady
             | Action::NotifyStopping
-            | Action::Forward(_)
+            | Action::Forward(..)
+            | Action::Relay(..)
             | Action::Kill
+            | Action::ExtendTimer(..)
             | Action::Note(_) => {}
         }
         Some(a)

@@ -5,9 +5,9 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use tenure::driver::{self, RunOptions, signals::SignalIntake};
+use tenure::driver::{self, CgroupMode, RunOptions, signals::SignalIntake};
 use tenure::lease::WaitBound;
-use tenure::machine::{EXIT_BUSY, EXIT_USAGE, ReadyMode};
+use tenure::machine::{EXIT_BUSY, EXIT_USAGE, HupPolicy, KillMode, ReadyMode};
 
 const HELP: &str = "\
 tenure — run a command as the single owner of a state directory
@@ -27,8 +27,19 @@ RUN OPTIONS:
     -E, --conflict-exit-code N  exit code when busy (default 75)
         --grace SECONDS       after forwarding a stop signal, wait this long, then SIGKILL (default 10)
         --kill-wait SECONDS   after SIGKILL, wait this long before reporting `did not stop` (default 5)
-        --ready start|notify  ready when spawned, or when the child sends READY=1 (default start)
-        --ready-timeout SECONDS  with --ready notify: stop the child if not ready in time
+        --type simple|notify|forking
+                              ready when spawned (default), when the workload sends READY=1,
+                              or when the first process exits 0 leaving its daemon behind
+        --ready start|notify  the same as --type simple|notify
+        --ready-timeout SECONDS  with notify or forking: stop the workload if not ready in time
+        --pidfile FILE        with forking: ready once FILE names the daemon's main process
+        --kill-mode tree|main stop signals go to every process at once (tree, the default), or
+                              to the main process first (main, the default for forking); what
+                              remains after the main process exits is always stopped too
+        --hup forward|stop    SIGHUP is forwarded to the workload (default) or stops it
+        --watchdog SECONDS    the ready workload must send WATCHDOG=1 this often (WATCHDOG_USEC)
+        --cgroup auto|off     contain the workload in a cgroup of its own where possible
+                              (default auto); off: subreaper and inherited lock only
         --env-allow VAR,...   pass only these variables (plus TENURE_*) to the child
         --keep K              checkpoints kept by garbage collection (default 2)
         --trace FILE          write every lifecycle step as JSONL to FILE
@@ -44,13 +55,15 @@ LIFECYCLE:
     cold -> recovering -> ready -> draining -> released, or cancelled / refused.
     SIGTERM, SIGINT or SIGHUP while waiting cancels; while recovering refuses (nothing is
     published); while ready drains: the signal is forwarded, the grace runs, SIGKILL follows,
-    the checkpoint is published if the child exited 0, then the lease is released. The lease is
-    never released while the child may still run.
+    the checkpoint is published if the main process exited 0, then the lease is released. The
+    lease is never released while any process of the workload may still run: what the main
+    process leaves behind gets the stop signal, the grace and SIGKILL too. Every other signal
+    (USR1, USR2, WINCH, QUIT, ... and HUP while ready) is forwarded to the workload.
 
 EXIT CODES (see spec/lifecycle.md):
     N          the child's own exit code when it exits by itself
     128+N      stopped (or cancelled, or refused while recovering) by signal N, e.g. 143
-    64         usage error          65  refused state        69  readiness timed out
+    64         usage error          65  refused state        69  not ready, or watchdog
     70         did not stop         74  I/O or publish error 75  busy (-E to change)
     126, 127   the command could not be executed / was not found
     137        the child was killed after the grace period
@@ -207,6 +220,11 @@ fn parse_run(args: Vec<OsString>, needs_command: bool) -> Result<RunOptions, Usa
     let mut kill_wait = Duration::from_secs(5);
     let mut ready = ReadyMode::Start;
     let mut ready_timeout = None;
+    let mut kill_mode = None;
+    let mut hup = HupPolicy::Forward;
+    let mut pid_file = None;
+    let mut watchdog = None;
+    let mut cgroup = CgroupMode::Auto;
     let mut env_allow = None;
     let mut keep = 2usize;
     let mut busy_code = EXIT_BUSY;
@@ -231,6 +249,53 @@ fn parse_run(args: Vec<OsString>, needs_command: bool) -> Result<RunOptions, Usa
                     }
                 }
             }
+            "--type" => {
+                ready = match p.value(&a)?.to_str() {
+                    Some("simple") => ReadyMode::Start,
+                    Some("notify") => ReadyMode::Notify,
+                    Some("forking") => ReadyMode::Forking,
+                    other => {
+                        return Err(Usage(format!(
+                            "--type takes `simple`, `notify` or `forking`, not {other:?}"
+                        )));
+                    }
+                }
+            }
+            "--kill-mode" => {
+                kill_mode = Some(match p.value(&a)?.to_str() {
+                    Some("tree") => KillMode::Tree,
+                    Some("main") => KillMode::Main,
+                    other => {
+                        return Err(Usage(format!(
+                            "--kill-mode takes `tree` or `main`, not {other:?}"
+                        )));
+                    }
+                })
+            }
+            "--hup" => {
+                hup = match p.value(&a)?.to_str() {
+                    Some("forward") => HupPolicy::Forward,
+                    Some("stop") => HupPolicy::Stop,
+                    other => {
+                        return Err(Usage(format!(
+                            "--hup takes `forward` or `stop`, not {other:?}"
+                        )));
+                    }
+                }
+            }
+            "--cgroup" => {
+                cgroup = match p.value(&a)?.to_str() {
+                    Some("auto") => CgroupMode::Auto,
+                    Some("off") => CgroupMode::Off,
+                    other => {
+                        return Err(Usage(format!(
+                            "--cgroup takes `auto` or `off`, not {other:?}"
+                        )));
+                    }
+                }
+            }
+            "--pidfile" => pid_file = Some(p.path(&a)?),
+            "--watchdog" => watchdog = Some(p.duration(&a, false)?),
             "--ready-timeout" => ready_timeout = Some(p.duration(&a, false)?),
             "--env-allow" => {
                 let v = p.value(&a)?;
@@ -273,9 +338,21 @@ fn parse_run(args: Vec<OsString>, needs_command: bool) -> Result<RunOptions, Usa
     if needs_command && command.is_empty() {
         return Err(Usage("a command is required after `--`".into()));
     }
-    if ready_timeout.is_some() && ready != ReadyMode::Notify {
-        return Err(Usage("--ready-timeout needs --ready notify".into()));
+    if ready_timeout.is_some() && ready == ReadyMode::Start {
+        return Err(Usage(
+            "--ready-timeout needs --type notify or --type forking".into(),
+        ));
     }
+    if pid_file.is_some() && ready != ReadyMode::Forking {
+        return Err(Usage("--pidfile needs --type forking".into()));
+    }
+    // A relative pid file is the daemon's, relative to where tenure was started (the detached
+    // owner of `tenure up` runs elsewhere).
+    let pid_file = pid_file.map(|p| std::path::absolute(&p).unwrap_or(p));
+    let kill_mode = kill_mode.unwrap_or(match ready {
+        ReadyMode::Forking => KillMode::Main,
+        ReadyMode::Start | ReadyMode::Notify => KillMode::Tree,
+    });
     if nonblock && wait.is_some_and(|w| !w.is_zero()) {
         return Err(Usage("--nonblock and --wait contradict each other".into()));
     }
@@ -302,6 +379,11 @@ fn parse_run(args: Vec<OsString>, needs_command: bool) -> Result<RunOptions, Usa
         kill_wait,
         ready,
         ready_timeout,
+        kill_mode,
+        hup,
+        pid_file,
+        watchdog,
+        cgroup,
         env_allow,
         keep,
         busy_code,

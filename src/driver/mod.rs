@@ -15,6 +15,7 @@ pub mod eventlog;
 pub mod notify;
 pub mod ops;
 pub mod signals;
+pub mod tree;
 pub mod up;
 
 use crate::checkpoint::{
@@ -23,8 +24,9 @@ use crate::checkpoint::{
 use crate::lease::{self, AcquireOptions, Identity, Lease, LeaseError, WaitBound};
 use crate::machine::trace::{TRACE_VERSION, TraceLine, TraceStep};
 use crate::machine::{
-    Action, ChildStatus, Config, DrainCause, Event, Fault, Machine, Note, Outcome, PhaseKind,
-    ReadyMode, Reason, Refusal, Signal, Timer, reason_name,
+    Action, ChildStatus, Config, DrainCause, Event, Fault, HupPolicy, KillMode, Machine, Note,
+    Outcome, Phase, PhaseKind, ReadyMode, Reason, RecoveryStep, Refusal, Signal, Target, Timer,
+    reason_name, signal_name,
 };
 use crate::privfs::StateDir;
 use child::{Child, SpawnSpec};
@@ -33,19 +35,27 @@ use notify::{Notice, NotifySocket, Supervisor};
 use rustix::event::{PollFd, PollFlags, poll};
 use serde_json::json;
 use signals::SignalIntake;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tree::Tree;
 
 /// How often an owner checks that its state dir is still where it was opened (card H7).
 const ROOT_CHECK: Duration = Duration::from_millis(500);
+
+/// How often a forking daemon's pid file is looked at while the owner waits for it to name the
+/// main process.
+const PID_FILE_CHECK: Duration = Duration::from_millis(20);
+
+/// The largest pid file tenure reads.
+const MAX_PID_FILE: usize = 64;
 
 /// Everything `tenure run` was asked to do; validated by the caller (card H6).
 #[derive(Debug, Clone)]
@@ -58,10 +68,21 @@ pub struct RunOptions {
     pub grace: Duration,
     /// KILL → `did not stop` bound.
     pub kill_wait: Duration,
-    /// When the child counts as ready.
+    /// When the child counts as ready (`--type`).
     pub ready: ReadyMode,
-    /// How long a notify-mode child may take to send `READY=1`.
+    /// How long a notify-mode child may take to send `READY=1` (a forking one: to exit 0 and
+    /// name its main process).
     pub ready_timeout: Option<Duration>,
+    /// Where stop signals go first.
+    pub kill_mode: KillMode,
+    /// What SIGHUP means.
+    pub hup: HupPolicy,
+    /// With `--type forking`: the file the daemon writes its main pid to.
+    pub pid_file: Option<PathBuf>,
+    /// The interval the ready workload must send `WATCHDOG=1` within.
+    pub watchdog: Option<Duration>,
+    /// Whether the workload gets a cgroup where one can be made.
+    pub cgroup: CgroupMode,
     /// When set, the child's environment is restricted to these names (card D2).
     pub env_allow: Option<Vec<OsString>>,
     /// Checkpoints kept by GC.
@@ -82,8 +103,22 @@ impl RunOptions {
         c.kill_wait = self.kill_wait;
         c.ready_timeout = self.ready_timeout;
         c.busy_code = self.busy_code;
+        c.kill_mode = self.kill_mode;
+        c.hup = self.hup;
+        c.watchdog = self.watchdog;
+        c.pid_file = self.pid_file.is_some();
         c
     }
+}
+
+/// Whether the workload gets a cgroup (`--cgroup`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupMode {
+    /// One per ownership where cgroup v2 is writable; otherwise the subreaper and the inherited
+    /// lock descriptor.
+    Auto,
+    /// Never: the subreaper and the inherited lock descriptor only.
+    Off,
 }
 
 /// Failures that happen before the machine can run (the machine handles everything after).
@@ -136,6 +171,11 @@ struct TraceWriter {
 /// Runs one `tenure run` to its end. `intake` must have been installed before anything else so
 /// that a stop signal at any moment is seen (card G1).
 pub fn run(opts: &RunOptions, intake: &SignalIntake) -> Result<RunReport, DriverError> {
+    // Before anything is started: every descendant the workload detaches stays the runner's,
+    // so it is found, stopped and reaped (card T1).
+    if let Err(e) = tree::become_subreaper() {
+        eprintln!("tenure: warning: cannot become a child subreaper: {e}");
+    }
     let mut r = Runner::new(opts, intake)?;
     r.queue.push_back(Event::Start);
     r.run()
@@ -165,11 +205,24 @@ struct Runner<'a> {
     root_lost: bool,
     epoch: Option<u64>,
     failure: Option<String>,
+    /// The status of the main process once it was reaped (cleared when a forking daemon's
+    /// main process is adopted).
     child_status: Option<ChildStatus>,
     /// A live process left by a crashed owner that SIGKILL did not stop.
     orphan_alive: Option<String>,
     /// Where the output of a failed publish was kept (card P1).
     kept_output: Option<String>,
+    /// The workload's tree (created at spawn).
+    tree: Option<Tree>,
+    /// The main process exited and `main-exited` was fed: waiting for `tree-empty`.
+    tree_remains: bool,
+    /// Senders of rejected notifications already warned about (one line each, card T5).
+    rejected: BTreeSet<u32>,
+    /// The workload's process group was given the terminal (taken back when it is gone).
+    terminal_handed: bool,
+    /// The last pid-file problem reported (so a waiting owner says it once, not every 20 ms).
+    pid_file_problem: Option<String>,
+    next_pid_file_check: Instant,
 }
 
 impl<'a> Runner<'a> {
@@ -226,6 +279,12 @@ impl<'a> Runner<'a> {
             child_status: None,
             orphan_alive: None,
             kept_output: None,
+            tree: None,
+            tree_remains: false,
+            rejected: BTreeSet::new(),
+            terminal_handed: false,
+            pid_file_problem: None,
+            next_pid_file_check: Instant::now(),
         })
     }
 
@@ -298,6 +357,12 @@ impl<'a> Runner<'a> {
             Action::ArmTimer(t, d) => {
                 self.timers.insert(t, Instant::now() + d);
             }
+            Action::ExtendTimer(t, d) => {
+                let later = Instant::now() + d;
+                if let Some(at) = self.timers.get_mut(&t) {
+                    *at = (*at).max(later);
+                }
+            }
             Action::DisarmTimer(t) => {
                 self.timers.remove(&t);
             }
@@ -305,8 +370,12 @@ impl<'a> Runner<'a> {
             Action::NotifyStopping => self.tell_supervisor("STOPPING=1"),
             // The runner has no in-process hook: the child is told by the forwarded signal.
             Action::BeginDrain => {}
-            Action::Forward(s) => self.signal_child(s.name(), to_rustix(s)),
-            Action::Kill => self.signal_child("SIGKILL", rustix::process::Signal::KILL),
+            Action::Forward(s, t) => self.signal_workload(to_rustix(s), t, true),
+            Action::Relay(n, t) => match signal_from_number(n) {
+                Some(sig) => self.signal_workload(sig, t, false),
+                None => eprintln!("tenure: cannot relay {}", signal_name(n)),
+            },
+            Action::Kill => self.signal_workload(rustix::process::Signal::KILL, Target::Tree, true),
             Action::Publish => self.publish(),
             Action::ReleaseLease => self.release(),
             Action::Note(n) => self.note(n),
@@ -322,7 +391,8 @@ impl<'a> Runner<'a> {
         if let Some(s) = &self.supervisor
             && let Err(e) = s.send(text)
         {
-            eprintln!("tenure: cannot notify the supervisor ({text}): {e}");
+            // Card T5: a full or missing supervisor socket is a warning, never a stall.
+            eprintln!("tenure: warning: cannot notify the supervisor ({text}): {e}");
         }
     }
 
@@ -347,22 +417,28 @@ impl<'a> Runner<'a> {
         };
         let mut contended = false;
         let mut log = None;
-        let result = lease::acquire(&dir, &opts, &mut |c| {
-            eprintln!("tenure: {c}");
-            contended = true;
-            // The dir passed the read-only inspection and its control folder exists: the
-            // `waiting` line is written now, while we wait (card D6, L1), not once the wait is
-            // over.
-            log = EventLog::open(&dir);
-            if let Some(l) = &mut log {
-                let (pid, epoch) = c.owner.as_ref().map(|o| (o.identity.pid, o.epoch)).unzip();
-                l.write(
-                    "waiting",
-                    None,
-                    json!({"owner_pid": pid, "owner_epoch": epoch}),
-                );
-            }
-        });
+        let want_cgroup = matches!(self.opts.cgroup, CgroupMode::Auto);
+        let result = lease::acquire_for_workload(
+            &dir,
+            &opts,
+            &mut |c| {
+                eprintln!("tenure: {c}");
+                contended = true;
+                // The dir passed the read-only inspection and its control folder exists: the
+                // `waiting` line is written now, while we wait (card D6, L1), not once the wait is
+                // over.
+                log = EventLog::open(&dir);
+                if let Some(l) = &mut log {
+                    let (pid, epoch) = c.owner.as_ref().map(|o| (o.identity.pid, o.epoch)).unzip();
+                    l.write(
+                        "waiting",
+                        None,
+                        json!({"owner_pid": pid, "owner_epoch": epoch}),
+                    );
+                }
+            },
+            want_cgroup,
+        );
         // A dir whose state was refused is left byte-for-byte as it was (cards L8–L10): not
         // even the event log is created or appended to.
         let refused = matches!(&result, Err(e) if e.is_refusal());
@@ -408,6 +484,20 @@ impl<'a> Runner<'a> {
                             self.dir_display()
                         ));
                     }
+                }
+                // The rest of a crashed owner's workload, in the cgroup its record names, was
+                // ended by the acquisition (card T2).
+                let killed = l.leftovers_ended().to_vec();
+                if !killed.is_empty() {
+                    let prev_epoch = l.previous().map_or(0, |p| p.epoch);
+                    eprintln!(
+                        "tenure: stopped {} process(es) of the workload of epoch {prev_epoch}, left running by a crashed owner",
+                        killed.len()
+                    );
+                    self.log(
+                        "previous-workload-ended",
+                        json!({"epoch_ended": prev_epoch, "pids": killed}),
+                    );
                 }
                 self.lease = Some(l);
                 self.next_root_check = Instant::now() + ROOT_CHECK;
@@ -521,7 +611,14 @@ impl<'a> Runner<'a> {
         if let Some(e) = self.epoch {
             set.push(("TENURE_EPOCH".into(), e.to_string().into()));
         }
-        let mut remove: Vec<OsString> = vec!["NOTIFY_SOCKET".into(), "TENURE_CHECKPOINT".into()];
+        let mut remove: Vec<OsString> = vec![
+            "NOTIFY_SOCKET".into(),
+            "TENURE_CHECKPOINT".into(),
+            "TENURE_LOCK_FD".into(),
+            // Our own supervisor's watchdog is ours, not the child's.
+            "WATCHDOG_USEC".into(),
+            "WATCHDOG_PID".into(),
+        ];
         if let Some(rec) = &self.recovered {
             if let Some(v) = &rec.view {
                 set.push(("TENURE_CHECKPOINT".into(), v.path().as_os_str().to_owned()));
@@ -532,7 +629,10 @@ impl<'a> Runner<'a> {
                 rec.staging.path().as_os_str().to_owned(),
             ));
         }
-        if self.opts.ready == ReadyMode::Notify {
+        if let Some(w) = self.opts.watchdog {
+            set.push(("WATCHDOG_USEC".into(), w.as_micros().to_string().into()));
+        }
+        if self.opts.ready == ReadyMode::Notify || self.opts.watchdog.is_some() {
             match NotifySocket::bind() {
                 Ok(s) => {
                     set.push(("NOTIFY_SOCKET".into(), s.env_value()));
@@ -542,14 +642,53 @@ impl<'a> Runner<'a> {
                 Err(e) => eprintln!("tenure: cannot create the readiness socket: {e}"),
             }
         }
+        // Containment (card T1, T2): a cgroup of this ownership where one can be made,
+        // recorded in the owner record before the child enters it; otherwise the workload keeps
+        // a duplicate of the lock descriptor, so the dir stays locked while any of it runs.
+        let cgroup = self.lease.as_mut().and_then(Lease::take_cgroup);
+        let why_no_cgroup = match self.opts.cgroup {
+            CgroupMode::Auto => self
+                .lease
+                .as_ref()
+                .and_then(|l| l.cgroup_error().map(str::to_owned)),
+            CgroupMode::Off => Some("--cgroup off".to_string()),
+        };
+        let shared_lock = match (&cgroup, &mut self.lease) {
+            (None, Some(l)) => match l.share_lock() {
+                Ok(fd) => Some(fd),
+                Err(e) => {
+                    eprintln!("tenure: warning: cannot share the lock with the workload: {e}");
+                    None
+                }
+            },
+            _ => None,
+        };
+        if let Some(fd) = &shared_lock {
+            set.push(("TENURE_LOCK_FD".into(), fd.as_raw_fd().to_string().into()));
+        }
+        let containment = match (&cgroup, &shared_lock) {
+            (Some(cg), _) => json!({"mechanism": "cgroup", "cgroup": cg.path()}),
+            (None, Some(fd)) => json!({"mechanism": "lock-fd", "lock_fd": fd.as_raw_fd(),
+                                       "no_cgroup": why_no_cgroup}),
+            (None, None) => json!({"mechanism": "subreaper", "no_cgroup": why_no_cgroup}),
+        };
         let spec = SpawnSpec {
             program,
             args,
             allow: self.opts.env_allow.clone(),
             remove,
             set,
+            cgroup_dir: cgroup.as_ref().map(|c| c.dir_fd().as_raw_fd()),
+            cgroup_procs: cgroup.as_ref().map(|c| c.procs_fd().as_raw_fd()),
+            inherit: shared_lock.as_ref().map(|fd| fd.as_raw_fd()),
+            foreground: child::holds_terminal(),
         };
-        match Child::spawn(&spec) {
+        self.terminal_handed = spec.foreground;
+        let spawned = Child::spawn(&spec);
+        // The child has its copy; ours would only keep the lock past our own release.
+        drop(shared_lock);
+        self.tree = Some(Tree::new(cgroup));
+        match spawned {
             Ok(c) => {
                 let pid = c.pid();
                 if let (Some(l), Ok(id)) = (&self.lease, Identity::of_pid(pid))
@@ -557,7 +696,10 @@ impl<'a> Runner<'a> {
                 {
                     eprintln!("tenure: cannot register the child: {e}");
                 }
-                self.log("spawned", json!({"child_pid": pid}));
+                self.log(
+                    "spawned",
+                    json!({"child_pid": pid, "containment": containment}),
+                );
                 self.child = Some(c);
                 self.queue.push_back(Event::ChildSpawned);
             }
@@ -573,19 +715,47 @@ impl<'a> Runner<'a> {
         }
     }
 
-    fn signal_child(&mut self, name: &str, sig: rustix::process::Signal) {
-        let Some(c) = &self.child else { return };
-        match c.signal(sig) {
-            Ok(true) => self.log(
+    /// The main process while it runs and has not been reaped.
+    fn main_pid(&self) -> Option<u32> {
+        match (&self.child, self.child_status) {
+            (Some(c), None) => Some(c.pid()),
+            _ => None,
+        }
+    }
+
+    /// Sends `sig` to the main process (through its pidfd) and, for [`Target::Tree`], to every
+    /// other process of the workload; a `stop` signal counts the descendants it reached.
+    fn signal_workload(&mut self, sig: rustix::process::Signal, target: Target, stop: bool) {
+        let name = signal_name(sig.as_raw() as u8);
+        let main = self.main_pid();
+        let main_sent = match (&self.child, main) {
+            (Some(c), Some(_)) => match c.signal(sig) {
+                Ok(sent) => sent,
+                Err(e) => {
+                    eprintln!("tenure: cannot send {name} to the child: {e}");
+                    false
+                }
+            },
+            _ => false,
+        };
+        let descendants = match (target, &mut self.tree) {
+            (Target::Tree, Some(t)) if sig == rustix::process::Signal::KILL => t.kill(main),
+            (Target::Tree, Some(t)) => t.signal(sig, main, stop),
+            (Target::Main | Target::Tree, _) => 0,
+        };
+        if main_sent || descendants > 0 {
+            self.log(
                 "signal-forwarded",
-                json!({"signal": name, "child_pid": c.pid()}),
-            ),
-            // Card R1: a child that already ended is never signalled; its exit is read next.
-            Ok(false) => self.log(
+                json!({"signal": name, "child_pid": main.filter(|_| main_sent),
+                       "target": match target { Target::Main => "main", Target::Tree => "tree" },
+                       "descendants": descendants}),
+            );
+        } else {
+            // Card R1: a workload that already ended is never signalled; its end is read next.
+            self.log(
                 "not-signalled",
-                json!({"signal": name, "reason": "child already exited"}),
-            ),
-            Err(e) => eprintln!("tenure: cannot send {name} to the child: {e}"),
+                json!({"signal": name, "reason": "nothing of the workload runs"}),
+            );
         }
     }
 
@@ -711,6 +881,10 @@ impl<'a> Runner<'a> {
                 let _ = store.discard_staging(rec.staging);
             }
         }
+        // The machine releases only once the whole workload is gone: the cgroup is empty.
+        if let Some(t) = &self.tree {
+            t.remove_cgroup();
+        }
         if let Some(l) = self.lease.take() {
             let _ = l.unregister_instance("child");
             if let Err(e) = l.release() {
@@ -739,19 +913,38 @@ impl<'a> Runner<'a> {
                 eprintln!("tenure: draining ({cause})");
                 self.log("draining", json!({"cause": cause_name(cause)}));
             }
+            Note::WatchdogTimedOut => {
+                eprintln!(
+                    "tenure: watchdog timed out: the workload did not send WATCHDOG=1 in time; stopping it"
+                );
+                self.log("watchdog-timed-out", json!({}));
+            }
+            Note::TreeRemains => {
+                let main = self.main_pid();
+                let left: Vec<u32> = self
+                    .tree
+                    .as_ref()
+                    .map(|t| t.members(main).into_keys().collect())
+                    .unwrap_or_default();
+                eprintln!(
+                    "tenure: the main process exited; stopping the {} process(es) it left behind before releasing {dir}",
+                    left.len()
+                );
+                self.log("tree-remains", json!({"pids": left}));
+            }
             Note::ReadinessTimedOut => {
                 eprintln!("tenure: readiness timed out: the child did not send READY=1 in time");
                 self.log("readiness-timed-out", json!({}));
             }
             Note::Killed => {
                 eprintln!(
-                    "tenure: the child did not stop within the grace period; sending SIGKILL"
+                    "tenure: the workload did not stop within the grace period; sending SIGKILL"
                 );
                 self.log("killed", json!({}));
             }
             Note::DidNotStop => {
                 eprintln!(
-                    "tenure: did not stop: the child survived SIGKILL; keeping the lease of {dir} until it is reaped"
+                    "tenure: did not stop: a process of the workload survived SIGKILL; keeping the lease of {dir} until the whole workload is gone"
                 );
                 self.log("did-not-stop", json!({}));
             }
@@ -791,24 +984,27 @@ impl<'a> Runner<'a> {
                 "signal": o.signal.map(|s| s.name()),
                 "child": o.child.map(|c| c.to_string()),
                 "killed": o.killed,
+                "descendants_stopped": self.tree.as_ref().map_or(0, Tree::stopped),
                 "stderr_tail": tail,
                 "stderr_truncated": truncated,
             }),
         );
         match o.reason {
-            Reason::Exited | Reason::Stopped | Reason::Killed | Reason::DidNotStop => {
-                match self.published {
-                    Some(id) => eprintln!(
-                        "tenure: checkpoint {} published; released {dir} (epoch {epoch}, {})",
-                        id.get(),
-                        o.summary()
-                    ),
-                    None => eprintln!(
-                        "tenure: released {dir} (epoch {epoch}, {}); checkpoint unchanged",
-                        o.summary()
-                    ),
-                }
-            }
+            Reason::Exited
+            | Reason::Stopped
+            | Reason::Killed
+            | Reason::DidNotStop
+            | Reason::Watchdog => match self.published {
+                Some(id) => eprintln!(
+                    "tenure: checkpoint {} published; released {dir} (epoch {epoch}, {})",
+                    id.get(),
+                    o.summary()
+                ),
+                None => eprintln!(
+                    "tenure: released {dir} (epoch {epoch}, {}); checkpoint unchanged",
+                    o.summary()
+                ),
+            },
             Reason::PublishFailed => {
                 let name = |c: Option<CheckpointId>| {
                     c.map_or_else(
@@ -838,6 +1034,9 @@ impl<'a> Runner<'a> {
                         "readiness timed out in phase recovering".into()
                     }
                     Some(Refusal::RootLost) => "the state dir was moved or replaced".into(),
+                    Some(Refusal::NoMainPid) => {
+                        "the daemon's tree ended before its pid file named a main process".into()
+                    }
                     Some(Refusal::State) | Some(Refusal::Io) | None => self
                         .failure
                         .clone()
@@ -872,6 +1071,12 @@ impl<'a> Runner<'a> {
         if owning && !self.root_lost {
             deadline = Some(deadline.map_or(self.next_root_check, |d| d.min(self.next_root_check)));
         }
+        let awaiting_main = self.awaiting_main();
+        if awaiting_main {
+            deadline = Some(deadline.map_or(self.next_pid_file_check, |d| {
+                d.min(self.next_pid_file_check)
+            }));
+        }
         let timeout = deadline.map(|d| {
             let left = d.saturating_duration_since(now);
             rustix::time::Timespec {
@@ -879,76 +1084,90 @@ impl<'a> Runner<'a> {
                 tv_nsec: i64::from(left.subsec_nanos()),
             }
         });
-        let (sig_ready, pidfd_ready, stderr_ready, notify_ready, worker_ready) = {
-            let mut fds: Vec<PollFd<'_>> =
-                vec![PollFd::from_borrowed_fd(self.intake.fd(), PollFlags::IN)];
-            let pidfd = self
-                .child
-                .as_ref()
-                .filter(|_| self.child_status.is_none())
-                .map(|c| c.pidfd());
-            let pidfd_i = pidfd.map(|fd| {
-                fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
-                fds.len() - 1
-            });
-            let stderr_i = self.child.as_ref().and_then(|c| c.stderr_fd()).map(|fd| {
-                fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
-                fds.len() - 1
-            });
-            let notify_i = self.notify.as_ref().map(|n| {
-                fds.push(PollFd::from_borrowed_fd(n.fd(), PollFlags::IN));
-                fds.len() - 1
-            });
-            let worker_i = self.worker.as_ref().map(|w| {
-                fds.push(PollFd::from_borrowed_fd(w.wake.as_fd(), PollFlags::IN));
-                fds.len() - 1
-            });
+        let ready = {
+            let mut fds: Vec<PollFd<'_>> = vec![
+                PollFd::from_borrowed_fd(self.intake.fd(), PollFlags::IN),
+                PollFd::from_borrowed_fd(self.intake.other_fd(), PollFlags::IN),
+            ];
+            let mut push = |fd, flags| {
+                fds.push(PollFd::from_borrowed_fd(fd, flags));
+                Some(fds.len() - 1)
+            };
+            let pidfd_i = match (&self.child, self.child_status) {
+                (Some(c), None) => push(c.pidfd(), PollFlags::IN),
+                _ => None,
+            };
+            let stderr_i = match self.child.as_ref().and_then(|c| c.stderr_fd()) {
+                Some(fd) => push(fd, PollFlags::IN),
+                None => None,
+            };
+            let notify_i = match &self.notify {
+                Some(n) => push(n.fd(), PollFlags::IN),
+                None => None,
+            };
+            let worker_i = match &self.worker {
+                Some(w) => push(w.wake.as_fd(), PollFlags::IN),
+                None => None,
+            };
+            // The cgroup's `populated` flag wakes POLLPRI when the tree empties.
+            let tree_i = match self.tree.as_ref().and_then(Tree::events_fd) {
+                Some(fd) if self.tree_remains => push(fd, PollFlags::PRI),
+                _ => None,
+            };
             match poll(&mut fds, timeout.as_ref()) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(DriverError::Poll(e.into())),
             }
             let ready = |i: Option<usize>| i.is_some_and(|i| !fds[i].revents().is_empty());
-            (
-                !fds[0].revents().is_empty(),
-                ready(pidfd_i),
-                ready(stderr_i),
-                ready(notify_i),
-                ready(worker_i),
-            )
+            Ready {
+                stop: !fds[0].revents().is_empty(),
+                other: !fds[1].revents().is_empty(),
+                pidfd: ready(pidfd_i),
+                stderr: ready(stderr_i),
+                notify: ready(notify_i),
+                worker: ready(worker_i),
+                tree: ready(tree_i),
+            }
         };
-        if stderr_ready && let Some(c) = &mut self.child {
+        if ready.stderr
+            && let Some(c) = &mut self.child
+        {
             c.pump_stderr();
         }
         // Readiness notices come before the exit they may precede.
-        if notify_ready && let Some(n) = &self.notify {
-            for notice in n.take() {
-                self.queue.push_back(match notice {
-                    Notice::Ready => Event::ChildReady,
-                    Notice::Stopping => Event::ChildStopping,
-                });
-            }
+        if ready.notify {
+            self.take_notices();
         }
-        // A child that exited is reported before any signal that arrived with its exit, so it
-        // is never signalled afterwards (card R1).
-        if pidfd_ready && let Some(c) = &mut self.child {
-            match c.try_reap() {
-                Ok(Some(status)) => {
-                    self.log("child-exited", json!({"status": status.to_string()}));
-                    self.notify = None;
-                    self.queue.push_back(Event::ChildExited(status));
-                }
-                Ok(None) => {}
-                Err(e) => eprintln!("tenure: cannot reap the child: {e}"),
-            }
+        let others = if ready.other {
+            self.intake.take_others()
+        } else {
+            signals::Others::default()
+        };
+        // A main process that exited is reported before any signal that arrived with its exit,
+        // so it is never signalled afterwards (card R1); and before the tree it may have left.
+        if ready.pidfd {
+            self.main_exited();
         }
-        if worker_ready {
+        if self.tree_remains && (ready.tree || others.child) {
+            self.check_tree();
+        } else if others.child
+            && let Some(t) = &self.tree
+        {
+            // Orphans the subreaper adopted while the main process runs.
+            t.reap(self.main_pid());
+        }
+        if ready.worker {
             self.finish_recovery();
         }
-        if sig_ready {
+        if ready.stop {
             for s in self.intake.take() {
                 self.log("signal", json!({"signal": s.name()}));
                 self.queue.push_back(Event::Stop(s));
             }
+        }
+        for n in others.relay {
+            self.log("signal", json!({"signal": signal_name(n)}));
+            self.queue.push_back(Event::Stray(n));
         }
         let now = Instant::now();
         let expired: Vec<Timer> = self
@@ -960,6 +1179,10 @@ impl<'a> Runner<'a> {
         for t in expired {
             self.timers.remove(&t);
             self.queue.push_back(Event::TimerExpired(t));
+        }
+        if awaiting_main && now >= self.next_pid_file_check {
+            self.next_pid_file_check = now + PID_FILE_CHECK;
+            self.check_pid_file();
         }
         if self.lease.is_some() && !self.root_lost && now >= self.next_root_check {
             self.next_root_check = now + ROOT_CHECK;
@@ -978,6 +1201,233 @@ impl<'a> Runner<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The main process's pidfd is readable: reap it and say whether it took the whole workload
+    /// with it (`child-exited`) or left processes behind (`main-exited`).
+    fn main_exited(&mut self) {
+        let Some(c) = &mut self.child else { return };
+        let status = match c.try_reap() {
+            Ok(Some(status)) => status,
+            Ok(None) => return,
+            Err(e) => {
+                eprintln!("tenure: cannot reap the child: {e}");
+                return;
+            }
+        };
+        let pid = c.pid();
+        self.child_status = Some(status);
+        self.log(
+            "child-exited",
+            json!({"status": status.to_string(), "child_pid": pid}),
+        );
+        let empty = match &self.tree {
+            Some(t) => match t.is_empty() {
+                Ok(empty) => empty,
+                Err(e) => {
+                    // Without a trustworthy answer the tree counts as still running: the lease
+                    // must not be released on a guess.
+                    eprintln!("tenure: warning: {e}");
+                    false
+                }
+            },
+            None => true,
+        };
+        if empty {
+            self.notify = None;
+            self.give_terminal_back();
+            self.queue.push_back(Event::ChildExited(status));
+        } else {
+            self.tree_remains = true;
+            self.queue.push_back(Event::MainExited(status));
+        }
+    }
+
+    /// After `main-exited`: feed `tree-empty` once the last process of the workload is gone.
+    fn check_tree(&mut self) {
+        let Some(t) = &self.tree else { return };
+        match t.is_empty() {
+            Ok(true) => {
+                self.tree_remains = false;
+                self.notify = None;
+                self.give_terminal_back();
+                self.log("tree-empty", json!({}));
+                self.queue.push_back(Event::TreeEmpty);
+            }
+            Ok(false) => {}
+            Err(e) => eprintln!("tenure: warning: {e}"),
+        }
+    }
+
+    /// The workload is gone: the terminal it was given comes back to the runner's group.
+    fn give_terminal_back(&mut self) {
+        if std::mem::take(&mut self.terminal_handed) {
+            child::take_terminal_back();
+        }
+    }
+
+    /// Whether the machine waits for a forking daemon's pid file to name its main process.
+    fn awaiting_main(&self) -> bool {
+        matches!(
+            self.machine.phase(),
+            Phase::Recovering {
+                step: RecoveryStep::AwaitingMain,
+                outcome: None,
+                ..
+            }
+        )
+    }
+
+    /// Card T4: reads the pid file (`O_NOFOLLOW`, a regular file, a few bytes) and adopts the
+    /// process it names as the main process if that process is a child of the runner — the
+    /// daemon, adopted by the subreaper when its parent exited — and so a process of the tree
+    /// whose exit status can be read. Anything else is reported once and looked at again.
+    fn check_pid_file(&mut self) {
+        let Some(path) = &self.opts.pid_file else {
+            return;
+        };
+        let problem = match read_pid_file(path) {
+            Err(why) => why,
+            Ok(pid) => match tree::parent_of(pid) {
+                Some(ppid) if ppid == std::process::id() => {
+                    let adopted = match &mut self.child {
+                        Some(c) => c.adopt(pid),
+                        None => Err(io::Error::other("no child")),
+                    };
+                    match adopted {
+                        Ok(()) => {
+                            self.child_status = None;
+                            self.tree_remains = false;
+                            self.pid_file_problem = None;
+                            eprintln!(
+                                "tenure: {} names pid {pid}, the daemon's main process",
+                                path.display()
+                            );
+                            self.log("main-adopted", json!({"child_pid": pid}));
+                            self.queue.push_back(Event::MainAdopted);
+                            return;
+                        }
+                        Err(e) => format!("names pid {pid}, which cannot be watched: {e}"),
+                    }
+                }
+                Some(_) => format!(
+                    "names pid {pid}, which is not a process the daemon's first process left to tenure"
+                ),
+                None => format!("names pid {pid}, which does not run"),
+            },
+        };
+        if self.pid_file_problem.as_deref() != Some(problem.as_str()) {
+            eprintln!(
+                "tenure: waiting for the pid file {}: {problem}",
+                path.display()
+            );
+            self.pid_file_problem = Some(problem);
+        }
+    }
+
+    /// Reads the workload's notifications; only processes of the workload are heard (card T5).
+    fn take_notices(&mut self) {
+        let Some(n) = &self.notify else { return };
+        let datagrams = n.take();
+        for d in datagrams {
+            let accepted = d.sender.is_some_and(|pid| self.in_workload(pid));
+            if !accepted {
+                let pid = d.sender.unwrap_or(0);
+                if self.rejected.insert(pid) {
+                    eprintln!(
+                        "tenure: warning: ignored a notification from pid {pid}, which is not a process of the workload"
+                    );
+                    self.log("notify-rejected", json!({"sender_pid": pid}));
+                }
+                continue;
+            }
+            for notice in d.notices {
+                if let Some(text) = notice.relayed() {
+                    self.tell_supervisor(&text);
+                }
+                match notice {
+                    Notice::Ready => self.queue.push_back(Event::ChildReady),
+                    Notice::Stopping => self.queue.push_back(Event::ChildStopping),
+                    Notice::Watchdog => self.queue.push_back(Event::ChildWatchdog),
+                    Notice::ExtendTimeout(d) => {
+                        self.queue.push_back(Event::ChildExtendTimeout(d));
+                    }
+                    Notice::Status(_) => {}
+                }
+            }
+        }
+    }
+
+    /// Whether `pid` is a process of the workload: in its cgroup, or a descendant of the runner.
+    fn in_workload(&self, pid: u32) -> bool {
+        if pid == std::process::id() {
+            return false;
+        }
+        self.tree
+            .as_ref()
+            .and_then(Tree::cgroup)
+            .is_some_and(|cg| cg.contains(pid))
+            || tree::is_descendant(pid, std::process::id())
+    }
+}
+
+/// Which descriptors `poll` found ready.
+struct Ready {
+    stop: bool,
+    other: bool,
+    pidfd: bool,
+    stderr: bool,
+    notify: bool,
+    worker: bool,
+    tree: bool,
+}
+
+/// Reads a pid file without following a symlink and without blocking on a FIFO: a regular file
+/// holding one positive decimal pid.
+fn read_pid_file(path: &std::path::Path) -> Result<u32, String> {
+    use std::io::Read;
+    let fd = rustix::fs::open(
+        path,
+        rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::NONBLOCK
+            | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| match e {
+        rustix::io::Errno::NOENT => "it does not exist yet".to_string(),
+        rustix::io::Errno::LOOP => "it is a symbolic link; refusing to follow it".to_string(),
+        e => format!("cannot open it: {e}"),
+    })?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| format!("cannot stat it: {e}"))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err("it is not a regular file".into());
+    }
+    let mut buf = [0u8; MAX_PID_FILE + 1];
+    let n = File::from(fd)
+        .read(&mut buf)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    if n > MAX_PID_FILE {
+        return Err("it is larger than a pid file".into());
+    }
+    let text = std::str::from_utf8(&buf[..n]).map_err(|_| "it is not text".to_string())?;
+    match text.trim().parse::<u32>() {
+        Ok(pid) if pid > 0 => Ok(pid),
+        _ if text.trim().is_empty() => Err("it is empty".into()),
+        _ => Err(format!("{:?} is not a pid", text.trim())),
+    }
+}
+
+/// A Linux signal number as a rustix signal (the named ones and SIGRTMIN..=SIGRTMAX).
+fn signal_from_number(n: u8) -> Option<rustix::process::Signal> {
+    match rustix::process::Signal::from_named_raw(i32::from(n)) {
+        Some(s) => Some(s),
+        // SAFETY: 34..=64 are real-time signals that glibc does not reserve (it keeps 32 and
+        // 33); the value is only ever sent to another process, never handled or blocked here.
+        None if (34..=64).contains(&n) => {
+            Some(unsafe { rustix::process::Signal::from_raw_unchecked(i32::from(n)) })
+        }
+        None => None,
     }
 }
 
@@ -1061,5 +1511,6 @@ fn cause_name(c: DrainCause) -> String {
         DrainCause::ChildStopping => "child-stopping".into(),
         DrainCause::ChildExited => "child-exited".into(),
         DrainCause::RootLost => "root-lost".into(),
+        DrainCause::Watchdog => "watchdog".into(),
     }
 }

@@ -32,6 +32,8 @@ pub struct Status {
     pub waiters: Vec<ProcessView>,
     /// Registry entries (the owner and the processes it runs).
     pub registry: Vec<RegistryView>,
+    /// How the recorded owner contains its workload, and what of it still runs.
+    pub containment: ContainmentView,
     /// The current checkpoint.
     pub checkpoint: CheckpointView,
     /// Outputs of failed publishes kept under `checkpoints/failed/`, oldest first (card P1).
@@ -45,6 +47,45 @@ pub struct FailedView {
     pub epoch: u64,
     /// Where its output is kept.
     pub path: String,
+}
+
+/// The containment of the recorded owner's workload as `status` shows it (spec/runner.md,
+/// "Containment").
+#[derive(Debug, Clone, Serialize)]
+pub struct ContainmentView {
+    /// `cgroup`, `lock-fd` (no cgroup: the workload keeps the lock descriptor), or null when
+    /// the owner record names no workload.
+    pub mechanism: Option<String>,
+    /// The recorded cgroup.
+    pub cgroup: Option<String>,
+    /// Processes of that workload that still run: the cgroup's members, or the processes that
+    /// hold the lock through the descriptor they inherited.
+    pub processes: Vec<u32>,
+}
+
+fn containment_view(dir: &StateDir, owner: Option<&lease::OwnerRecord>) -> ContainmentView {
+    let none = ContainmentView {
+        mechanism: None,
+        cgroup: None,
+        processes: Vec::new(),
+    };
+    let Some(o) = owner else { return none };
+    match &o.containment {
+        None => none,
+        Some(lease::Containment::Cgroup(rec)) => ContainmentView {
+            mechanism: Some("cgroup".into()),
+            cgroup: Some(rec.path.display().to_string()),
+            processes: lease::cgroup::recorded_members(rec).unwrap_or_default(),
+        },
+        Some(lease::Containment::LockFd) => {
+            let lock = dir.path().join(lease::CONTROL_DIR).join(lease::LOCK_FILE);
+            ContainmentView {
+                mechanism: Some("lock-fd".into()),
+                cgroup: None,
+                processes: crate::driver::tree::inherited_lock_holders(&lock),
+            }
+        }
+    }
 }
 
 /// A process as `status` shows it.
@@ -198,6 +239,7 @@ pub fn collect(dir: &StateDir) -> Result<Status, lease::LeaseError> {
                 pid: r.record.as_ref().map(|x| x.identity.pid),
             })
             .collect(),
+        containment: containment_view(dir, st.owner.as_ref()),
         checkpoint,
         failed_publishes,
     })
@@ -251,6 +293,31 @@ pub fn status(dir: &Path, json: bool) -> u8 {
             lease::format_unix_ms(o.process.since_ms)
         ),
         None => println!("owner:      none"),
+    }
+    match (&s.containment.mechanism, &s.containment.cgroup) {
+        (Some(_), Some(cg)) => println!(
+            "workload:   cgroup {cg}, {} process(es)",
+            s.containment.processes.len()
+        ),
+        (Some(_), None) => println!(
+            "workload:   no cgroup; {} process(es) besides the owner hold the lock",
+            s.containment.processes.len()
+        ),
+        (None, _) => {}
+    }
+    let owner_gone = s
+        .owner
+        .as_ref()
+        .is_some_and(|o| o.process.liveness != Liveness::Live);
+    if owner_gone && !s.containment.processes.is_empty() {
+        let then = match s.containment.cgroup {
+            Some(_) => "the next owner ends them before it starts its own workload",
+            None => "the dir stays locked until they exit; stop them to go on",
+        };
+        println!(
+            "leftovers:  pids {:?} of the recorded owner's workload still run; {then}",
+            s.containment.processes
+        );
     }
     if s.waiters.is_empty() {
         println!("waiters:    none");
@@ -491,7 +558,7 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
     };
     let first_look = Instant::now() + grace;
     let mut said_waiting = false;
-    let owner = loop {
+    let (owner, marker) = loop {
         let st = match lease::status(&d) {
             Ok(s) => s,
             Err(e) => {
@@ -507,7 +574,7 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
             return 0;
         }
         if let Some(o) = st.owner.as_ref().filter(|o| names_the_holder(&st, o)) {
-            break o.clone();
+            break (o.clone(), st.identity.clone());
         }
         if Instant::now() >= first_look {
             eprintln!(
@@ -590,12 +657,50 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
             }
         }
     }
+    // The rest of its workload too (card T1): what its cgroup holds, if the record names one
+    // that still carries the recorded identity.
+    if let (Some(lease::Containment::Cgroup(rec)), Some(marker)) =
+        (&owner.containment, marker.as_ref())
+    {
+        match lease::cgroup::end_recorded(
+            rec,
+            &marker.root_id.to_string(),
+            owner.epoch,
+            Duration::from_secs(10),
+        ) {
+            Ok(lease::cgroup::EndedCgroup::Ended { killed }) if !killed.is_empty() => println!(
+                "sent SIGKILL to the {} process(es) of the owner's workload (cgroup {})",
+                killed.len(),
+                rec.path.display()
+            ),
+            Ok(lease::cgroup::EndedCgroup::Survived { pids }) => eprintln!(
+                "tenure: processes {pids:?} of the owner's workload survived SIGKILL in {}",
+                rec.path.display()
+            ),
+            Ok(_) => {}
+            Err(e) => eprintln!("tenure: {e}"),
+        }
+    }
     match lease::signal_owner(&id, rustix::process::Signal::KILL) {
         Ok(SignalOutcome::Delivered) => {}
         Ok(_) => {}
         Err(e) => eprintln!("tenure: {e}"),
     }
-    // The kernel drops the lock when the owner dies.
+    // Without a cgroup the workload keeps a copy of the lock descriptor: whoever still holds
+    // the lock once the owner is dead is a process of that workload.
+    if owner.containment == Some(lease::Containment::LockFd)
+        && !wait_released(&d, owner.epoch, Instant::now() + Duration::from_secs(1))
+    {
+        let lock = d.path().join(lease::CONTROL_DIR).join(lease::LOCK_FILE);
+        let killed = crate::driver::tree::kill_lock_holders(&lock);
+        if !killed.is_empty() {
+            println!(
+                "sent SIGKILL to {} process(es) of the owner's workload still holding the lock: {killed:?}",
+                killed.len()
+            );
+        }
+    }
+    // The kernel drops the lock when the owner (and, without a cgroup, its workload) is dead.
     match wait_end(&d, &owner, Instant::now() + Duration::from_secs(10)) {
         End::Orderly => {
             println!(
@@ -621,5 +726,20 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
             );
             EXIT_DID_NOT_STOP
         }
+    }
+}
+
+/// Waits until the ownership at `epoch` no longer holds the lock.
+fn wait_released(d: &StateDir, epoch: u64, deadline: Instant) -> bool {
+    loop {
+        match lease::status(d) {
+            Ok(s) if !s.held || s.epoch != epoch => return true,
+            Ok(_) => {}
+            Err(_) => {}
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(STOP_POLL);
     }
 }

@@ -68,14 +68,47 @@ pub fn run_args(opts: &RunOptions, dir: &std::path::Path, left: Duration) -> Vec
         "--kill-wait".into(),
         format!("{:.3}", opts.kill_wait.as_secs_f64()).into(),
     ]);
-    if opts.ready == ReadyMode::Notify {
-        a.extend(["--ready".into(), "notify".into()]);
-        if let Some(t) = opts.ready_timeout {
-            a.extend([
-                "--ready-timeout".into(),
-                format!("{:.3}", t.as_secs_f64()).into(),
-            ]);
+    let ty = match opts.ready {
+        ReadyMode::Start => "simple",
+        ReadyMode::Notify => "notify",
+        ReadyMode::Forking => "forking",
+    };
+    a.extend(["--type".into(), ty.into()]);
+    if let Some(t) = opts.ready_timeout {
+        a.extend([
+            "--ready-timeout".into(),
+            format!("{:.3}", t.as_secs_f64()).into(),
+        ]);
+    }
+    a.extend([
+        "--kill-mode".into(),
+        match opts.kill_mode {
+            crate::machine::KillMode::Tree => "tree",
+            crate::machine::KillMode::Main => "main",
         }
+        .into(),
+        "--hup".into(),
+        match opts.hup {
+            crate::machine::HupPolicy::Stop => "stop",
+            crate::machine::HupPolicy::Forward => "forward",
+        }
+        .into(),
+        "--cgroup".into(),
+        match opts.cgroup {
+            super::CgroupMode::Auto => "auto",
+            super::CgroupMode::Off => "off",
+        }
+        .into(),
+    ]);
+    if let Some(p) = &opts.pid_file {
+        let abs = std::path::absolute(p).unwrap_or_else(|_| p.clone());
+        a.extend(["--pidfile".into(), abs.into()]);
+    }
+    if let Some(w) = opts.watchdog {
+        a.extend([
+            "--watchdog".into(),
+            format!("{:.3}", w.as_secs_f64()).into(),
+        ]);
     }
     if let Some(list) = &opts.env_allow {
         let joined: Vec<String> = list

@@ -242,10 +242,16 @@ pub(crate) fn is_cancelled(cancel: Option<BorrowedFd<'_>>) -> io::Result<bool> {
 /// The held lock. Dropping it unlocks (`LOCK_UN`, so waiters woken by the close find it free)
 /// and closes the descriptor; a failure to unlock is logged, never a panic: closing the
 /// descriptor releases the lock anyway.
+///
+/// Once the lock was [shared](LockGuard::share) with a workload, dropping it only closes this
+/// descriptor: a `flock` belongs to the open file description, so `LOCK_UN` through any
+/// duplicate would free the dir while the workload's duplicates still guard it. Only an orderly
+/// [`LockGuard::unlock`], once the workload is gone, unlocks.
 #[derive(Debug)]
 pub(crate) struct LockGuard {
     file: Option<File>,
     path: PathBuf,
+    shared: bool,
 }
 
 impl LockGuard {
@@ -254,7 +260,21 @@ impl LockGuard {
         LockGuard {
             file: Some(file),
             path,
+            shared: false,
         }
+    }
+
+    /// A duplicate of the locked descriptor (same open file description, so the same lock),
+    /// `O_CLOEXEC` and numbered 3 or above, for a workload to inherit. From now on dropping the
+    /// guard no longer unlocks.
+    pub(crate) fn share(&mut self) -> io::Result<OwnedFd> {
+        let file = self
+            .file
+            .as_ref()
+            .ok_or_else(|| io::Error::other("the lock was already released"))?;
+        let dup = rustix::io::fcntl_dupfd_cloexec(file, 3)?;
+        self.shared = true;
+        Ok(dup)
     }
 
     /// The lock file's path (for messages).
@@ -279,6 +299,7 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(file) = self.file.take()
+            && !self.shared
             && let Err(e) = flock(&file, FlockOperation::Unlock)
         {
             eprintln!(

@@ -55,6 +55,7 @@
 //! A waiter that stops waiting for any reason removes its entry, so a cancelled or expired
 //! contender leaves nothing but the `.tenure/` folder and lock file that any contender may create.
 
+pub mod cgroup;
 mod election;
 pub mod epoch;
 pub mod identity;
@@ -65,7 +66,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::fs::File;
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -80,8 +81,8 @@ pub use identity::{
     Identity, IdentityError, Liveness, SignalError, SignalOutcome, parse_start_time, signal_owner,
 };
 pub use record::{
-    DirIdentity, OwnerRecord, RECORD_VERSION, RegistryRecord, Token, WaiterRecord, format_unix_ms,
-    now_ms,
+    Containment, DirIdentity, OwnerRecord, RECORD_VERSION, RegistryRecord, Token, WaiterRecord,
+    format_unix_ms, now_ms,
 };
 
 /// The control folder tenure keeps inside every state dir.
@@ -103,6 +104,11 @@ pub const INSTANCES_DIR: &str = "instances";
 
 /// The largest record tenure reads; its own records are a few hundred bytes.
 const MAX_RECORD: u64 = 64 * 1024;
+
+/// How long an acquisition waits for the SIGKILLed processes of a crashed owner's cgroup to be
+/// gone before it refuses (card T2). SIGKILL empties a cgroup in milliseconds unless a process
+/// is stuck in the kernel (a dead FUSE server, a hung NFS mount).
+pub const LEFTOVERS_WAIT: Duration = Duration::from_secs(5);
 
 /// Errors of the lease boundary.
 #[derive(Debug, thiserror::Error)]
@@ -164,6 +170,20 @@ pub enum LeaseError {
     /// The identity of this process could not be read.
     #[error(transparent)]
     Identity(#[from] IdentityError),
+    /// A cgroup of the workload could not be created or ended.
+    #[error(transparent)]
+    Cgroup(#[from] cgroup::CgroupError),
+    /// Processes of a crashed owner's workload survived SIGKILL in its cgroup.
+    #[error(
+        "{dir}: {} of the workload of epoch {epoch} (cgroup {cgroup}) survived SIGKILL; refusing to start another workload beside it: find out why it cannot die (a process stuck in the kernel, e.g. on a dead FUSE or NFS mount), then run again",
+        PidList(.pids)
+    )]
+    LeftoversSurvived {
+        dir: PathBuf,
+        epoch: u64,
+        cgroup: PathBuf,
+        pids: Vec<u32>,
+    },
     /// The lock syscall failed for a reason other than contention.
     #[error("cannot lock {path}: {source}; check that the filesystem supports flock")]
     Lock {
@@ -200,9 +220,22 @@ impl LeaseError {
             LeaseError::Busy { .. }
             | LeaseError::Cancelled { .. }
             | LeaseError::Identity(_)
+            | LeaseError::Cgroup(_)
+            | LeaseError::LeftoversSurvived { .. }
             | LeaseError::Lock { .. }
             | LeaseError::Wait { .. } => false,
         }
+    }
+}
+
+/// Formats pids for messages: `pid 7`, `pids 7, 9`.
+struct PidList<'a>(&'a [u32]);
+
+impl fmt::Display for PidList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list: Vec<String> = self.0.iter().map(u32::to_string).collect();
+        let word = if self.0.len() == 1 { "pid" } else { "pids" };
+        write!(f, "{word} {}", list.join(", "))
     }
 }
 
@@ -462,6 +495,20 @@ pub fn acquire(
     opts: &AcquireOptions<'_>,
     on_wait: &mut dyn FnMut(&Contention),
 ) -> Result<Lease, LeaseError> {
+    acquire_for_workload(dir, opts, on_wait, false)
+}
+
+/// [`acquire`] for an owner that will run a workload of processes (the runner). With `cgroup`,
+/// the ownership's cgroup (`tenure-<root id>-<epoch>`) is created under the lock and named in
+/// the owner record the acquisition writes, so it is recorded before any process can enter it
+/// and costs no record write of its own (take it with [`Lease::take_cgroup`]); where no cgroup
+/// can be made, [`Lease::cgroup_error`] says why and the lease is returned without one.
+pub fn acquire_for_workload(
+    dir: &StateDir,
+    opts: &AcquireOptions<'_>,
+    on_wait: &mut dyn FnMut(&Contention),
+    cgroup: bool,
+) -> Result<Lease, LeaseError> {
     let dir_path = dir.path().to_path_buf();
     let cancelled = || LeaseError::Cancelled {
         dir: dir_path.clone(),
@@ -525,7 +572,7 @@ pub fn acquire(
         }
     }
     let guard = lock::LockGuard::new(lock_file, lock_path.clone());
-    let lease = become_owner(dir, &control, guard, me, opts.phase)?;
+    let lease = become_owner(dir, &control, guard, me, opts.phase, cgroup)?;
     drop(waiter);
     Ok(lease)
 }
@@ -537,6 +584,7 @@ fn become_owner(
     guard: lock::LockGuard,
     me: Identity,
     phase: PhaseKind,
+    want_cgroup: bool,
 ) -> Result<Lease, LeaseError> {
     // A named point between taking the lock and writing the owner record: tests hold an
     // owner here (`gate`) to show what `stop` and `status` see of an owner that is starting.
@@ -545,6 +593,13 @@ fn become_owner(
         source,
     })?;
     let found = inspect(dir)?;
+    // Card T2: a crashed owner's workload may outlive it in the cgroup its record names. It is
+    // ended here, under the lock and *before* our record replaces that one: if we crash
+    // meanwhile, the record still names it for the next owner. (Ended after the replace, a
+    // crash in between would lose the last trace of it: the lease model's
+    // `end-leftovers-after-record` mutant.)
+    let previous = read_owner(control)?;
+    let leftovers = end_leftovers(dir, previous.as_ref(), found.marker.as_ref())?;
     // Temp files in the control folder can only be left by an owner that crashed mid-write
     // (waiters write in `waiters/`), so the new owner removes them.
     control.remove_temp_files("lease.sweep")?;
@@ -556,12 +611,25 @@ fn become_owner(
         found.epoch,
         highest.as_ref(),
     )?;
-    let marker = match &found.marker {
-        Some(m) => m.clone(),
-        None => new_marker(dir)?,
-    };
     let mut token = [0u8; 16];
     crate::privfs::random_bytes(&mut token)?;
+    let (marker, new_marker) = match found.marker {
+        Some(m) => (m, false),
+        None => (new_marker(dir)?, true),
+    };
+    // The workload's cgroup exists, and is named in the record, before the record is published.
+    let mut cgroup_error = None;
+    let cgroup = if want_cgroup {
+        match cgroup::Cgroup::create(&cgroup::cgroup_name(&marker.root_id.to_string(), epoch)) {
+            Ok(cg) => Some(CgroupGuard(Some(cg))),
+            Err(e) => {
+                cgroup_error = Some(e.to_string());
+                None
+            }
+        }
+    } else {
+        None
+    };
     let record = OwnerRecord {
         version: RECORD_VERSION,
         token: Token(token),
@@ -570,15 +638,20 @@ fn become_owner(
         phase,
         identity: me,
         root_id: Some(marker.root_id),
+        containment: cgroup
+            .as_ref()
+            .and_then(|g| g.0.as_ref())
+            .map(|cg| Containment::Cgroup(cg.record())),
     };
     // Every file of the acquisition is written and fsynced first, then all are renamed into
     // place and the control folder is fsynced once: the same guarantees as one durable replace
     // per file, with one directory fsync instead of three. The epoch is renamed first, so a
     // crash can leave a bumped epoch with an older record (harmless), never the reverse.
     let epoch_tmp = durable_temp(control, &epoch::encode(epoch), "epoch")?;
-    let marker_tmp = match found.marker {
-        Some(_) => None,
-        None => Some(durable_temp(control, &to_json(&marker), "lease.marker")?),
+    let marker_tmp = if new_marker {
+        Some(durable_temp(control, &to_json(&marker), "lease.marker")?)
+    } else {
+        None
     };
     let owner_tmp = durable_temp(control, &to_json(&record), "lease.owner")?;
     epoch_tmp.rename_into(epoch::EPOCH_FILE)?;
@@ -616,7 +689,53 @@ fn become_owner(
         record,
         orphans,
         rewound,
+        previous,
+        root_id: marker.root_id,
+        leftovers,
+        cgroup: cgroup.and_then(|mut g| g.0.take()),
+        cgroup_error,
     })
+}
+
+/// Removes a cgroup created for an acquisition that then failed (nothing entered it).
+struct CgroupGuard(Option<cgroup::Cgroup>);
+
+impl Drop for CgroupGuard {
+    fn drop(&mut self) {
+        if let Some(cg) = self.0.take() {
+            let _ = cg.remove();
+        }
+    }
+}
+
+/// Ends the workload a crashed owner left in the cgroup its record names (if that cgroup still
+/// carries the recorded identity): SIGKILL, then wait up to [`LEFTOVERS_WAIT`] for it to be
+/// empty. Returns the processes it ended.
+fn end_leftovers(
+    dir: &StateDir,
+    previous: Option<&OwnerRecord>,
+    marker: Option<&DirIdentity>,
+) -> Result<Vec<u32>, LeaseError> {
+    let (Some(prev), Some(marker)) = (previous, marker) else {
+        return Ok(Vec::new());
+    };
+    // An orderly release happens only once the workload is gone.
+    if prev.phase == PhaseKind::Released {
+        return Ok(Vec::new());
+    }
+    let Some(Containment::Cgroup(rec)) = &prev.containment else {
+        return Ok(Vec::new());
+    };
+    match cgroup::end_recorded(rec, &marker.root_id.to_string(), prev.epoch, LEFTOVERS_WAIT)? {
+        cgroup::EndedCgroup::Gone => Ok(Vec::new()),
+        cgroup::EndedCgroup::Ended { killed } => Ok(killed),
+        cgroup::EndedCgroup::Survived { pids } => Err(LeaseError::LeftoversSurvived {
+            dir: dir.path().to_path_buf(),
+            epoch: prev.epoch,
+            cgroup: rec.path.clone(),
+            pids,
+        }),
+    }
 }
 
 /// A new identity marker for a cold dir (published by `become_owner`: temp, fsync, rename
@@ -795,6 +914,11 @@ pub struct Lease {
     record: OwnerRecord,
     orphans: Vec<RegistryRecord>,
     rewound: Option<epoch::Rewound>,
+    previous: Option<OwnerRecord>,
+    root_id: Token,
+    leftovers: Vec<u32>,
+    cgroup: Option<cgroup::Cgroup>,
+    cgroup_error: Option<String>,
 }
 
 fn valid_instance_name(name: &str) -> bool {
@@ -972,6 +1096,52 @@ impl Lease {
     /// The descriptor holding the kernel lock, e.g. to check in a test that it is `O_CLOEXEC`.
     pub fn lock_fd(&self) -> Option<BorrowedFd<'_>> {
         self.guard.as_ref().and_then(|g| g.fd())
+    }
+
+    /// A duplicate of the lock descriptor for the workload to inherit, where no cgroup contains
+    /// it (card T2): the lock belongs to the open file description, so the kernel keeps the dir
+    /// locked while any process of the workload still has a copy open, even after this process
+    /// was SIGKILLed (as `flock(1)` without `-o` does). The duplicate is `O_CLOEXEC` here; the
+    /// child clears the flag on its copy before it execs. From now on only [`Lease::release`]
+    /// unlocks — dropping the lease merely closes this process's descriptor — since `LOCK_UN`
+    /// through any copy would unlock every copy while the workload may still run. The owner
+    /// record says so ([`Containment::LockFd`]) from its next rewrite on (the next phase): it is
+    /// evidence for `status` only, since a successor needs nothing from it.
+    pub fn share_lock(&mut self) -> Result<OwnedFd, LeaseError> {
+        let path = self.control.child_path(LOCK_FILE);
+        let dup = match self.guard.as_mut() {
+            Some(g) => g.share(),
+            None => Err(io::Error::other("the lease was already released")),
+        }
+        .map_err(|source| LeaseError::Lock { path, source })?;
+        self.record.containment = Some(Containment::LockFd);
+        Ok(dup)
+    }
+
+    /// The cgroup [`acquire_for_workload`] created and recorded (once; the caller owns it).
+    pub fn take_cgroup(&mut self) -> Option<cgroup::Cgroup> {
+        self.cgroup.take()
+    }
+
+    /// Why [`acquire_for_workload`] could not create a cgroup, when it was asked to.
+    pub fn cgroup_error(&self) -> Option<&str> {
+        self.cgroup_error.as_deref()
+    }
+
+    /// The state dir's root id (from its identity marker), which names this ownership's cgroup.
+    pub fn root_id(&self) -> Token {
+        self.root_id
+    }
+
+    /// The owner record of the ownership before this one, as found at acquisition.
+    pub fn previous(&self) -> Option<&OwnerRecord> {
+        self.previous.as_ref()
+    }
+
+    /// The processes of a crashed owner's workload this acquisition ended (card T2), before it
+    /// replaced that owner's record.
+    pub fn leftovers_ended(&self) -> &[u32] {
+        &self.leftovers
     }
 }
 

@@ -7,8 +7,23 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::cgroup::CgroupRecord;
 use super::identity::Identity;
 use crate::machine::PhaseKind;
+
+/// How an ownership contains its workload (spec/runner.md, "Containment"), as its owner record
+/// says. A cgroup is named by the record the acquisition writes, before any process can enter
+/// it, so that a successor knows what to end (card T2); the inherited lock descriptor is
+/// recorded with the next phase change, for `status` only.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "mechanism")]
+pub enum Containment {
+    /// A cgroup of this ownership contains the workload.
+    Cgroup(CgroupRecord),
+    /// No cgroup: the workload keeps a duplicate of the lock descriptor, so the kernel keeps the
+    /// dir locked while any process of it holds one.
+    LockFd,
+}
 
 /// The format version written into every record.
 pub const RECORD_VERSION: u32 = 1;
@@ -85,6 +100,11 @@ pub struct OwnerRecord {
     /// acted on. Absent in records of older versions, which are treated as foreign.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_id: Option<Token>,
+    /// How this ownership contains its workload (a cgroup: from the acquisition on, before any
+    /// process can enter it, so that a successor can end what a crashed owner left running,
+    /// card T2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub containment: Option<Containment>,
 }
 
 /// `.tenure/identity.json`: the directory identity marker, written once by the first owner of a
@@ -252,6 +272,7 @@ mod tests {
                 pidfs_ino: None,
             },
             root_id: Some(Token([2; 16])),
+            containment: None,
         };
         let json = serde_json::to_string(&rec).unwrap();
         assert!(json.contains("\"phase\":\"recovering\""), "{json}");

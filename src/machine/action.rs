@@ -35,10 +35,15 @@ pub enum Action {
     NotifyStopping,
     /// Run the host's begin-drain hook: stop taking new work. Emitted once per ownership.
     BeginDrain,
-    /// Forward this signal to the child through its pidfd.
-    Forward(Signal),
-    /// Send SIGKILL to the child through its pidfd.
+    /// Send this stop signal to the target (through pidfds: a process that already exited is
+    /// never signalled).
+    Forward(Signal, Target),
+    /// Send this other signal (by number: USR1, WINCH, ...) to the target.
+    Relay(u8, Target),
+    /// Send SIGKILL to every process of the workload.
     Kill,
+    /// The timer must not fire before this much time from now (it keeps a later deadline).
+    ExtendTimer(Timer, Duration),
     /// Publish the staged checkpoint, fenced by the epoch; answer `CheckpointPublished`,
     /// `CheckpointSkipped` or `CheckpointFailed`.
     Publish,
@@ -66,9 +71,15 @@ pub enum Note {
     Draining(DrainCause),
     /// The readiness timer fired before `READY=1`.
     ReadinessTimedOut,
-    /// The child did not stop within the grace period and was sent SIGKILL.
+    /// The watchdog timer fired: no `WATCHDOG=1` in time.
+    WatchdogTimedOut,
+    /// The main process exited but processes of its tree remain: they are stopped (stop signal,
+    /// grace, SIGKILL) before the lease is released.
+    TreeRemains,
+    /// The workload did not stop within the grace period and was sent SIGKILL.
     Killed,
-    /// The child survived SIGKILL past the kill wait; the lease is kept until it is reaped.
+    /// A process of the workload survived SIGKILL past the kill wait; the lease is kept until
+    /// the whole workload is gone.
     DidNotStop,
     /// The drain's checkpoint is durable.
     CheckpointPublished,
@@ -82,6 +93,17 @@ pub enum Note {
     Cancelled,
     /// The wait bound expired against a live owner.
     Busy,
+}
+
+/// Which processes of the workload a signal is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Target {
+    /// The main process only.
+    Main,
+    /// Every process of the workload (the main process, if it still runs, and every
+    /// descendant).
+    Tree,
 }
 
 /// Why a drain began.
@@ -98,6 +120,8 @@ pub enum DrainCause {
     ChildExited,
     /// The state dir was moved or replaced (card H7).
     RootLost,
+    /// The ready workload missed its `WATCHDOG=1` ping.
+    Watchdog,
 }
 
 /// Why a run ended: the `reason` of the run's end record (card R1).
@@ -122,6 +146,8 @@ pub enum Reason {
     SpawnFailed,
     /// The drain's checkpoint could not be published; CURRENT is unchanged.
     PublishFailed,
+    /// The ready workload missed its watchdog ping and was stopped. Nothing was published.
+    Watchdog,
 }
 
 /// Why a run was refused (details of [`Reason::Refused`]).
@@ -138,6 +164,8 @@ pub enum Refusal {
     ReadinessTimedOut,
     /// The state dir was moved or replaced while recovering.
     RootLost,
+    /// A forking daemon's tree ended before its pid file named a main process.
+    NoMainPid,
 }
 
 /// How a run ended: the reason, the process exit code and the details behind them. The exit
@@ -211,7 +239,7 @@ impl Outcome {
             Reason::Refused => match self.refusal {
                 Some(Refusal::Signal(s)) => s.exit_code(),
                 Some(Refusal::Io) => EXIT_IO,
-                Some(Refusal::ReadinessTimedOut) => EXIT_NOT_READY,
+                Some(Refusal::ReadinessTimedOut) | Some(Refusal::NoMainPid) => EXIT_NOT_READY,
                 Some(Refusal::State) | Some(Refusal::RootLost) | None => EXIT_REFUSED,
             },
             Reason::Cancelled => match self.signal {
@@ -224,6 +252,7 @@ impl Outcome {
                 Some(ExecFailure::NotFound) | None => EXIT_NOT_FOUND,
             },
             Reason::PublishFailed => EXIT_IO,
+            Reason::Watchdog => EXIT_NOT_READY,
         }
     }
 
@@ -245,6 +274,7 @@ impl Outcome {
                 Some(ExecFailure::NotExecutable) => "not-executable".to_string(),
                 _ => "not-found".to_string(),
             },
+            Reason::Watchdog => "missed-ping".to_string(),
             _ => match (self.signal, self.child) {
                 (Some(s), _) => s.name().to_string(),
                 (None, _) if matches!(self.refusal, Some(Refusal::RootLost)) => "root-lost".into(),
@@ -268,6 +298,7 @@ pub const fn reason_name(r: Reason) -> &'static str {
         Reason::Busy => "busy",
         Reason::SpawnFailed => "spawn-failed",
         Reason::PublishFailed => "publish-failed",
+        Reason::Watchdog => "watchdog",
     }
 }
 
@@ -279,6 +310,7 @@ pub const fn refusal_name(r: Refusal) -> &'static str {
         Refusal::Io => "io",
         Refusal::ReadinessTimedOut => "readiness-timed-out",
         Refusal::RootLost => "root-lost",
+        Refusal::NoMainPid => "no-main-pid",
     }
 }
 
@@ -295,8 +327,12 @@ impl fmt::Display for Action {
             Action::NotifyReady => f.write_str("notify-ready"),
             Action::NotifyStopping => f.write_str("notify-stopping"),
             Action::BeginDrain => f.write_str("begin-drain"),
-            Action::Forward(s) => write!(f, "forward({s})"),
+            Action::Forward(s, t) => write!(f, "forward({s}, {})", target_name(*t)),
+            Action::Relay(n, t) => {
+                write!(f, "relay({}, {})", super::signal_name(*n), target_name(*t))
+            }
             Action::Kill => f.write_str("kill"),
+            Action::ExtendTimer(t, d) => write!(f, "extend({}, {:?})", timer_name(*t), d),
             Action::Publish => f.write_str("publish"),
             Action::ReleaseLease => f.write_str("release-lease"),
             Action::Note(n) => write!(f, "note({n})"),
@@ -314,6 +350,8 @@ impl fmt::Display for Note {
             Note::Ready => f.write_str("ready"),
             Note::Draining(c) => write!(f, "draining: {c}"),
             Note::ReadinessTimedOut => f.write_str("readiness timed out"),
+            Note::WatchdogTimedOut => f.write_str("watchdog timed out"),
+            Note::TreeRemains => f.write_str("tree remains"),
             Note::Killed => f.write_str("killed"),
             Note::DidNotStop => f.write_str("did not stop"),
             Note::CheckpointPublished => f.write_str("checkpoint-published"),
@@ -334,6 +372,15 @@ impl fmt::Display for DrainCause {
             DrainCause::ChildStopping => f.write_str("child stopping"),
             DrainCause::ChildExited => f.write_str("child exited"),
             DrainCause::RootLost => f.write_str("root lost"),
+            DrainCause::Watchdog => f.write_str("watchdog"),
         }
+    }
+}
+
+/// The lowercase name of a signal target.
+pub const fn target_name(t: Target) -> &'static str {
+    match t {
+        Target::Main => "main",
+        Target::Tree => "tree",
     }
 }

@@ -2,9 +2,12 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::time::Duration;
 
 /// A signal that asks the owner to stop. TERM, INT and HUP are distinct values so that the exit
-/// code (128 + N) and the forwarded signal follow the one that arrived.
+/// code (128 + N) and the forwarded signal follow the one that arrived. (Whether HUP stops is
+/// the configuration's [`super::HupPolicy`]; every other catchable signal is an
+/// [`Event::Stray`].)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Signal {
@@ -60,6 +63,48 @@ impl fmt::Display for Signal {
     }
 }
 
+/// The name of a Linux signal number, e.g. `SIGUSR1`, `SIGRTMIN+3`; `signal N` for a number
+/// that names no signal.
+pub fn signal_name(n: u8) -> String {
+    let name = match n {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        5 => "SIGTRAP",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        10 => "SIGUSR1",
+        11 => "SIGSEGV",
+        12 => "SIGUSR2",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        16 => "SIGSTKFLT",
+        17 => "SIGCHLD",
+        18 => "SIGCONT",
+        19 => "SIGSTOP",
+        20 => "SIGTSTP",
+        21 => "SIGTTIN",
+        22 => "SIGTTOU",
+        23 => "SIGURG",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        26 => "SIGVTALRM",
+        27 => "SIGPROF",
+        28 => "SIGWINCH",
+        29 => "SIGIO",
+        30 => "SIGPWR",
+        31 => "SIGSYS",
+        // glibc keeps 32 and 33 for itself; SIGRTMIN is 34 for every program linked with it.
+        34..=64 => return format!("SIGRTMIN+{}", n - 34),
+        _ => return format!("signal {n}"),
+    };
+    name.to_string()
+}
+
 /// How a supervised child ended, as `waitid` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -104,13 +149,20 @@ pub enum Timer {
     Readiness,
     /// Bounds how long the workload may take to stop after it was asked to (then KILL).
     Grace,
-    /// Bounds how long a killed child may take to be reaped (then `did not stop`).
+    /// Bounds how long a killed workload may take to be gone (then `did not stop`).
     KillWait,
+    /// Bounds the time between two `WATCHDOG=1` pings of a ready workload (`--watchdog`).
+    Watchdog,
 }
 
 impl Timer {
     /// Every timer, in a fixed order.
-    pub const ALL: [Timer; 3] = [Timer::Readiness, Timer::Grace, Timer::KillWait];
+    pub const ALL: [Timer; 4] = [
+        Timer::Readiness,
+        Timer::Grace,
+        Timer::KillWait,
+        Timer::Watchdog,
+    ];
 }
 
 /// Why `exec` of the child failed; decides exit code 127 or 126 (as a shell does).
@@ -162,10 +214,27 @@ pub enum Event {
     ChildReady,
     /// The child said `STOPPING=1`: it is shutting down on its own.
     ChildStopping,
-    /// The child exited and was reaped.
+    /// The workload said `WATCHDOG=1`: it is alive.
+    ChildWatchdog,
+    /// The workload said `EXTEND_TIMEOUT_USEC=`: the timeout of what it is doing now (starting,
+    /// stopping) must not expire before this much time from now.
+    ChildExtendTimeout(Duration),
+    /// The main process exited and was reaped, and no other process of the workload runs: the
+    /// whole workload ended.
     ChildExited(ChildStatus),
+    /// The main process exited and was reaped, but processes of its tree remain (backgrounded,
+    /// `setsid`, or a forking daemon's first process that left the daemon behind).
+    MainExited(ChildStatus),
+    /// After [`Event::MainExited`]: the last process of the workload is gone.
+    TreeEmpty,
+    /// A forking daemon's main process is known (named by the pid file, or the only child that
+    /// remained): it is the workload's main process from now on.
+    MainAdopted,
     /// A stop signal arrived for this process.
     Stop(Signal),
+    /// A catchable signal the owner does not act on itself arrived (USR1, USR2, WINCH, QUIT,
+    /// ...; by number): it is for the workload (card T3).
+    Stray(u8),
     /// The host asked to drain (in-process `request_drain`, idle exit).
     DrainRequested,
     /// The state dir was moved or replaced while owned (card H7).
@@ -203,11 +272,18 @@ impl Event {
             Event::SpawnFailed(ExecFailure::NotExecutable),
             Event::ChildReady,
             Event::ChildStopping,
+            Event::ChildWatchdog,
+            Event::ChildExtendTimeout(Duration::from_secs(60)),
             Event::ChildExited(ChildStatus::Exited(0)),
             Event::ChildExited(ChildStatus::Exited(3)),
             Event::ChildExited(ChildStatus::Signaled(15)),
+            Event::MainExited(ChildStatus::Exited(0)),
+            Event::MainExited(ChildStatus::Exited(3)),
+            Event::TreeEmpty,
+            Event::MainAdopted,
         ];
         v.extend(Signal::ALL.map(Event::Stop));
+        v.push(Event::Stray(10));
         v.extend([
             Event::DrainRequested,
             Event::RootLost,
@@ -241,9 +317,16 @@ impl fmt::Display for Event {
             }
             Event::ChildReady => f.write_str("child-ready"),
             Event::ChildStopping => f.write_str("child-stopping"),
+            Event::ChildWatchdog => f.write_str("child-watchdog"),
+            Event::ChildExtendTimeout(d) => write!(f, "child-extend-timeout({d:?})"),
             Event::ChildExited(ChildStatus::Exited(c)) => write!(f, "child-exited({c})"),
             Event::ChildExited(ChildStatus::Signaled(n)) => write!(f, "child-exited(signal {n})"),
+            Event::MainExited(ChildStatus::Exited(c)) => write!(f, "main-exited({c})"),
+            Event::MainExited(ChildStatus::Signaled(n)) => write!(f, "main-exited(signal {n})"),
+            Event::TreeEmpty => f.write_str("tree-empty"),
+            Event::MainAdopted => f.write_str("main-adopted"),
             Event::Stop(s) => write!(f, "stop({s})"),
+            Event::Stray(n) => write!(f, "stray({})", signal_name(*n)),
             Event::DrainRequested => f.write_str("drain-requested"),
             Event::RootLost => f.write_str("root-lost"),
             Event::ResidenciesSettled => f.write_str("residencies-settled"),
@@ -268,5 +351,6 @@ pub(crate) fn timer_name(t: Timer) -> &'static str {
         Timer::Readiness => "readiness",
         Timer::Grace => "grace",
         Timer::KillWait => "kill-wait",
+        Timer::Watchdog => "watchdog",
     }
 }

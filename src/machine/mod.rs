@@ -21,10 +21,10 @@ pub mod trace;
 pub use action::{
     Action, DrainCause, EXIT_BUSY, EXIT_DID_NOT_STOP, EXIT_IO, EXIT_KILLED, EXIT_NOT_EXECUTABLE,
     EXIT_NOT_FOUND, EXIT_NOT_READY, EXIT_REFUSED, EXIT_USAGE, Note, Outcome, Reason, Refusal,
-    reason_name, refusal_name,
+    Target, reason_name, refusal_name,
 };
 pub use admission::{NotAdmitted, OpClass, admit};
-pub use event::{ChildStatus, Event, ExecFailure, Fault, Signal, Timer};
+pub use event::{ChildStatus, Event, ExecFailure, Fault, Signal, Timer, signal_name};
 pub use residency::{IdleDecision, Residencies, ResidencyKind, RetireMode};
 
 use serde::{Deserialize, Serialize};
@@ -103,14 +103,56 @@ pub(crate) const fn phase_name(p: PhaseKind) -> &'static str {
     }
 }
 
-/// How the owner decides that its workload is ready.
+/// How the owner decides that its workload is ready (the runner's `--type`, after systemd's
+/// `Type=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ReadyMode {
-    /// Ready as soon as the child is spawned.
+    /// `--type simple`: ready as soon as the child is spawned.
     Start,
-    /// Ready when the child sends `READY=1` over `NOTIFY_SOCKET`.
+    /// `--type notify`: ready when the workload sends `READY=1` over `NOTIFY_SOCKET`.
     Notify,
+    /// `--type forking`: the first process daemonizes; ready when it exits 0 and leaves a tree
+    /// behind (and, with `--pidfile`, once the pid file names the daemon's main process). What
+    /// remains of the tree is the workload.
+    Forking,
+}
+
+/// Where a stop signal goes first (the runner's `--kill-mode`, after systemd's `KillMode=`).
+/// Either way the lease is kept until every process of the workload is gone: what remains
+/// after the main process exits gets the stop signal, the grace, then SIGKILL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KillMode {
+    /// Every process of the workload gets the stop signal at once (systemd's
+    /// `control-group`).
+    Tree,
+    /// The main process gets the stop signal; what remains of its tree gets it once the main
+    /// process exited (systemd's `process`, without ever abandoning the rest).
+    Main,
+}
+
+/// What SIGHUP means to the owner (the runner's `--hup`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HupPolicy {
+    /// HUP is a stop signal like TERM and INT.
+    Stop,
+    /// While ready or draining, HUP is forwarded to the workload's main process (the reload
+    /// convention: `ExecReload=kill -HUP`, logrotate). While waiting and recovering it still
+    /// cancels or refuses (cards G1, G3).
+    Forward,
+}
+
+/// What of a child workload still runs, while it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Running {
+    /// The main process runs (with whatever descendants it has).
+    Main,
+    /// The main process has exited (its status is in the outcome, if it was ever known) but
+    /// processes of its tree remain; or a forking daemon whose main process is not known yet.
+    Tree,
 }
 
 /// What the owner runs while it owns the state dir.
@@ -135,14 +177,27 @@ pub struct Config {
     pub grace: Duration,
     /// How long a killed child may take to be reaped before `did not stop` is reported.
     pub kill_wait: Duration,
-    /// How long a notify-mode child may take to send `READY=1`; `None` waits forever.
+    /// How long a notify-mode child may take to send `READY=1` (a forking one: to exit 0 and
+    /// name its main process); `None` waits forever.
     pub ready_timeout: Option<Duration>,
     /// The exit code of the busy outcome (default 75, like flock's `-E`).
     pub busy_code: u8,
+    /// Where stop signals go first.
+    pub kill_mode: KillMode,
+    /// What SIGHUP means.
+    pub hup: HupPolicy,
+    /// While ready, the workload must send `WATCHDOG=1` at least this often or it is stopped
+    /// (`--watchdog`); `None`: no watchdog.
+    pub watchdog: Option<Duration>,
+    /// With [`ReadyMode::Forking`]: readiness also waits for the pid file to name the main
+    /// process (`--pidfile`).
+    pub pid_file: bool,
 }
 
 impl Config {
-    /// Defaults of the runner: a child ready at spawn, 10 s grace, 5 s kill wait, busy = 75.
+    /// Defaults of the runner: 10 s grace, 5 s kill wait, busy = 75, HUP forwarded, no
+    /// watchdog; stop signals go to the whole tree, except for a forking daemon, whose main
+    /// process gets them first.
     pub const fn child(ready: ReadyMode) -> Config {
         Config {
             workload: Workload::Child(ready),
@@ -150,6 +205,13 @@ impl Config {
             kill_wait: Duration::from_secs(5),
             ready_timeout: None,
             busy_code: EXIT_BUSY,
+            kill_mode: match ready {
+                ReadyMode::Forking => KillMode::Main,
+                ReadyMode::Start | ReadyMode::Notify => KillMode::Tree,
+            },
+            hup: HupPolicy::Forward,
+            watchdog: None,
+            pid_file: false,
         }
     }
 
@@ -161,6 +223,10 @@ impl Config {
             kill_wait: Duration::from_secs(5),
             ready_timeout: None,
             busy_code: EXIT_BUSY,
+            kill_mode: KillMode::Tree,
+            hup: HupPolicy::Stop,
+            watchdog: None,
+            pid_file: false,
         }
     }
 }
@@ -177,7 +243,7 @@ pub enum ColdStep {
     Waiting,
 }
 
-/// How far stopping the child has gone.
+/// How far stopping the workload has gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ChildStop {
@@ -185,9 +251,10 @@ pub enum ChildStop {
     Announced,
     /// A stop signal was forwarded; the grace timer runs.
     Signalled,
-    /// SIGKILL was sent; the kill-wait timer runs.
+    /// SIGKILL was sent to every process of the workload; the kill-wait timer runs.
     Killed,
-    /// The child survived SIGKILL past the kill wait; the lease is kept until it is reaped.
+    /// A process of the workload survived SIGKILL past the kill wait; the lease is kept until
+    /// the whole workload is gone.
     Unreapable,
 }
 
@@ -199,10 +266,13 @@ pub enum RecoveryStep {
     Verifying,
     /// The child is being started.
     Spawning,
-    /// The child runs; waiting for `READY=1`.
+    /// The child runs; waiting for `READY=1` (a forking one: for its first process to exit).
     AwaitingReady,
-    /// Recovery was abandoned; the child is being stopped. Nothing will be published.
-    Aborting(ChildStop),
+    /// A forking daemon's first process exited 0; waiting for the pid file to name the main
+    /// process. What remains of the tree runs.
+    AwaitingMain,
+    /// Recovery was abandoned; the workload is being stopped. Nothing will be published.
+    Aborting(ChildStop, Running),
     /// Recovery was abandoned; the lease is being released.
     Releasing,
 }
@@ -216,8 +286,8 @@ pub enum DrainStep {
     /// In-process: the grace expired with active residencies; the lease is kept until they
     /// settle.
     Unsettled,
-    /// The child is being stopped.
-    Stopping(ChildStop),
+    /// The workload is being stopped.
+    Stopping(ChildStop, Running),
     /// The checkpoint is being published.
     Publishing,
     /// The lease is being released.
@@ -250,6 +320,8 @@ pub enum Phase {
     Ready {
         /// The ownership's epoch.
         epoch: u64,
+        /// What of a child workload runs ([`Running::Main`] for an in-process host).
+        running: Running,
     },
     /// Owning, draining.
     Draining {
@@ -288,7 +360,7 @@ impl Phase {
     pub const fn epoch(&self) -> Option<u64> {
         match self {
             Phase::Recovering { epoch, .. }
-            | Phase::Ready { epoch }
+            | Phase::Ready { epoch, .. }
             | Phase::Draining { epoch, .. } => Some(*epoch),
             Phase::Cold { .. } | Phase::Released(_) | Phase::Cancelled(_) | Phase::Refused(_) => {
                 None
@@ -338,7 +410,10 @@ impl Phase {
                     RecoveryStep::Verifying => "verifying".to_string(),
                     RecoveryStep::Spawning => "spawning".to_string(),
                     RecoveryStep::AwaitingReady => "awaiting ready".to_string(),
-                    RecoveryStep::Aborting(c) => format!("aborting: {}", child_stop_name(*c)),
+                    RecoveryStep::AwaitingMain => "awaiting main pid".to_string(),
+                    RecoveryStep::Aborting(c, r) => {
+                        format!("aborting: {}{}", child_stop_name(*c), running_suffix(*r))
+                    }
                     RecoveryStep::Releasing => "releasing".to_string(),
                 };
                 format!(
@@ -350,21 +425,64 @@ impl Phase {
                     }
                 )
             }
-            Phase::Ready { .. } => "ready".to_string(),
-            Phase::Draining { step, .. } => {
+            Phase::Ready { running, .. } => match running {
+                Running::Main => "ready".to_string(),
+                Running::Tree => "ready(tree only)".to_string(),
+            },
+            Phase::Draining {
+                step,
+                outcome,
+                cause,
+                ..
+            } => {
                 let s = match step {
                     DrainStep::Settling => "settling".to_string(),
                     DrainStep::Unsettled => "unsettled".to_string(),
-                    DrainStep::Stopping(c) => format!("stopping: {}", child_stop_name(*c)),
+                    // Whether the main process exited 0 decides whether the drain publishes once
+                    // the rest of its tree is gone, so it is part of the row.
+                    DrainStep::Stopping(
+                        c @ (ChildStop::Announced | ChildStop::Signalled),
+                        Running::Tree,
+                    ) if outcome.child.is_some_and(ChildStatus::success) => {
+                        format!(
+                            "stopping: {}, tree only, main exited 0",
+                            child_stop_name(*c)
+                        )
+                    }
+                    DrainStep::Stopping(c, r) => {
+                        format!("stopping: {}{}", child_stop_name(*c), running_suffix(*r))
+                    }
                     DrainStep::Publishing => "publishing".to_string(),
                     DrainStep::Releasing => "releasing".to_string(),
                 };
-                format!("draining({s})")
+                // A watchdog drain never publishes, whatever the exit: a row of its own.
+                let publishing_step = matches!(
+                    step,
+                    DrainStep::Stopping(ChildStop::Announced | ChildStop::Signalled, _)
+                );
+                let watchdog = match cause {
+                    DrainCause::Watchdog if publishing_step => ", watchdog",
+                    DrainCause::Watchdog => "",
+                    DrainCause::Signal(_)
+                    | DrainCause::Requested
+                    | DrainCause::ChildStopping
+                    | DrainCause::ChildExited
+                    | DrainCause::RootLost => "",
+                };
+                format!("draining({s}{watchdog})")
             }
             Phase::Released(o) => format!("released({})", o.summary()),
             Phase::Cancelled(o) => format!("cancelled({})", o.summary()),
             Phase::Refused(o) => format!("refused({})", o.summary()),
         }
+    }
+}
+
+/// The label suffix of a stop step whose main process has exited.
+const fn running_suffix(r: Running) -> &'static str {
+    match r {
+        Running::Main => "",
+        Running::Tree => ", tree only",
     }
 }
 

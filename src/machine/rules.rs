@@ -3,10 +3,11 @@
 //! Every match on the phase lists every phase, and every match on the event lists every event,
 //! so adding either breaks the build exactly where a decision is missing (as rustls does).
 
-use super::action::{Action, DrainCause, Note, Outcome, Reason, Refusal};
+use super::action::{Action, DrainCause, Note, Outcome, Reason, Refusal, Target};
 use super::event::{ChildStatus, Event, Fault, Signal, Timer};
 use super::{
-    ChildStop, ColdStep, Config, DrainStep, Phase, PhaseKind, ReadyMode, RecoveryStep, Workload,
+    ChildStop, ColdStep, Config, DrainStep, HupPolicy, KillMode, Phase, PhaseKind, ReadyMode,
+    RecoveryStep, Running, Workload,
 };
 
 /// What the rules decided for one event.
@@ -33,7 +34,7 @@ pub(crate) fn next(cfg: &Config, phase: &Phase, ev: Event) -> Decision {
             drain_pending,
             outcome,
         } => recovering(cfg, epoch, step, drain_pending, outcome, ev),
-        Phase::Ready { epoch } => ready(cfg, epoch, ev),
+        Phase::Ready { epoch, running } => ready(cfg, epoch, running, ev),
         Phase::Draining {
             epoch,
             cause,
@@ -115,6 +116,9 @@ fn cold(cfg: &Config, step: ColdStep, drain_pending: bool, ev: Event) -> Decisio
                 )
             }
         }
+        // Nothing of a workload runs before the lease: the signal has nobody to reach, and the
+        // owner survives it (card T3).
+        Event::Stray(_) => Ignore,
         Event::LeaseGranted { .. } | Event::WaitExpired | Event::LeaseFailed(_) => Reject,
         Event::RecoveryDone
         | Event::RecoveryFailed(_)
@@ -122,7 +126,12 @@ fn cold(cfg: &Config, step: ColdStep, drain_pending: bool, ev: Event) -> Decisio
         | Event::SpawnFailed(_)
         | Event::ChildReady
         | Event::ChildStopping
+        | Event::ChildWatchdog
+        | Event::ChildExtendTimeout(_)
         | Event::ChildExited(_)
+        | Event::MainExited(_)
+        | Event::TreeEmpty
+        | Event::MainAdopted
         | Event::RootLost
         | Event::ResidenciesSettled
         | Event::TimerExpired(_)
@@ -140,26 +149,58 @@ fn refusal_of(fault: Fault) -> Refusal {
     }
 }
 
-/// Recovery is abandoned with this outcome: stop the child if one runs, then release.
-/// Nothing is ever published from here (card G3).
+/// Where a stop signal goes while `running` runs: the main process first under
+/// `--kill-mode main`, otherwise (and once the main process has exited) every process of the
+/// workload at once.
+fn stop_target(cfg: &Config, running: Running) -> Target {
+    match (running, cfg.kill_mode) {
+        (Running::Main, KillMode::Main) => Target::Main,
+        (Running::Main, KillMode::Tree) | (Running::Tree, KillMode::Main | KillMode::Tree) => {
+            Target::Tree
+        }
+    }
+}
+
+/// Where a signal the owner does not act on goes: the main process, as if it had been sent to
+/// it; every process of the workload once there is no main process to speak for the tree.
+fn relay_target(running: Running) -> Target {
+    match running {
+        Running::Main => Target::Main,
+        Running::Tree => Target::Tree,
+    }
+}
+
+/// Whether `sig` is a HUP that this configuration forwards instead of stopping on (while ready
+/// or draining; waiting and recovering keep the cards' behaviour).
+fn hup_forwarded(cfg: &Config, sig: Signal) -> bool {
+    matches!(sig, Signal::Hup)
+        && matches!(cfg.hup, HupPolicy::Forward)
+        && matches!(cfg.workload, Workload::Child(_))
+}
+
+/// Recovery is abandoned with this outcome: stop the workload if one runs (`running`), then
+/// release. Nothing is ever published from here (card G3).
 fn abandon_recovery(
+    cfg: &Config,
     epoch: u64,
     drain_pending: bool,
     o: Outcome,
-    child: bool,
+    running: Option<Running>,
     forward: Signal,
-    grace: std::time::Duration,
     mut actions: Vec<Action>,
 ) -> Decision {
-    let step = if child {
-        actions.extend([
-            Action::Forward(forward),
-            Action::ArmTimer(Timer::Grace, grace),
-        ]);
-        RecoveryStep::Aborting(ChildStop::Signalled)
-    } else {
-        actions.push(Action::ReleaseLease);
-        RecoveryStep::Releasing
+    let step = match running {
+        Some(r) => {
+            actions.extend([
+                Action::Forward(forward, stop_target(cfg, r)),
+                Action::ArmTimer(Timer::Grace, cfg.grace),
+            ]);
+            RecoveryStep::Aborting(ChildStop::Signalled, r)
+        }
+        None => {
+            actions.push(Action::ReleaseLease);
+            RecoveryStep::Releasing
+        }
     };
     Move(
         Phase::Recovering {
@@ -186,6 +227,7 @@ fn drain_prefix(
         DrainCause::Signal(s) => o.signal = Some(s),
         DrainCause::RootLost => o.refusal = Some(Refusal::RootLost),
         DrainCause::ChildStopping | DrainCause::ChildExited => o.reason = Reason::Exited,
+        DrainCause::Watchdog => o.reason = Reason::Watchdog,
         DrainCause::Requested => {}
     }
     if !begun {
@@ -199,40 +241,40 @@ fn drain_prefix(
     (o, actions)
 }
 
-/// Enter the drain while the workload still runs (`child_running` is false only when a drain
-/// was requested before any child was started).
+/// Enter the drain while the workload still runs (`running` is `None` only when a drain was
+/// requested before any child was started).
 fn enter_drain(
     cfg: &Config,
     epoch: u64,
     cause: DrainCause,
     begun: bool,
-    child_running: bool,
+    running: Option<Running>,
     pre: Vec<Action>,
 ) -> Decision {
     let (o, mut actions) = drain_prefix(cfg, cause, begun, pre);
     let forward = match cause {
         DrainCause::Signal(s) => Some(s),
-        DrainCause::Requested | DrainCause::RootLost => Some(Signal::Term),
+        DrainCause::Requested | DrainCause::RootLost | DrainCause::Watchdog => Some(Signal::Term),
         DrainCause::ChildStopping | DrainCause::ChildExited => None,
     };
-    let step = match (cfg.workload, forward) {
-        (Workload::InProcess, _) => {
+    let step = match (cfg.workload, running, forward) {
+        (Workload::InProcess, _, _) => {
             actions.push(Action::ArmTimer(Timer::Grace, cfg.grace));
             DrainStep::Settling
         }
         // No child was ever started, so nothing runs and nothing was staged.
-        (Workload::Child(_), _) if !child_running => {
+        (Workload::Child(_), None, _) => {
             actions.push(Action::ReleaseLease);
             DrainStep::Releasing
         }
-        (Workload::Child(_), Some(s)) => {
+        (Workload::Child(_), Some(r), Some(s)) => {
             actions.extend([
-                Action::Forward(s),
+                Action::Forward(s, stop_target(cfg, r)),
                 Action::ArmTimer(Timer::Grace, cfg.grace),
             ]);
-            DrainStep::Stopping(ChildStop::Signalled)
+            DrainStep::Stopping(ChildStop::Signalled, r)
         }
-        (Workload::Child(_), None) => DrainStep::Stopping(ChildStop::Announced),
+        (Workload::Child(_), Some(r), None) => DrainStep::Stopping(ChildStop::Announced, r),
     };
     Move(
         Phase::Draining {
@@ -245,8 +287,8 @@ fn enter_drain(
     )
 }
 
-/// The child ended by itself while recovering or ready: drain, publish only after exit 0, pass
-/// its exit code through.
+/// The whole workload ended by itself while recovering or ready: drain, publish only after
+/// exit 0, pass its exit code through.
 fn child_ended_by_itself(
     cfg: &Config,
     epoch: u64,
@@ -268,7 +310,52 @@ fn child_ended_by_itself(
     )
 }
 
-/// After the child was reaped: publish if it exited 0, otherwise release at once.
+/// The main process exited by itself but left processes behind (card T1): drain, and stop what
+/// remains as any stop does (TERM, grace, SIGKILL) before anything is published or released.
+/// The main process's exit code is the run's, unless the rest had to be killed.
+fn main_ended_by_itself(
+    cfg: &Config,
+    epoch: u64,
+    begun: bool,
+    status: ChildStatus,
+    pre: Vec<Action>,
+) -> Decision {
+    let (mut o, mut actions) = drain_prefix(cfg, DrainCause::ChildExited, begun, pre);
+    o.child = Some(status);
+    actions.extend([
+        Action::Note(Note::TreeRemains),
+        Action::Forward(Signal::Term, Target::Tree),
+        Action::ArmTimer(Timer::Grace, cfg.grace),
+    ]);
+    Move(
+        Phase::Draining {
+            epoch,
+            cause: DrainCause::ChildExited,
+            step: DrainStep::Stopping(ChildStop::Signalled, Running::Tree),
+            outcome: o,
+        },
+        actions,
+    )
+}
+
+/// A forking daemon with no known main process ended by itself: nothing reports an exit status,
+/// so nothing vouches for what it staged; the lease is released without publishing.
+fn tree_ended_by_itself(cfg: &Config, epoch: u64, pre: Vec<Action>) -> Decision {
+    let (o, mut actions) = drain_prefix(cfg, DrainCause::ChildExited, false, pre);
+    let step = finish_child(&mut actions, false);
+    Move(
+        Phase::Draining {
+            epoch,
+            cause: DrainCause::ChildExited,
+            step,
+            outcome: o,
+        },
+        actions,
+    )
+}
+
+/// After the workload is gone: publish if the drain may (exit 0, stopped in order), otherwise
+/// release at once.
 fn finish_child(actions: &mut Vec<Action>, publish: bool) -> DrainStep {
     if publish {
         actions.push(Action::Publish);
@@ -276,6 +363,113 @@ fn finish_child(actions: &mut Vec<Action>, publish: bool) -> DrainStep {
     } else {
         actions.push(Action::ReleaseLease);
         DrainStep::Releasing
+    }
+}
+
+/// What an event does to a workload that is being stopped, the same while recovery is
+/// abandoned and while draining.
+enum StopStep {
+    /// Still stopping: the next step, what runs, the main process's status if this event
+    /// reported it, and the actions.
+    Go(ChildStop, Running, Option<ChildStatus>, Vec<Action>),
+    /// The whole workload is gone; the main process's status if this event reported it, and the
+    /// actions (disarming the stop's timer).
+    Gone(Option<ChildStatus>, Vec<Action>),
+    /// Accepted, nothing changes.
+    Ignore,
+    /// Illegal here.
+    Reject,
+    /// Not about the workload: the phase decides.
+    Other,
+}
+
+/// The stop of a workload: its main process exiting with or without leftovers, the rest of the
+/// tree ending, the grace and kill-wait timers, and signals for the workload meanwhile. `sig` is
+/// the stop signal in use (for the rest of the tree under `--kill-mode main`).
+fn stopping(cfg: &Config, stop: ChildStop, running: Running, sig: Signal, ev: Event) -> StopStep {
+    match ev {
+        Event::ChildExited(status) => match running {
+            Running::Main => StopStep::Gone(Some(status), stop_timer(stop)),
+            Running::Tree => StopStep::Reject,
+        },
+        Event::MainExited(status) => match running {
+            Running::Tree => StopStep::Reject,
+            // The main process is gone but its tree is not: the lease stays until it is, and the
+            // rest gets the same stop (invariant I7, card T1).
+            Running::Main => {
+                let mut actions = vec![Action::Note(Note::TreeRemains)];
+                match (stop, cfg.kill_mode) {
+                    // Nothing was sent yet (`STOPPING=1`), or the stop signal reached only the
+                    // main process: now the rest gets it, with a grace of its own.
+                    (ChildStop::Announced, KillMode::Tree | KillMode::Main) => actions.extend([
+                        Action::Forward(Signal::Term, Target::Tree),
+                        Action::ArmTimer(Timer::Grace, cfg.grace),
+                    ]),
+                    (ChildStop::Signalled, KillMode::Main) => actions.extend([
+                        Action::Forward(sig, Target::Tree),
+                        Action::ArmTimer(Timer::Grace, cfg.grace),
+                    ]),
+                    // The whole tree already got the stop signal (or SIGKILL): once is enough,
+                    // and the running timer goes on.
+                    (ChildStop::Signalled, KillMode::Tree)
+                    | (
+                        ChildStop::Killed | ChildStop::Unreapable,
+                        KillMode::Tree | KillMode::Main,
+                    ) => {}
+                }
+                let next = match stop {
+                    ChildStop::Announced | ChildStop::Signalled => ChildStop::Signalled,
+                    ChildStop::Killed => ChildStop::Killed,
+                    ChildStop::Unreapable => ChildStop::Unreapable,
+                };
+                StopStep::Go(next, Running::Tree, Some(status), actions)
+            }
+        },
+        Event::TreeEmpty => match running {
+            Running::Tree => StopStep::Gone(None, stop_timer(stop)),
+            Running::Main => StopStep::Reject,
+        },
+        Event::TimerExpired(t) => match escalate(cfg, stop, t) {
+            Some((next, actions)) => StopStep::Go(next, running, None, actions),
+            None => StopStep::Reject,
+        },
+        // The workload still runs: a signal for it reaches it (card T3).
+        Event::Stray(n) => StopStep::Go(
+            stop,
+            running,
+            None,
+            vec![Action::Relay(n, relay_target(running))],
+        ),
+        Event::ChildExtendTimeout(d) => match stop {
+            ChildStop::Signalled => StopStep::Go(
+                stop,
+                running,
+                None,
+                vec![Action::ExtendTimer(Timer::Grace, d)],
+            ),
+            ChildStop::Announced | ChildStop::Killed | ChildStop::Unreapable => StopStep::Ignore,
+        },
+        // Late notifications change nothing: the stop runs to its end.
+        Event::ChildReady | Event::ChildStopping | Event::ChildWatchdog | Event::MainAdopted => {
+            StopStep::Ignore
+        }
+        Event::Start
+        | Event::LeaseBusy
+        | Event::LeaseGranted { .. }
+        | Event::WaitExpired
+        | Event::LeaseFailed(_)
+        | Event::RecoveryDone
+        | Event::RecoveryFailed(_)
+        | Event::ChildSpawned
+        | Event::SpawnFailed(_)
+        | Event::Stop(_)
+        | Event::DrainRequested
+        | Event::RootLost
+        | Event::ResidenciesSettled
+        | Event::CheckpointPublished
+        | Event::CheckpointSkipped
+        | Event::CheckpointFailed
+        | Event::LeaseReleased => StopStep::Other,
     }
 }
 
@@ -301,9 +495,9 @@ fn recovering(
         }
         o
     };
-    let became_ready = |pre: Vec<Action>| {
+    let became_ready = |running: Running, pre: Vec<Action>| {
         if drain_pending {
-            enter_drain(cfg, epoch, DrainCause::Requested, true, true, pre)
+            enter_drain(cfg, epoch, DrainCause::Requested, true, Some(running), pre)
         } else {
             let mut actions = pre;
             actions.extend([
@@ -311,11 +505,16 @@ fn recovering(
                 Action::Note(Note::Ready),
                 Action::NotifyReady,
             ]);
-            Move(Phase::Ready { epoch }, actions)
+            if let (Workload::Child(_), Some(d)) = (cfg.workload, cfg.watchdog) {
+                actions.push(Action::ArmTimer(Timer::Watchdog, d));
+            }
+            Move(Phase::Ready { epoch, running }, actions)
         }
     };
-    let readiness_armed =
-        matches!(step, RecoveryStep::AwaitingReady) && cfg.ready_timeout.is_some();
+    let readiness_armed = matches!(
+        step,
+        RecoveryStep::AwaitingReady | RecoveryStep::AwaitingMain
+    ) && cfg.ready_timeout.is_some();
     let disarm_readiness = || {
         if readiness_armed {
             vec![Action::DisarmTimer(Timer::Readiness)]
@@ -323,44 +522,54 @@ fn recovering(
             Vec::new()
         }
     };
+    let extend_readiness = |d| {
+        if readiness_armed {
+            Move(at(step), vec![Action::ExtendTimer(Timer::Readiness, d)])
+        } else {
+            Ignore
+        }
+    };
+    let forking = matches!(cfg.workload, Workload::Child(ReadyMode::Forking));
     match step {
         RecoveryStep::Verifying => match ev {
             Event::RecoveryDone => match cfg.workload {
-                Workload::InProcess => became_ready(Vec::new()),
+                Workload::InProcess => became_ready(Running::Main, Vec::new()),
                 // A drain requested before recovery: no child was started, so close at once.
                 Workload::Child(_) if drain_pending => {
-                    enter_drain(cfg, epoch, DrainCause::Requested, true, false, Vec::new())
+                    enter_drain(cfg, epoch, DrainCause::Requested, true, None, Vec::new())
                 }
                 Workload::Child(_) => Move(at(RecoveryStep::Spawning), vec![Action::SpawnChild]),
             },
             Event::RecoveryFailed(fault) => abandon_recovery(
+                cfg,
                 epoch,
                 drain_pending,
                 refused(refusal_of(fault)),
-                false,
+                None,
                 Signal::Term,
-                cfg.grace,
                 vec![Action::Note(Note::Refused)],
             ),
             Event::Stop(sig) => abandon_recovery(
+                cfg,
                 epoch,
                 drain_pending,
                 refused(Refusal::Signal(sig)),
-                false,
+                None,
                 sig,
-                cfg.grace,
                 Vec::new(),
             ),
             Event::RootLost => abandon_recovery(
+                cfg,
                 epoch,
                 drain_pending,
                 refused(Refusal::RootLost),
-                false,
+                None,
                 Signal::Term,
-                cfg.grace,
                 Vec::new(),
             ),
             Event::DrainRequested => drain_request(epoch, step, drain_pending, abandoned),
+            // No workload was started yet: nobody to forward to.
+            Event::Stray(_) => Ignore,
             Event::Start
             | Event::LeaseBusy
             | Event::LeaseGranted { .. }
@@ -370,7 +579,12 @@ fn recovering(
             | Event::SpawnFailed(_)
             | Event::ChildReady
             | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_)
             | Event::ChildExited(_)
+            | Event::MainExited(_)
+            | Event::TreeEmpty
+            | Event::MainAdopted
             | Event::ResidenciesSettled
             | Event::TimerExpired(_)
             | Event::CheckpointPublished
@@ -381,9 +595,9 @@ fn recovering(
         RecoveryStep::Spawning => match ev {
             Event::ChildSpawned => match cfg.workload {
                 Workload::Child(ReadyMode::Start) => {
-                    became_ready(vec![Action::Note(Note::Spawned)])
+                    became_ready(Running::Main, vec![Action::Note(Note::Spawned)])
                 }
-                Workload::Child(ReadyMode::Notify) => {
+                Workload::Child(ReadyMode::Notify | ReadyMode::Forking) => {
                     let mut actions = vec![Action::Note(Note::Spawned)];
                     if let Some(t) = cfg.ready_timeout {
                         actions.push(Action::ArmTimer(Timer::Readiness, t));
@@ -395,15 +609,7 @@ fn recovering(
             Event::SpawnFailed(exec) => {
                 let mut o = outcome(cfg, Reason::SpawnFailed);
                 o.exec = Some(exec);
-                abandon_recovery(
-                    epoch,
-                    drain_pending,
-                    o,
-                    false,
-                    Signal::Term,
-                    cfg.grace,
-                    Vec::new(),
-                )
+                abandon_recovery(cfg, epoch, drain_pending, o, None, Signal::Term, Vec::new())
             }
             // The driver starts the child synchronously and delivers signals between steps,
             // so nothing else can arrive while spawning.
@@ -416,8 +622,14 @@ fn recovering(
             | Event::RecoveryFailed(_)
             | Event::ChildReady
             | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_)
             | Event::ChildExited(_)
+            | Event::MainExited(_)
+            | Event::TreeEmpty
+            | Event::MainAdopted
             | Event::Stop(_)
+            | Event::Stray(_)
             | Event::DrainRequested
             | Event::RootLost
             | Event::ResidenciesSettled
@@ -428,46 +640,63 @@ fn recovering(
             | Event::LeaseReleased => Reject,
         },
         RecoveryStep::AwaitingReady => match ev {
-            Event::ChildReady => became_ready(disarm_readiness()),
+            // A forking daemon is ready when its first process exits, not when it says so.
+            Event::ChildReady if forking => Ignore,
+            Event::ChildReady => became_ready(Running::Main, disarm_readiness()),
             Event::ChildStopping => enter_drain(
                 cfg,
                 epoch,
                 DrainCause::ChildStopping,
                 drain_pending,
-                true,
+                Some(Running::Main),
                 disarm_readiness(),
             ),
             Event::ChildExited(status) => {
                 child_ended_by_itself(cfg, epoch, drain_pending, status, disarm_readiness())
             }
+            // Card T4: a forking daemon's first process exited 0 and left its daemon behind.
+            Event::MainExited(status) if forking && status.success() => {
+                if cfg.pid_file {
+                    Move(at(RecoveryStep::AwaitingMain), Vec::new())
+                } else {
+                    became_ready(Running::Tree, disarm_readiness())
+                }
+            }
+            Event::MainExited(status) => {
+                main_ended_by_itself(cfg, epoch, drain_pending, status, disarm_readiness())
+            }
             Event::Stop(sig) => abandon_recovery(
+                cfg,
                 epoch,
                 drain_pending,
                 refused(Refusal::Signal(sig)),
-                true,
+                Some(Running::Main),
                 sig,
-                cfg.grace,
                 disarm_readiness(),
             ),
             Event::TimerExpired(Timer::Readiness) if readiness_armed => abandon_recovery(
+                cfg,
                 epoch,
                 drain_pending,
                 refused(Refusal::ReadinessTimedOut),
-                true,
+                Some(Running::Main),
                 Signal::Term,
-                cfg.grace,
                 vec![Action::Note(Note::ReadinessTimedOut)],
             ),
             Event::RootLost => abandon_recovery(
+                cfg,
                 epoch,
                 drain_pending,
                 refused(Refusal::RootLost),
-                true,
+                Some(Running::Main),
                 Signal::Term,
-                cfg.grace,
                 disarm_readiness(),
             ),
             Event::DrainRequested => drain_request(epoch, step, drain_pending, abandoned),
+            Event::Stray(n) => Move(at(step), vec![Action::Relay(n, Target::Main)]),
+            Event::ChildExtendTimeout(d) => extend_readiness(d),
+            // The watchdog runs from readiness on.
+            Event::ChildWatchdog => Ignore,
             Event::Start
             | Event::LeaseBusy
             | Event::LeaseGranted { .. }
@@ -477,6 +706,8 @@ fn recovering(
             | Event::RecoveryFailed(_)
             | Event::ChildSpawned
             | Event::SpawnFailed(_)
+            | Event::TreeEmpty
+            | Event::MainAdopted
             | Event::ResidenciesSettled
             | Event::TimerExpired(_)
             | Event::CheckpointPublished
@@ -484,12 +715,91 @@ fn recovering(
             | Event::CheckpointFailed
             | Event::LeaseReleased => Reject,
         },
-        RecoveryStep::Aborting(stop) => {
+        RecoveryStep::AwaitingMain => match ev {
+            Event::MainAdopted => became_ready(Running::Main, disarm_readiness()),
+            // The daemon is gone before its pid file named it: it never became ready.
+            Event::TreeEmpty => abandon_recovery(
+                cfg,
+                epoch,
+                drain_pending,
+                refused(Refusal::NoMainPid),
+                None,
+                Signal::Term,
+                disarm_readiness(),
+            ),
+            Event::Stop(sig) => abandon_recovery(
+                cfg,
+                epoch,
+                drain_pending,
+                refused(Refusal::Signal(sig)),
+                Some(Running::Tree),
+                sig,
+                disarm_readiness(),
+            ),
+            Event::TimerExpired(Timer::Readiness) if readiness_armed => abandon_recovery(
+                cfg,
+                epoch,
+                drain_pending,
+                refused(Refusal::ReadinessTimedOut),
+                Some(Running::Tree),
+                Signal::Term,
+                vec![Action::Note(Note::ReadinessTimedOut)],
+            ),
+            Event::RootLost => abandon_recovery(
+                cfg,
+                epoch,
+                drain_pending,
+                refused(Refusal::RootLost),
+                Some(Running::Tree),
+                Signal::Term,
+                disarm_readiness(),
+            ),
+            Event::DrainRequested => drain_request(epoch, step, drain_pending, abandoned),
+            Event::Stray(n) => Move(at(step), vec![Action::Relay(n, Target::Tree)]),
+            Event::ChildExtendTimeout(d) => extend_readiness(d),
+            Event::ChildReady | Event::ChildStopping | Event::ChildWatchdog => Ignore,
+            Event::Start
+            | Event::LeaseBusy
+            | Event::LeaseGranted { .. }
+            | Event::WaitExpired
+            | Event::LeaseFailed(_)
+            | Event::RecoveryDone
+            | Event::RecoveryFailed(_)
+            | Event::ChildSpawned
+            | Event::SpawnFailed(_)
+            | Event::ChildExited(_)
+            | Event::MainExited(_)
+            | Event::ResidenciesSettled
+            | Event::TimerExpired(_)
+            | Event::CheckpointPublished
+            | Event::CheckpointSkipped
+            | Event::CheckpointFailed
+            | Event::LeaseReleased => Reject,
+        },
+        RecoveryStep::Aborting(stop, running) => {
             let Some(o) = abandoned else { return Reject };
-            match ev {
-                Event::ChildExited(status) => {
+            let sig = o.signal.unwrap_or(Signal::Term);
+            match stopping(cfg, stop, running, sig, ev) {
+                StopStep::Go(next, running, status, actions) => {
                     let mut o = o;
-                    o.child = Some(status);
+                    if status.is_some() {
+                        o.child = status;
+                    }
+                    Move(
+                        Phase::Recovering {
+                            epoch,
+                            step: RecoveryStep::Aborting(next, running),
+                            drain_pending,
+                            outcome: Some(o),
+                        },
+                        actions,
+                    )
+                }
+                StopStep::Gone(status, mut actions) => {
+                    let mut o = o;
+                    if status.is_some() {
+                        o.child = status;
+                    }
                     match stop {
                         ChildStop::Killed => o.killed = true,
                         ChildStop::Unreapable => {
@@ -498,7 +808,6 @@ fn recovering(
                         }
                         ChildStop::Announced | ChildStop::Signalled => {}
                     }
-                    let mut actions = stop_timer(stop);
                     actions.push(Action::ReleaseLease);
                     Move(
                         Phase::Recovering {
@@ -510,30 +819,36 @@ fn recovering(
                         actions,
                     )
                 }
-                Event::TimerExpired(t) => match escalate(cfg, stop, t) {
-                    Some((next, actions)) => Move(at(RecoveryStep::Aborting(next)), actions),
-                    None => Reject,
+                StopStep::Ignore => Ignore,
+                StopStep::Reject => Reject,
+                // Already stopping: a repeated signal or request changes nothing.
+                StopStep::Other => match ev {
+                    Event::Stop(_) | Event::DrainRequested | Event::RootLost => Ignore,
+                    Event::Start
+                    | Event::LeaseBusy
+                    | Event::LeaseGranted { .. }
+                    | Event::WaitExpired
+                    | Event::LeaseFailed(_)
+                    | Event::RecoveryDone
+                    | Event::RecoveryFailed(_)
+                    | Event::ChildSpawned
+                    | Event::SpawnFailed(_)
+                    | Event::ChildReady
+                    | Event::ChildStopping
+                    | Event::ChildWatchdog
+                    | Event::ChildExtendTimeout(_)
+                    | Event::ChildExited(_)
+                    | Event::MainExited(_)
+                    | Event::TreeEmpty
+                    | Event::MainAdopted
+                    | Event::Stray(_)
+                    | Event::ResidenciesSettled
+                    | Event::TimerExpired(_)
+                    | Event::CheckpointPublished
+                    | Event::CheckpointSkipped
+                    | Event::CheckpointFailed
+                    | Event::LeaseReleased => Reject,
                 },
-                // Already stopping: a repeated signal or a late notification changes nothing.
-                Event::Stop(_)
-                | Event::ChildReady
-                | Event::ChildStopping
-                | Event::DrainRequested
-                | Event::RootLost => Ignore,
-                Event::Start
-                | Event::LeaseBusy
-                | Event::LeaseGranted { .. }
-                | Event::WaitExpired
-                | Event::LeaseFailed(_)
-                | Event::RecoveryDone
-                | Event::RecoveryFailed(_)
-                | Event::ChildSpawned
-                | Event::SpawnFailed(_)
-                | Event::ResidenciesSettled
-                | Event::CheckpointPublished
-                | Event::CheckpointSkipped
-                | Event::CheckpointFailed
-                | Event::LeaseReleased => Reject,
             }
         }
         RecoveryStep::Releasing => {
@@ -543,7 +858,9 @@ fn recovering(
                     Phase::Refused(o),
                     vec![Action::Note(Note::Refused), Action::Exit(o)],
                 ),
-                Event::Stop(_) | Event::DrainRequested | Event::RootLost => Ignore,
+                Event::Stop(_) | Event::Stray(_) | Event::DrainRequested | Event::RootLost => {
+                    Ignore
+                }
                 Event::Start
                 | Event::LeaseBusy
                 | Event::LeaseGranted { .. }
@@ -555,7 +872,12 @@ fn recovering(
                 | Event::SpawnFailed(_)
                 | Event::ChildReady
                 | Event::ChildStopping
+                | Event::ChildWatchdog
+                | Event::ChildExtendTimeout(_)
                 | Event::ChildExited(_)
+                | Event::MainExited(_)
+                | Event::TreeEmpty
+                | Event::MainAdopted
                 | Event::ResidenciesSettled
                 | Event::TimerExpired(_)
                 | Event::CheckpointPublished
@@ -588,7 +910,7 @@ fn drain_request(
     )
 }
 
-/// The timer that runs while the child is in this stop step, disarmed when it is reaped.
+/// The timer that runs while the workload is in this stop step, disarmed when it is gone.
 fn stop_timer(stop: ChildStop) -> Vec<Action> {
     match stop {
         ChildStop::Signalled => vec![Action::DisarmTimer(Timer::Grace)],
@@ -597,7 +919,8 @@ fn stop_timer(stop: ChildStop) -> Vec<Action> {
     }
 }
 
-/// A stop timer fired: grace → SIGKILL, kill wait → `did not stop` (the lease is kept).
+/// A stop timer fired: grace → SIGKILL to the whole workload, kill wait → `did not stop` (the
+/// lease is kept).
 fn escalate(cfg: &Config, stop: ChildStop, t: Timer) -> Option<(ChildStop, Vec<Action>)> {
     match (stop, t) {
         (ChildStop::Signalled, Timer::Grace) => Some((
@@ -618,30 +941,94 @@ fn escalate(cfg: &Config, stop: ChildStop, t: Timer) -> Option<(ChildStop, Vec<A
     }
 }
 
-fn ready(cfg: &Config, epoch: u64, ev: Event) -> Decision {
+fn ready(cfg: &Config, epoch: u64, running: Running, ev: Event) -> Decision {
     let child = matches!(cfg.workload, Workload::Child(_));
+    let same = |actions| Move(Phase::Ready { epoch, running }, actions);
+    // Every way out of ready ends the watchdog.
+    let leave = || {
+        if child && cfg.watchdog.is_some() {
+            vec![Action::DisarmTimer(Timer::Watchdog)]
+        } else {
+            Vec::new()
+        }
+    };
+    let main = matches!(running, Running::Main);
     match ev {
-        Event::Stop(sig) => {
-            enter_drain(cfg, epoch, DrainCause::Signal(sig), false, true, Vec::new())
+        Event::Stop(sig) if hup_forwarded(cfg, sig) => {
+            same(vec![Action::Forward(sig, relay_target(running))])
         }
-        Event::DrainRequested => {
-            enter_drain(cfg, epoch, DrainCause::Requested, false, true, Vec::new())
-        }
-        Event::RootLost => enter_drain(cfg, epoch, DrainCause::RootLost, false, true, Vec::new()),
+        Event::Stop(sig) => enter_drain(
+            cfg,
+            epoch,
+            DrainCause::Signal(sig),
+            false,
+            Some(running),
+            leave(),
+        ),
+        Event::DrainRequested => enter_drain(
+            cfg,
+            epoch,
+            DrainCause::Requested,
+            false,
+            Some(running),
+            leave(),
+        ),
+        Event::RootLost => enter_drain(
+            cfg,
+            epoch,
+            DrainCause::RootLost,
+            false,
+            Some(running),
+            leave(),
+        ),
         Event::ChildStopping if child => enter_drain(
             cfg,
             epoch,
             DrainCause::ChildStopping,
             false,
-            true,
+            Some(running),
+            leave(),
+        ),
+        Event::ChildExited(status) if child && main => {
+            child_ended_by_itself(cfg, epoch, false, status, leave())
+        }
+        Event::MainExited(status) if child && main => {
+            main_ended_by_itself(cfg, epoch, false, status, leave())
+        }
+        Event::TreeEmpty if child && !main => tree_ended_by_itself(cfg, epoch, leave()),
+        // A forking daemon's main process became known after it was ready.
+        Event::MainAdopted if child && !main => Move(
+            Phase::Ready {
+                epoch,
+                running: Running::Main,
+            },
             Vec::new(),
         ),
-        Event::ChildExited(status) if child => {
-            child_ended_by_itself(cfg, epoch, false, status, Vec::new())
-        }
-        // A repeated `READY=1` changes nothing.
-        Event::ChildReady if child => Ignore,
-        Event::ChildStopping | Event::ChildExited(_) | Event::ChildReady => Reject,
+        Event::TimerExpired(Timer::Watchdog) if child && cfg.watchdog.is_some() => enter_drain(
+            cfg,
+            epoch,
+            DrainCause::Watchdog,
+            false,
+            Some(running),
+            vec![Action::Note(Note::WatchdogTimedOut)],
+        ),
+        Event::ChildWatchdog if child => match cfg.watchdog {
+            Some(d) => same(vec![Action::ArmTimer(Timer::Watchdog, d)]),
+            None => Ignore,
+        },
+        // A repeated `READY=1` changes nothing; nothing bounds the time of a ready workload.
+        Event::ChildReady | Event::ChildExtendTimeout(_) if child => Ignore,
+        Event::Stray(n) if child => same(vec![Action::Relay(n, relay_target(running))]),
+        // An in-process host has no workload to forward to; the signal is not for the owner.
+        Event::Stray(_) => Ignore,
+        Event::ChildStopping
+        | Event::ChildExited(_)
+        | Event::MainExited(_)
+        | Event::TreeEmpty
+        | Event::MainAdopted
+        | Event::ChildReady
+        | Event::ChildWatchdog
+        | Event::ChildExtendTimeout(_) => Reject,
         Event::Start
         | Event::LeaseBusy
         | Event::LeaseGranted { .. }
@@ -675,15 +1062,19 @@ fn draining(
         outcome,
     };
     // Once draining, further stop signals, drain requests, moved roots and notifications change
-    // nothing: the drain already began and runs to its end exactly once.
+    // nothing: the drain already began and runs to its end exactly once. Signals for a workload
+    // that no longer runs have nobody to reach.
     let settled_while = |ev: Event| {
         matches!(
             ev,
             Event::Stop(_)
+                | Event::Stray(_)
                 | Event::DrainRequested
                 | Event::RootLost
                 | Event::ChildReady
                 | Event::ChildStopping
+                | Event::ChildWatchdog
+                | Event::ChildExtendTimeout(_)
         )
     };
     match step {
@@ -706,51 +1097,72 @@ fn draining(
             e if settled_while(e) => Ignore,
             _ => Reject,
         },
-        DrainStep::Stopping(stop) => match ev {
-            Event::ChildExited(status) => {
-                let mut o = o;
-                o.child = Some(status);
-                match stop {
-                    ChildStop::Killed => {
-                        o.killed = true;
-                        o.reason = Reason::Killed;
+        DrainStep::Stopping(stop, running) => {
+            match stopping(cfg, stop, running, o.signal.unwrap_or(Signal::Term), ev) {
+                StopStep::Go(next, running, status, actions) => {
+                    let mut o = o;
+                    if status.is_some() {
+                        o.child = status;
                     }
-                    ChildStop::Unreapable => {
-                        o.killed = true;
-                        o.reason = Reason::DidNotStop;
+                    Move(at(DrainStep::Stopping(next, running), o), actions)
+                }
+                StopStep::Gone(status, mut actions) => {
+                    let mut o = o;
+                    if status.is_some() {
+                        o.child = status;
                     }
-                    ChildStop::Announced | ChildStop::Signalled => {
-                        if matches!(cause, DrainCause::ChildStopping) {
-                            o.reason = Reason::Exited;
+                    let watchdog = matches!(cause, DrainCause::Watchdog);
+                    match stop {
+                        ChildStop::Killed => {
+                            o.killed = true;
+                            // A watchdog stop keeps its own reason, as a refusal does.
+                            if !watchdog {
+                                o.reason = Reason::Killed;
+                            }
+                        }
+                        ChildStop::Unreapable => {
+                            o.killed = true;
+                            o.reason = Reason::DidNotStop;
+                        }
+                        ChildStop::Announced | ChildStop::Signalled => {
+                            if matches!(cause, DrainCause::ChildStopping) {
+                                o.reason = Reason::Exited;
+                            }
                         }
                     }
+                    // Published only after the main process exited 0 and the whole workload
+                    // stopped in order; a workload that missed its watchdog is not trusted.
+                    let publish = o.child.is_some_and(ChildStatus::success)
+                        && matches!(stop, ChildStop::Announced | ChildStop::Signalled)
+                        && !watchdog;
+                    let step = finish_child(&mut actions, publish);
+                    Move(at(step, o), actions)
                 }
-                let mut actions = stop_timer(stop);
-                let publish =
-                    status.success() && matches!(stop, ChildStop::Announced | ChildStop::Signalled);
-                let step = finish_child(&mut actions, publish);
-                Move(at(step, o), actions)
+                StopStep::Ignore => Ignore,
+                StopStep::Reject => Reject,
+                StopStep::Other => match ev {
+                    Event::Stop(sig) if hup_forwarded(cfg, sig) => Move(
+                        at(step, o),
+                        vec![Action::Forward(sig, relay_target(running))],
+                    ),
+                    // The child announced it is stopping but nothing bounds it yet: a stop
+                    // signal now forwards and starts the grace period.
+                    Event::Stop(sig) if matches!(stop, ChildStop::Announced) => {
+                        let mut o = o;
+                        o.signal.get_or_insert(sig);
+                        Move(
+                            at(DrainStep::Stopping(ChildStop::Signalled, running), o),
+                            vec![
+                                Action::Forward(sig, stop_target(cfg, running)),
+                                Action::ArmTimer(Timer::Grace, cfg.grace),
+                            ],
+                        )
+                    }
+                    e if settled_while(e) => Ignore,
+                    _ => Reject,
+                },
             }
-            Event::TimerExpired(t) => match escalate(cfg, stop, t) {
-                Some((next, actions)) => Move(at(DrainStep::Stopping(next), o), actions),
-                None => Reject,
-            },
-            // The child announced it is stopping but nothing bounds it yet: a stop signal now
-            // forwards and starts the grace period.
-            Event::Stop(sig) if matches!(stop, ChildStop::Announced) => {
-                let mut o = o;
-                o.signal.get_or_insert(sig);
-                Move(
-                    at(DrainStep::Stopping(ChildStop::Signalled), o),
-                    vec![
-                        Action::Forward(sig),
-                        Action::ArmTimer(Timer::Grace, cfg.grace),
-                    ],
-                )
-            }
-            e if settled_while(e) => Ignore,
-            _ => Reject,
-        },
+        }
         DrainStep::Publishing => match ev {
             Event::CheckpointPublished => Move(
                 at(DrainStep::Releasing, o),

@@ -4,21 +4,42 @@
 
 use super::action::{Outcome, Reason, Refusal};
 use super::event::{ChildStatus, Event, ExecFailure, Signal};
-use super::{Config, Machine, Phase, ReadyMode};
+use super::{Config, HupPolicy, KillMode, Machine, Phase, ReadyMode};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-/// The configurations the spec renders: the runner in both readiness modes and an in-process
-/// host.
+/// The configurations the spec renders: the runner with each `--type` (and the other
+/// `--kill-mode` and `--hup`), and an in-process host.
 pub fn profiles() -> Vec<(&'static str, Config)> {
     let mut start = Config::child(ReadyMode::Start);
     start.grace = Duration::from_secs(10);
+    let mut main_stop = Config::child(ReadyMode::Start);
+    main_stop.kill_mode = KillMode::Main;
+    main_stop.hup = HupPolicy::Stop;
     let mut notify = Config::child(ReadyMode::Notify);
     notify.ready_timeout = Some(Duration::from_secs(30));
+    notify.watchdog = Some(Duration::from_secs(20));
+    let mut forking = Config::child(ReadyMode::Forking);
+    forking.ready_timeout = Some(Duration::from_secs(30));
+    forking.pid_file = true;
     vec![
-        ("runner, `--ready start`", start),
-        ("runner, `--ready notify --ready-timeout 30`", notify),
+        (
+            "runner, `--type simple` (kill mode tree, HUP forwarded)",
+            start,
+        ),
+        (
+            "runner, `--type simple --kill-mode main --hup stop`",
+            main_stop,
+        ),
+        (
+            "runner, `--type notify --ready-timeout 30 --watchdog 20`",
+            notify,
+        ),
+        (
+            "runner, `--type forking --pidfile F --ready-timeout 30` (kill mode main)",
+            forking,
+        ),
         ("in-process host", Config::in_process()),
     ]
 }
@@ -112,18 +133,25 @@ pub fn render() -> String {
          behaves the same.\n\n",
     );
     out.push_str(
-        "Events: `stop(SIG)` is a stop signal; `timer-expired(T)` fires only for a timer the \
-         machine armed; `child-exited(N)` is a child that exited with code N.\n",
+        "Events: `stop(SIG)` is a stop signal (HUP too, whatever `--hup` says: the machine \
+         decides); `stray(SIG)` any other catchable signal; `timer-expired(T)` fires only for \
+         a timer the machine armed; `child-exited(N)` is the main process exiting with code N \
+         and nothing else of the workload left running, `main-exited(N)` the main process \
+         exiting with processes of its tree left, `tree-empty` the last of those gone. Actions \
+         send signals to the `main` process or to the whole `tree` of the workload.\n",
     );
     for (name, config) in profiles() {
         let _ = write!(out, "\n## {name}\n");
         let _ = writeln!(
             out,
-            "\nConfiguration: grace {:?}, kill wait {:?}, readiness timeout {}, busy code {}.",
+            "\nConfiguration: grace {:?}, kill wait {:?}, readiness timeout {}, watchdog {}, busy code {}.",
             config.grace,
             config.kill_wait,
             config
                 .ready_timeout
+                .map_or("none".to_string(), |d| format!("{d:?}")),
+            config
+                .watchdog
                 .map_or("none".to_string(), |d| format!("{d:?}")),
             config.busy_code
         );
@@ -207,13 +235,13 @@ pub fn exit_code_rows() -> Vec<(String, Outcome)> {
     killed.killed = true;
     killed.signal = Some(Signal::Term);
     rows.push((
-        "the child ignored the stop and was killed after the grace".into(),
+        "the workload ignored the stop and was killed after the grace".into(),
         killed,
     ));
     let mut stuck = o(Reason::DidNotStop);
     stuck.killed = true;
     rows.push((
-        "`did not stop`: the child survived SIGKILL past the kill wait".into(),
+        "`did not stop`: a process of the workload survived SIGKILL past the kill wait".into(),
         stuck,
     ));
     for s in Signal::ALL {
@@ -251,6 +279,16 @@ pub fn exit_code_rows() -> Vec<(String, Outcome)> {
     let mut rt = o(Reason::Refused);
     rt.refusal = Some(Refusal::ReadinessTimedOut);
     rows.push(("refused: readiness timed out".into(), rt));
+    let mut nm = o(Reason::Refused);
+    nm.refusal = Some(Refusal::NoMainPid);
+    rows.push((
+        "refused: a forking daemon's tree ended before its pid file named a main process".into(),
+        nm,
+    ));
+    rows.push((
+        "the ready workload missed its `WATCHDOG=1` ping and was stopped; nothing published".into(),
+        o(Reason::Watchdog),
+    ));
     let mut rl = o(Reason::Refused);
     rl.refusal = Some(Refusal::RootLost);
     rows.push((
