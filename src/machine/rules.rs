@@ -1947,3 +1947,182 @@ pub(crate) const fn kind_of(state: &State) -> PhaseKind {
 pub(crate) const INITIAL: State = State::Idle {
     drain_pending: false,
 };
+
+#[cfg(test)]
+mod tests {
+    //! Totality of the statig port: every reachable state of every configuration the spec
+    //! renders (and of every combination of the child options) answers every sample event at a
+    //! handler, never by falling off the top; the verdicts keep their contracts; the phase view
+    //! is faithful. That the answers are the same as before the port is proven by
+    //! spec/transitions.md, which the insta snapshot in tests/spec.rs pins byte for byte.
+
+    use super::*;
+    use crate::machine::{HupPolicy, KillMode, Machine, table};
+    use statig::blocking::StateExt as _;
+    use std::time::Duration;
+
+    /// The rendered profiles and every combination of `--type`, `--kill-mode`, `--hup`,
+    /// `--watchdog`, `--ready-timeout` and `--pidfile` (the last two only where the rules read
+    /// them: a readiness wait exists only for notify and forking, a pid file only for forking).
+    fn configs() -> Vec<Config> {
+        let mut v: Vec<Config> = table::profiles().into_iter().map(|(_, c)| c).collect();
+        for ready in [ReadyMode::Start, ReadyMode::Notify, ReadyMode::Forking] {
+            let timeouts: &[Option<Duration>] = match ready {
+                ReadyMode::Start => &[None],
+                ReadyMode::Notify | ReadyMode::Forking => &[None, Some(Duration::from_secs(9))],
+            };
+            let pid_files: &[bool] = match ready {
+                ReadyMode::Start | ReadyMode::Notify => &[false],
+                ReadyMode::Forking => &[false, true],
+            };
+            for kill_mode in [KillMode::Tree, KillMode::Main] {
+                for hup in [HupPolicy::Stop, HupPolicy::Forward] {
+                    for watchdog in [None, Some(Duration::from_secs(7))] {
+                        for &ready_timeout in timeouts {
+                            for &pid_file in pid_files {
+                                v.push(Config {
+                                    kill_mode,
+                                    hup,
+                                    watchdog,
+                                    ready_timeout,
+                                    pid_file,
+                                    ..Config::child(ready)
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    /// Every reachable machine of every configuration, computed once for all the tests here.
+    fn reachable() -> &'static [(Config, Vec<Machine>)] {
+        static ALL: std::sync::OnceLock<Vec<(Config, Vec<Machine>)>> = std::sync::OnceLock::new();
+        ALL.get_or_init(|| {
+            configs()
+                .into_iter()
+                .map(|c| (c, table::reachable(c)))
+                .collect()
+        })
+    }
+
+    /// Runs `f` on every reachable machine of every configuration with every sample event.
+    fn every(mut f: impl FnMut(&Config, &Machine, Event)) {
+        let events = Event::samples();
+        for (config, machines) in reachable() {
+            for m in machines {
+                for &e in &events {
+                    f(config, m, e);
+                }
+            }
+        }
+    }
+
+    /// The root decides every event that reaches it: the chain of handlers never ends in
+    /// `Super`, which statig would drop silently.
+    #[test]
+    fn no_event_falls_off_the_top() {
+        let mut states = 0;
+        every(|config, m, e| {
+            states += 1;
+            let mut rules = Rules { config: *config };
+            let mut state = m.state;
+            let mut reply = reply();
+            let outcome = state.handle(&mut rules, &e, &mut reply);
+            assert!(
+                !matches!(outcome, Super),
+                "{e} fell off the top in {}",
+                m.phase().label()
+            );
+        });
+        assert!(states > 10_000, "only {states} state × event pairs walked");
+    }
+
+    /// Each verdict keeps its contract: an ignored or rejected event changes nothing and emits
+    /// nothing, a rejection names the phase and the event, and a move that leaves the state as
+    /// it was does so only to emit actions.
+    #[test]
+    fn verdicts_keep_their_contracts() {
+        let (mut moved, mut ignored, mut rejected) = (0, 0, 0);
+        every(|config, m, e| {
+            let mut reply = reply();
+            let next = step(*config, m.state, &e, &mut reply);
+            match reply.verdict {
+                Verdict::Moved => {
+                    moved += 1;
+                    assert!(
+                        next != m.state || !reply.actions.is_empty(),
+                        "{e} in {}: a move that changes nothing must be an ignore",
+                        m.phase().label()
+                    );
+                }
+                Verdict::Ignored => {
+                    ignored += 1;
+                    assert_eq!(next, m.state, "{e} ignored in {}", m.phase().label());
+                    assert!(
+                        reply.actions.is_empty(),
+                        "{e} ignored in {}",
+                        m.phase().label()
+                    );
+                }
+                Verdict::Rejected => {
+                    rejected += 1;
+                    let r = m.step(e).expect_err("rejected");
+                    assert_eq!((r.phase, r.event), (m.kind(), e));
+                    assert_eq!(r.label, m.phase().label());
+                }
+            }
+        });
+        assert!(moved > 0 && ignored > 0 && rejected > 0);
+    }
+
+    /// The phase is a faithful view of the statig state: reading a reachable state's phase
+    /// back gives the same state, and the phase's name is the state's kind.
+    #[test]
+    fn phase_view_round_trips() {
+        for (config, machines) in reachable() {
+            for m in machines {
+                let phase = m.phase();
+                assert_eq!(state_of(&phase, config.busy_code), m.state, "{phase:?}");
+                assert_eq!(phase.kind(), kind_of(&m.state));
+                assert_eq!(Machine::with_phase(*config, phase), *m);
+            }
+        }
+    }
+
+    /// Restoring a stored state runs statig's entry actions again; they are muted, so a step
+    /// emits only what the event caused. Without the mute, restoring a stopping workload would
+    /// forward the stop signal again.
+    #[test]
+    fn restoring_a_state_emits_nothing() {
+        let config = Config::child(ReadyMode::Start);
+        let state = State::DrainStopping {
+            epoch: 1,
+            cause: DrainCause::Requested,
+            outcome: Outcome::new(Reason::Stopped, config.busy_code),
+            stop: ChildStop::Signalled,
+            running: Running::Main,
+        };
+        let entered = |restoring| {
+            let mut sm = Rules { config }.uninitialized_state_machine();
+            *sm.state_mut() = state;
+            let mut r = Reply::new(restoring);
+            let _ = sm.init_with_context(&mut r);
+            r.actions
+        };
+        assert_eq!(
+            entered(false),
+            vec![
+                Action::Note(Note::Owned(1)),
+                Action::Forward(Signal::Term, Target::Tree),
+                Action::ArmTimer(Timer::Grace, config.grace),
+            ]
+        );
+        assert!(entered(true).is_empty());
+        let mut reply = reply();
+        let _ = step(config, state, &Event::Stray(10), &mut reply);
+        assert_eq!(reply.actions, vec![Action::Relay(10, Target::Main)]);
+    }
+}
