@@ -8,7 +8,12 @@
 //! typed [`Rejected`] error naming both; events the spec calls "ignored" return an empty
 //! [`Handled`] with `ignored` set. Nothing here panics.
 //!
-//! Why a plain enum and not statig: see spec/lifecycle.md, "Why not statig".
+//! The rules are a hierarchical state machine written with statig (`rules`): leaf states are
+//! the steps of the phases, superstates decide what their steps share (cold, owning,
+//! recovering, stopping, closing, terminal) and a root rejects whatever no state acted on. A
+//! [`Machine`] is the configuration plus the generated state enum, so it stays `Copy + Eq +
+//! Hash`; [`Phase`] is the public view of that state. The state tree and why each superstate
+//! holds what it holds: spec/lifecycle.md, "How statig carries the rules".
 
 mod action;
 mod admission;
