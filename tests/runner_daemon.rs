@@ -538,6 +538,11 @@ fn redact(v: &mut Value, tmp: &str) {
                     "start_time" => *x = "[start_time]".into(),
                     "since_ms" => *x = "[time]".into(),
                     "exe" => *x = "[exe]".into(),
+                    "processes" => {
+                        if let Value::Array(a) = x {
+                            a.iter_mut().for_each(|p| *p = "[pid]".into());
+                        }
+                    }
                     _ => redact(x, tmp),
                 }
             }
@@ -553,15 +558,23 @@ fn redact(v: &mut Value, tmp: &str) {
     }
 }
 
+/// The `spawned` line's child pid of run `pid`.
+fn child_pid(env: &Env, pid: u32) -> u32 {
+    env.wait_event("spawned", Some(pid))["child_pid"]
+        .as_u64()
+        .expect("child_pid") as u32
+}
+
 fn status_snapshot(env: &Env) -> String {
     let mut v = env.status();
     redact(&mut v, env.tmp.path().to_str().unwrap());
     serde_json::to_string_pretty(&v).unwrap()
 }
 
-/// `status --json` shape (cards H8, L1, L5): snapshots of a cold dir, a ready owner with its
+/// `status --json` shape (cards H8, L1, L5, T1): snapshots of a cold dir, a ready owner with its
 /// child and a waiter, a released dir with a checkpoint, a stale record after SIGKILL, and an
-/// invalid checkpoint.
+/// invalid checkpoint. The owners run with `--cgroup off` so the shape is the same with and
+/// without cgroup v2 (the child holding the shared lock is the one containment process).
 #[test]
 fn status_json_snapshots() {
     let env = Env::new();
@@ -569,7 +582,7 @@ fn status_json_snapshots() {
     fs::set_permissions(&env.dir, fs::Permissions::from_mode(0o700)).unwrap();
     insta::assert_snapshot!("status_cold", status_snapshot(&env));
 
-    let owner = env.run(&[], &sh(TERM_CHILD, &[]));
+    let owner = env.run(&["--cgroup", "off"], &sh(TERM_CHILD, &[]));
     env.wait_event("spawned", Some(owner.pid()));
     env.wait_status("ready", |s| s["phase"] == "ready");
     let waiter = env.run(&[], &["true"]);
@@ -583,10 +596,18 @@ fn status_json_snapshots() {
     owner.wait().expect_code(143);
     insta::assert_snapshot!("status_released_with_checkpoint", status_snapshot(&env));
 
-    let owner = env.run(&[], &sh(TERM_CHILD, &[]));
+    let owner = env.run(&["--cgroup", "off"], &sh(TERM_CHILD, &[]));
     env.wait_status("ready again", |s| s["phase"] == "ready");
+    let child = child_pid(&env, owner.pid());
     owner.signal(Signal::KILL);
     owner.wait();
+    // The child dies of its parent-death signal and, with it, the last holder of the lock.
+    wait_for(
+        "the crashed owner's child to die",
+        DEADLINE,
+        || (!alive(child)).then_some(()),
+        String::new,
+    );
     insta::assert_snapshot!("status_stale_after_sigkill", status_snapshot(&env));
 
     let blob_dir = env.dir.join("checkpoints/blobs/sha256");

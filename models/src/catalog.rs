@@ -55,7 +55,9 @@ pub fn invariant(property: &str) -> &'static str {
         lease::IDENTITY_CHECKED => "I4",
         lease::CANCEL_LEAVES_NOTHING => "I5",
         lease::TERMINAL_IS_FINAL => "I6",
-        signals::LEASE_OUTLIVES_CHILD => "I7",
+        lease::NO_OVERLAP | lease::RELEASE_AFTER_TREE => "I7",
+        signals::LEASE_OUTLIVES_WORKLOAD => "I7",
+        signals::TERM_BEFORE_KILL | signals::STRAYS_SURVIVED => "I16",
         signals::CHECKPOINT_BEFORE_RELEASE => "I8",
         signals::REFUSED_KEEPS_CURRENT => "I9",
         signals::ONE_OUTCOME | signals::EXIT_CODE_PER_SPEC => "I10",
@@ -178,10 +180,16 @@ pub fn assert_killed(model: Which, name: &str) {
 /// Runs a mutant on its model's CI configuration (the lease model with `processes` slots).
 pub fn run_mutant(mutant: Mutant, processes: usize) -> MutantReport {
     match mutant.model {
-        Which::Lease => kill(
-            lease_ci(processes).with_mutation(lease::Mutation::from_name(mutant.name)),
-            mutant,
-        ),
+        Which::Lease => {
+            let m = lease::Mutation::from_name(mutant.name);
+            // The tree mutants live in the tree world (cgroup containment).
+            let model = if m.is_some_and(lease::Mutation::needs_tree) {
+                LeaseModel::tree_ci(lease::Contain::Cgroup)
+            } else {
+                lease_ci(processes)
+            };
+            kill(model.with_mutation(m), mutant)
+        }
         Which::Signals => kill(
             SignalModel::ci().with_mutation(signals::Mutation::from_name(mutant.name)),
             mutant,

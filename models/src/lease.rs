@@ -31,8 +31,19 @@
 //!   not exited, then signals through the pidfd (`tenure::lease::signal_owner`). Each is a
 //!   separate step, so the recorded process can die and its pid be recycled in between.
 //!
-//! The workload is in-process (recover, serve, settle residencies): the lease model is about the
-//! lease; the signal model covers the supervised child.
+//! The workload is in-process (recover, serve, settle residencies) in the configurations about
+//! the lease ([`LeaseModel::ci`]). In the **tree world** ([`LeaseModel::tree_ci`], card T2) every
+//! process is a runner (`--type simple`) whose workload is a main process and a descendant that
+//! survives the runner's crash (the main process dies of its parent-death signal): one that
+//! only SIGKILL ends, or one that even SIGKILL does not end. Runners crash at any step. The
+//! workload is contained one of two ways:
+//! - **cgroup**: the runner records its cgroup in the owner record before the workload starts;
+//!   an acquisition ends what the record's cgroup holds (SIGKILL; refusing if something
+//!   survives) before it replaces the record;
+//! - **lock descriptor**: the workload inherits the lock's open file description, so the lock
+//!   stays held while a process of it keeps its copy; an orderly release `LOCK_UN`s it for
+//!   every copy. With `close_fd`, the descendant may close its copy (the documented limit of
+//!   the no-cgroup world: the checker prints the counterexample).
 //!
 //! Actions with no effect on the shared world (notes, notifications, timers, the drain hook,
 //! issuing a request) are executed in the same model step as the one before them: nothing else
@@ -46,7 +57,9 @@ use crate::driver::{Driver, Request};
 use stateright::{Model, Property, Representative};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use tenure::machine::{Action, Config, Event, PhaseKind, Reason, Signal, Timer};
+use tenure::machine::{
+    Action, ChildStatus, Config, Event, Fault, PhaseKind, ReadyMode, Reason, Signal, Timer,
+};
 
 /// Deliberate bugs in the world or the driver; each must make a property fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -76,11 +89,17 @@ pub enum Mutation {
     RetryAfterExit,
     /// Legal events: the host reports residencies settled every time it sees none, not once.
     SettleTwice,
+    /// I7 (card T2): a successor that does not end the leftover tree of a crashed owner before
+    /// it starts its own workload.
+    SkipEndLeftovers,
+    /// I7 (card T2): a successor that ends the crashed owner's cgroup only after it replaced
+    /// the owner record naming it: if it crashes in between, nobody ends it any more.
+    EndLeftoversAfterRecord,
 }
 
 impl Mutation {
     /// Every mutation of this model.
-    pub const ALL: [Mutation; 9] = [
+    pub const ALL: [Mutation; 11] = [
         Mutation::ReclaimStaleLock,
         Mutation::EpochAfterGrant,
         Mutation::ReleaseBeforePublish,
@@ -90,6 +109,8 @@ impl Mutation {
         Mutation::CancelAfterLock,
         Mutation::RetryAfterExit,
         Mutation::SettleTwice,
+        Mutation::SkipEndLeftovers,
+        Mutation::EndLeftoversAfterRecord,
     ];
 
     /// The name used on the command line and in the README.
@@ -104,6 +125,8 @@ impl Mutation {
             Mutation::CancelAfterLock => "cancel-after-lock",
             Mutation::RetryAfterExit => "retry-after-exit",
             Mutation::SettleTwice => "settle-twice",
+            Mutation::SkipEndLeftovers => "skip-end-leftovers",
+            Mutation::EndLeftoversAfterRecord => "end-leftovers-after-record",
         }
     }
 
@@ -117,7 +140,16 @@ impl Mutation {
             Mutation::WaiterLeftOnCancel | Mutation::CancelAfterLock => CANCEL_LEAVES_NOTHING,
             Mutation::RetryAfterExit => TERMINAL_IS_FINAL,
             Mutation::SettleTwice => LEGAL_EVENTS,
+            Mutation::SkipEndLeftovers | Mutation::EndLeftoversAfterRecord => NO_OVERLAP,
         }
+    }
+
+    /// Whether the mutation is about the tree world (checked in [`LeaseModel::tree_ci`]).
+    pub const fn needs_tree(self) -> bool {
+        matches!(
+            self,
+            Mutation::SkipEndLeftovers | Mutation::EndLeftoversAfterRecord
+        )
     }
 
     /// Looks a mutation up by name.
@@ -140,11 +172,16 @@ pub const CANCEL_LEAVES_NOTHING: &str = "cancel leaves nothing";
 pub const TERMINAL_IS_FINAL: &str = "terminal is final";
 /// The driver feeds only events its semantics allow and the machine accepts.
 pub const LEGAL_EVENTS: &str = "legal events";
+/// I7 (card T2): never two workloads' processes alive under different epochs.
+pub const NO_OVERLAP: &str = "no two workloads at once";
+/// I7 (card T1): no orderly release while a process of the releaser's workload runs.
+pub const RELEASE_AFTER_TREE: &str = "release after the tree";
 
 const V_EPOCH: u16 = 1;
 const V_FENCE: u16 = 2;
 const V_SIGNAL: u16 = 4;
 const V_ILLEGAL: u16 = 8;
+const V_TREE: u16 = 16;
 
 /// The lease model and its bounds.
 #[derive(Debug, Clone)]
@@ -170,6 +207,26 @@ pub struct LeaseModel {
     pub atomic_steps: bool,
     /// The bug to inject, if any.
     pub mutation: Option<Mutation>,
+    /// `None`: in-process hosts. `Some`: runners with process-tree workloads (card T2).
+    pub tree: Option<TreeWorld>,
+}
+
+/// How the runners of the tree world contain their workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Contain {
+    /// A cgroup per ownership, named in the owner record.
+    Cgroup,
+    /// The workload inherits the lock descriptor.
+    LockFd,
+}
+
+/// The tree world's parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TreeWorld {
+    /// The containment.
+    pub contain: Contain,
+    /// Whether a descendant may close its copy of the lock descriptor (`LockFd` only).
+    pub close_fd: bool,
 }
 
 impl LeaseModel {
@@ -185,6 +242,28 @@ impl LeaseModel {
             timers: false,
             atomic_steps: true,
             mutation: None,
+            tree: None,
+        }
+    }
+
+    /// The tree world checked in CI (card T2): two runners, each workload a main process and a
+    /// descendant that outlives the runner's crash; two crashes and a restart, so an owner, its
+    /// successor and the successor's successor can each crash at any step; timers fire.
+    pub fn tree_ci(contain: Contain) -> LeaseModel {
+        LeaseModel {
+            processes: 2,
+            restarts: 1,
+            crashes: 2,
+            signals: 0,
+            stopper: false,
+            recovery_failures: false,
+            timers: true,
+            atomic_steps: true,
+            mutation: None,
+            tree: Some(TreeWorld {
+                contain,
+                close_fd: false,
+            }),
         }
     }
 
@@ -198,8 +277,15 @@ impl LeaseModel {
         self.mutation == Some(m)
     }
 
-    fn config() -> Config {
-        Config::in_process()
+    fn config(&self) -> Config {
+        match self.tree {
+            None => Config::in_process(),
+            Some(_) => Config::child(ReadyMode::Start),
+        }
+    }
+
+    fn contain(&self) -> Option<Contain> {
+        self.tree.map(|t| t.contain)
     }
 }
 
@@ -259,14 +345,16 @@ pub struct Proc {
     pub ended: Option<PhaseKind>,
     /// `EpochAfterGrant` only: the epoch still to be written after the grant.
     pub late_epoch: Option<u8>,
+    /// `EndLeftoversAfterRecord` only: the record the grant replaced, ended at recovery.
+    pub replaced: Option<Record>,
 }
 
 impl Proc {
-    fn vacant() -> Proc {
+    fn vacant(config: Config) -> Proc {
         Proc {
             start: 0,
             life: Life::Vacant,
-            drv: Driver::new(LeaseModel::config()),
+            drv: Driver::new(config),
             acq: Acq::Idle,
             lock: None,
             fd_ino: 0,
@@ -278,6 +366,7 @@ impl Proc {
             settle_fed: false,
             ended: None,
             late_epoch: None,
+            replaced: None,
         }
     }
 
@@ -306,6 +395,79 @@ pub struct Record {
     pub epoch: u8,
     /// Whether it released in order.
     pub released: bool,
+    /// Whether it names the ownership's cgroup (tree world).
+    pub cgroup: bool,
+}
+
+/// A workload's main process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MainW {
+    /// Runs.
+    Alive,
+    /// Died of SIGKILL; its runner has not reaped it yet.
+    Killed,
+    /// Reaped, or died with its crashed runner (parent-death signal).
+    Gone,
+}
+
+/// A workload's descendant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DescW {
+    /// None, or it ended.
+    Gone,
+    /// Runs; only SIGKILL ends it. `fd`: it still has its copy of the lock descriptor.
+    Stays {
+        /// It holds the lock descriptor's copy.
+        fd: bool,
+    },
+    /// Runs; not even SIGKILL ends it.
+    Unkillable {
+        /// It holds the lock descriptor's copy.
+        fd: bool,
+    },
+}
+
+impl DescW {
+    fn alive(self) -> bool {
+        !matches!(self, DescW::Gone)
+    }
+
+    fn holds_fd(self) -> bool {
+        matches!(
+            self,
+            DescW::Stays { fd: true } | DescW::Unkillable { fd: true }
+        )
+    }
+}
+
+/// A workload a runner started; it outlives the runner's crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Work {
+    /// The ownership's epoch.
+    pub epoch: u8,
+    /// The runner's pid slot and incarnation.
+    pub owner: u8,
+    /// See `owner`.
+    pub start: u8,
+    /// The main process.
+    pub main: MainW,
+    /// The descendant.
+    pub desc: DescW,
+    /// Lock descriptor world: the workload's copies refer to the owner's open file description
+    /// and it is still locked (an orderly release `LOCK_UN`s it for every copy).
+    pub locked_ofd: bool,
+}
+
+impl Work {
+    /// Whether any process of it runs.
+    fn alive(&self) -> bool {
+        self.main == MainW::Alive || self.desc.alive()
+    }
+
+    /// Whether it keeps the lock held (its copies of a still-locked descriptor are open).
+    fn holds_lock(&self) -> bool {
+        self.locked_ofd && (self.main == MainW::Alive || self.desc.holds_fd())
+    }
 }
 
 /// A registry entry `leases/<epoch>.json`.
@@ -381,6 +543,12 @@ pub struct LeaseState {
     pub signals_left: u8,
     /// The largest epoch ever granted (history for I2).
     pub max_granted: u8,
+    /// The workloads runners started (tree world), by epoch.
+    pub works: Vec<Work>,
+    /// A runner crashed while its workload's descendant ran.
+    pub crash_left_desc: bool,
+    /// A workload was started after that.
+    pub spawn_after_leftover: bool,
     /// Violations recorded by steps (bit set).
     pub violations: u16,
 }
@@ -423,6 +591,17 @@ pub enum LeaseAction {
     Reclaim(u8),
     /// `EpochAfterGrant` only: the late write of the epoch file.
     LateBump(u8),
+    /// Tree world: the runner's child is spawned; its descendant stays (`false`) or is
+    /// unkillable (`true`), or there is none (`None`).
+    Spawn(u8, Option<bool>),
+    /// Tree world: the runner sees its main process end (by itself, or of SIGKILL).
+    MainExit(u8),
+    /// Tree world: the runner sees the last process of its tree gone.
+    TreeGone(u8),
+    /// Tree world: the descendant of the workload of this epoch closes its lock copy.
+    CloseFd(u8),
+    /// Tree world: an operator SIGKILLs what a crashed runner of this epoch left running.
+    KillLeftover(u8),
 }
 
 impl LeaseState {
@@ -431,10 +610,57 @@ impl LeaseState {
     }
 
     fn lock_free(&self, ino: u8) -> bool {
-        !self
+        let runner = self
             .procs
             .iter()
-            .any(|q| q.running() && q.lock == Some(ino))
+            .any(|q| q.running() && q.lock == Some(ino));
+        // The workloads' copies of a locked descriptor are on the one lock file there is in the
+        // tree world.
+        let workload = ino == self.lock_file && self.works.iter().any(Work::holds_lock);
+        !runner && !workload
+    }
+
+    /// The workload of slot `p`'s current incarnation.
+    fn work_of(&mut self, p: usize) -> Option<&mut Work> {
+        let (owner, start) = (p as u8, self.procs[p].start);
+        self.works
+            .iter_mut()
+            .find(|w| w.owner == owner && w.start == start)
+    }
+
+    /// Ends what the cgroup of `rec` holds (card T2): SIGKILL to every process of the workload
+    /// of its epoch. Returns false when a process survives (the acquisition then refuses).
+    fn end_cgroup(&mut self, rec: Option<Record>) -> bool {
+        let Some(r) = rec else { return true };
+        if r.released || !r.cgroup {
+            return true;
+        }
+        let mut all_gone = true;
+        for w in self.works.iter_mut().filter(|w| w.epoch == r.epoch) {
+            if w.main == MainW::Alive {
+                w.main = MainW::Killed;
+            }
+            w.desc = match w.desc {
+                DescW::Stays { .. } | DescW::Gone => DescW::Gone,
+                d @ DescW::Unkillable { .. } => {
+                    all_gone = false;
+                    d
+                }
+            };
+        }
+        self.tidy_works();
+        all_gone
+    }
+
+    /// Forgets workloads nothing of which runs and nobody waits on (fewer equal states).
+    fn tidy_works(&mut self) {
+        let procs = &self.procs;
+        self.works.retain(|w| {
+            w.alive()
+                || w.main == MainW::Killed
+                || procs[w.owner as usize].is_live(w.start)
+                    && procs[w.owner as usize].drv.child() != crate::driver::ChildView::Reaped
+        });
     }
 
     fn feed(&mut self, p: usize, ev: Event) {
@@ -473,6 +699,17 @@ impl LeaseState {
                 proc.acq = Acq::Idle;
             }
             Action::SetPhase(k) => self.rewrite_record(p, k == PhaseKind::Released),
+            // SIGKILL to every process of the workload (card T1).
+            Action::Kill => {
+                if let Some(w) = self.work_of(p) {
+                    if w.main == MainW::Alive {
+                        w.main = MainW::Killed;
+                    }
+                    if let DescW::Stays { .. } = w.desc {
+                        w.desc = DescW::Gone;
+                    }
+                }
+            }
             Action::Publish if m.is(Mutation::ReleaseBeforePublish) => self.release_world(p),
             Action::Exit(o) => {
                 if m.is(Mutation::RetryAfterExit) && o.reason == Reason::Busy {
@@ -496,7 +733,6 @@ impl LeaseState {
             | Action::Forward(..)
             | Action::Relay(..)
             | Action::ExtendTimer(..)
-            | Action::Kill
             | Action::Publish
             | Action::ReleaseLease
             | Action::Note(_) => {}
@@ -511,11 +747,15 @@ impl LeaseState {
         let proc = &mut self.procs[p];
         proc.touched = true;
         let epoch = proc.epoch().unwrap_or(0);
+        let cgroup = self
+            .record
+            .is_some_and(|r| r.pid == p as u8 && r.start == proc.start && r.cgroup);
         self.record = Some(Record {
             pid: p as u8,
             start: proc.start,
             epoch,
             released,
+            cgroup,
         });
     }
 
@@ -530,6 +770,14 @@ impl LeaseState {
         }
         if !self.holds_current_lock(p) {
             self.violations |= V_FENCE;
+        }
+        if let Some(w) = self.work_of(p) {
+            let alive = w.alive();
+            // `LOCK_UN` unlocks every copy of the descriptor.
+            w.locked_ofd = false;
+            if alive {
+                self.violations |= V_TREE;
+            }
         }
         self.registry.retain(|r| r.epoch != epoch);
         self.rewrite_record(p, true);
@@ -590,7 +838,7 @@ impl Model for LeaseModel {
 
     fn init_states(&self) -> Vec<LeaseState> {
         vec![LeaseState {
-            procs: vec![Proc::vacant(); self.processes],
+            procs: vec![Proc::vacant(self.config()); self.processes],
             lock_file: 0,
             epoch_file: 0,
             record: None,
@@ -605,6 +853,9 @@ impl Model for LeaseModel {
             crashes_left: self.crashes,
             signals_left: self.signals,
             max_granted: 0,
+            works: Vec::new(),
+            crash_left_desc: false,
+            spawn_after_leftover: false,
             violations: 0,
         }]
     }
@@ -661,7 +912,30 @@ impl Model for LeaseModel {
                 }
                 Some(Request::Publish) => out.push(LeaseAction::Publish(p)),
                 Some(Request::Release) => out.push(LeaseAction::Release(p)),
-                Some(Request::Spawn) | None => {}
+                Some(Request::Spawn) => {
+                    for desc in [None, Some(false), Some(true)] {
+                        out.push(LeaseAction::Spawn(p, desc));
+                    }
+                }
+                None => {}
+            }
+            // The runner sees its workload between steps.
+            if self.tree.is_some() && proc.drv.request() != Some(Request::Spawn) {
+                let mine = s
+                    .works
+                    .iter()
+                    .find(|w| w.owner == p && w.start == proc.start);
+                match (proc.drv.child(), mine) {
+                    (crate::driver::ChildView::Running, Some(w))
+                        if matches!(w.main, MainW::Alive | MainW::Killed) =>
+                    {
+                        out.push(LeaseAction::MainExit(p));
+                    }
+                    (crate::driver::ChildView::Tree, Some(w)) if !w.alive() => {
+                        out.push(LeaseAction::TreeGone(p));
+                    }
+                    _ => {}
+                }
             }
             if proc.queued > 0 && s.interruptible(self, i) {
                 out.push(LeaseAction::Deliver(p));
@@ -675,6 +949,22 @@ impl Model for LeaseModel {
                 out.push(LeaseAction::Drain(p));
             }
         }
+        if self.tree.is_some_and(|t| t.close_fd) {
+            for w in &s.works {
+                if w.desc.holds_fd() {
+                    out.push(LeaseAction::CloseFd(w.epoch));
+                }
+            }
+        }
+        if self.tree.is_some() {
+            for w in &s.works {
+                let orphaned = s.procs[w.owner as usize].life == Life::Crashed
+                    && s.procs[w.owner as usize].start == w.start;
+                if orphaned && matches!(w.desc, DescW::Stays { .. }) {
+                    out.push(LeaseAction::KillLeftover(w.epoch));
+                }
+            }
+        }
         if self.stopper_can_step(s) {
             out.push(LeaseAction::Stopper);
         }
@@ -685,6 +975,25 @@ impl Model for LeaseModel {
         let p = match action {
             LeaseAction::Stopper => {
                 self.stopper_step(&mut s);
+                return Some(s);
+            }
+            LeaseAction::KillLeftover(epoch) => {
+                for w in s.works.iter_mut().filter(|w| w.epoch == epoch) {
+                    if let DescW::Stays { .. } = w.desc {
+                        w.desc = DescW::Gone;
+                    }
+                }
+                s.tidy_works();
+                return Some(s);
+            }
+            LeaseAction::CloseFd(epoch) => {
+                for w in s.works.iter_mut().filter(|w| w.epoch == epoch) {
+                    w.desc = match w.desc {
+                        DescW::Stays { .. } => DescW::Stays { fd: false },
+                        DescW::Unkillable { .. } => DescW::Unkillable { fd: false },
+                        DescW::Gone => DescW::Gone,
+                    };
+                }
                 return Some(s);
             }
             LeaseAction::Launch(p)
@@ -702,7 +1011,10 @@ impl Model for LeaseModel {
             | LeaseAction::Crash(p)
             | LeaseAction::Signal(p)
             | LeaseAction::Reclaim(p)
-            | LeaseAction::LateBump(p) => p as usize,
+            | LeaseAction::LateBump(p)
+            | LeaseAction::Spawn(p, _)
+            | LeaseAction::MainExit(p)
+            | LeaseAction::TreeGone(p) => p as usize,
         };
         match action {
             LeaseAction::Launch(_) => {
@@ -714,7 +1026,7 @@ impl Model for LeaseModel {
                     proc.start + 1
                 };
                 let entries = proc.waiter_entries;
-                *proc = Proc::vacant();
+                *proc = Proc::vacant(self.config());
                 proc.start = start;
                 proc.life = Life::Running;
                 proc.waiter_entries = entries;
@@ -755,11 +1067,28 @@ impl Model for LeaseModel {
                 let Acq::Locked(epoch) = s.procs[p].acq else {
                     return None;
                 };
+                // Card T2, cgroup world: what the recorded cgroup holds is ended before the
+                // record is replaced (`lease::become_owner`); a survivor refuses the
+                // acquisition, which unlocks and leaves the record as it was.
+                if self.contain() == Some(Contain::Cgroup) {
+                    if self.is(Mutation::EndLeftoversAfterRecord) {
+                        s.procs[p].replaced = s.record;
+                    } else if !self.is(Mutation::SkipEndLeftovers) && !s.end_cgroup(s.record) {
+                        let proc = &mut s.procs[p];
+                        proc.lock = None;
+                        proc.acq = Acq::Idle;
+                        proc.waiter_entries &= !(1 << proc.start);
+                        s.feed(p, Event::LeaseFailed(Fault::Io));
+                        s.run_invisible(self, p);
+                        return Some(s);
+                    }
+                }
                 s.record = Some(Record {
                     pid: p as u8,
                     start: s.procs[p].start,
                     epoch,
                     released: false,
+                    cgroup: false,
                 });
                 if epoch <= s.max_granted || s.epoch_file < epoch {
                     s.violations |= V_EPOCH;
@@ -789,12 +1118,66 @@ impl Model for LeaseModel {
                 }
             }
             LeaseAction::Recover(_, ok) => {
-                let ev = if ok {
+                // The mutant ends the crashed owner's cgroup only now, after its record was
+                // replaced at the grant.
+                let replaced = s.procs[p].replaced.take();
+                let ev = if !s.end_cgroup(replaced) {
+                    Event::RecoveryFailed(Fault::Io)
+                } else if ok {
                     Event::RecoveryDone
                 } else {
                     Event::RecoveryFailed(tenure::machine::Fault::State)
                 };
                 s.feed(p, ev);
+            }
+            LeaseAction::Spawn(_, desc) => {
+                let epoch = s.procs[p].epoch().unwrap_or(0);
+                let lock_fd = self.contain() == Some(Contain::LockFd);
+                // The runner records its cgroup before the child enters it.
+                if self.contain() == Some(Contain::Cgroup)
+                    && let Some(r) = s.record.as_mut()
+                    && r.pid == p as u8
+                    && r.start == s.procs[p].start
+                {
+                    r.cgroup = true;
+                }
+                s.works.push(Work {
+                    epoch,
+                    owner: p as u8,
+                    start: s.procs[p].start,
+                    main: MainW::Alive,
+                    desc: match desc {
+                        None => DescW::Gone,
+                        Some(false) => DescW::Stays { fd: lock_fd },
+                        Some(true) => DescW::Unkillable { fd: lock_fd },
+                    },
+                    locked_ofd: lock_fd,
+                });
+                s.works.sort();
+                s.spawn_after_leftover |= s.crash_left_desc;
+                s.feed(p, Event::ChildSpawned);
+            }
+            LeaseAction::MainExit(_) => {
+                let w = s.work_of(p)?;
+                let status = match w.main {
+                    MainW::Killed => ChildStatus::Signaled(9),
+                    MainW::Alive | MainW::Gone => ChildStatus::Exited(0),
+                };
+                w.main = MainW::Gone;
+                let rest = w.desc.alive();
+                s.feed(
+                    p,
+                    if rest {
+                        Event::MainExited(status)
+                    } else {
+                        Event::ChildExited(status)
+                    },
+                );
+                s.tidy_works();
+            }
+            LeaseAction::TreeGone(_) => {
+                s.feed(p, Event::TreeEmpty);
+                s.tidy_works();
             }
             LeaseAction::Publish(_) => {
                 let epoch = s.procs[p].epoch().unwrap_or(0);
@@ -829,13 +1212,21 @@ impl Model for LeaseModel {
                 proc.life = Life::Crashed;
                 // The kernel drops the lock of a dead process; its files stay.
                 proc.lock = None;
+                // Its main process dies of the parent-death signal; the descendant lives on.
+                if let Some(w) = s.work_of(p) {
+                    w.main = MainW::Gone;
+                    if w.desc.alive() {
+                        s.crash_left_desc = true;
+                    }
+                }
+                s.tidy_works();
             }
             LeaseAction::Signal(_) => {
                 s.signals_left -= 1;
                 s.procs[p].queued += 1;
             }
-            // Not a process step: the stopper returned above.
-            LeaseAction::Stopper => {}
+            // Not a process step: these returned above.
+            LeaseAction::Stopper | LeaseAction::CloseFd(_) | LeaseAction::KillLeftover(_) => {}
         }
         s.run_invisible(self, p);
         // No residency is ever active here, so the host reports them settled as soon as the
@@ -853,6 +1244,66 @@ impl Model for LeaseModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
+        let mut v = self.lease_properties();
+        if self.tree.is_none() {
+            return v;
+        }
+        // The tree world has no stopper, no external signal and no in-process residencies: the
+        // `sometimes` that need them are not its business.
+        v.retain(|p| {
+            p.expectation == stateright::Expectation::Always
+                || matches!(p.name, "handover" | "crash takeover")
+        });
+        v.extend([
+            // I7 (card T2): never two workloads' processes alive under different epochs.
+            Property::always(NO_OVERLAP, |_, s: &LeaseState| {
+                let mut live = s.works.iter().filter(|w| w.alive()).map(|w| w.epoch);
+                match live.next() {
+                    None => true,
+                    Some(e) => live.all(|x| x == e),
+                }
+            }),
+            // I7 (card T1): no orderly release while the releaser's workload runs.
+            Property::always(RELEASE_AFTER_TREE, |_, s: &LeaseState| {
+                s.violations & V_TREE == 0
+            }),
+            Property::sometimes(
+                "a crashed owner's descendant outlives it",
+                |_, s: &LeaseState| {
+                    s.works.iter().any(|w| {
+                        w.desc.alive()
+                            && s.procs[w.owner as usize].life == Life::Crashed
+                            && s.procs[w.owner as usize].start == w.start
+                    })
+                },
+            ),
+            Property::sometimes(
+                "a successor's workload starts after a crashed owner's descendant",
+                |_, s: &LeaseState| s.spawn_after_leftover,
+            ),
+            Property::sometimes("a tree is stopped, then released", |_, s: &LeaseState| {
+                s.procs.iter().any(|p| {
+                    p.life == Life::Exited
+                        && p.ended == Some(PhaseKind::Released)
+                        && p.drv
+                            .machine()
+                            .phase()
+                            .outcome()
+                            .is_some_and(|o| o.reason == Reason::Killed)
+                })
+            }),
+        ]);
+        v
+    }
+
+    fn format_action(&self, a: &LeaseAction) -> String {
+        format!("{a:?}")
+    }
+}
+
+impl LeaseModel {
+    /// The properties of the lease itself (I1–I6), with a `sometimes` beside each.
+    fn lease_properties(&self) -> Vec<Property<Self>> {
         vec![
             // I1: ownership is the kernel lock; two machines in owning phases at once is the bug.
             Property::always(AT_MOST_ONE_OWNER, |_, s: &LeaseState| {
@@ -951,10 +1402,6 @@ impl Model for LeaseModel {
             }),
         ]
     }
-
-    fn format_action(&self, a: &LeaseAction) -> String {
-        format!("{a:?}")
-    }
 }
 
 /// I5 for slot `i`: it never held the lock or changed shared state, and once its run exited
@@ -1044,6 +1491,11 @@ impl Representative for LeaseState {
                 h.finish(),
                 self.record.map(|r| named(r.pid)),
                 self.registry.iter().filter(|r| named(r.pid)).count(),
+                self.works
+                    .iter()
+                    .filter(|w| named(w.owner))
+                    .map(|w| (w.epoch, w.main, w.desc))
+                    .collect::<Vec<_>>(),
                 match self.stopper {
                     Stopper::Read { pid, .. } | Stopper::Verified { pid, .. } => named(pid),
                     Stopper::Idle | Stopper::Done(_) => false,
@@ -1073,6 +1525,15 @@ impl Representative for LeaseState {
             })
             .collect();
         out.registry.sort();
+        out.works = self
+            .works
+            .iter()
+            .map(|w| Work {
+                owner: r(w.owner),
+                ..*w
+            })
+            .collect();
+        out.works.sort();
         out.stopper = match self.stopper {
             Stopper::Read { pid, start } => Stopper::Read { pid: r(pid), start },
             Stopper::Verified { pid, start, pinned } => Stopper::Verified {
@@ -1153,6 +1614,28 @@ impl crate::run::Describe for LeaseModel {
                         p_of(p)
                     ),
                     LeaseAction::LateBump(p) => format!("{} writes the epoch file late", p_of(p)),
+                    LeaseAction::Spawn(p, d) => format!(
+                        "{} spawns its workload (descendant: {}) -> {}",
+                        p_of(p),
+                        match d {
+                            None => "none",
+                            Some(false) => "only SIGKILL ends it",
+                            Some(true) => "unkillable",
+                        },
+                        phase(p)
+                    ),
+                    LeaseAction::MainExit(p) => {
+                        format!("{} sees its main process end -> {}", p_of(p), phase(p))
+                    }
+                    LeaseAction::TreeGone(p) => {
+                        format!("{} sees its tree gone -> {}", p_of(p), phase(p))
+                    }
+                    LeaseAction::CloseFd(e) => format!(
+                        "the descendant of epoch {e} closes its copy of the lock descriptor"
+                    ),
+                    LeaseAction::KillLeftover(e) => format!(
+                        "an operator SIGKILLs the descendant epoch {e}'s crashed runner left"
+                    ),
                 })
             })
             .collect()

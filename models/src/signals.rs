@@ -1,5 +1,6 @@
-//! Signal interleavings: one owner and its workload (a supervised child, or the in-process
-//! host), every stop signal in every phase, twice, during every driver step.
+//! Signal interleavings: one owner and its workload (a supervised process tree, or the
+//! in-process host), every stop and stray signal in every phase, twice, during every driver
+//! step.
 //!
 //! The process runs the real machine through the shared [`Driver`]; every action of a step is a
 //! separate model step, so a signal (TERM, INT or HUP) can arrive between any two of them and
@@ -10,24 +11,31 @@
 //! fails. The child lives its own life: it can announce `READY=1` and `STOPPING=1` (notify mode),
 //! exit by itself with 0 or 3 or be killed by someone else (SIGABRT) at any point, exit 0 after a
 //! forwarded signal, die of SIGKILL, or
-//! survive SIGKILL past the kill wait and be reaped later. Armed timers fire at any point. The
-//! in-process host can request a drain (also before recovery, card H2) and settles its
-//! residencies at any point of the drain; the root can be lost while owning (H7).
+//! survive SIGKILL past the kill wait and be reaped later. The workload is a tree (card T1): at
+//! spawn the world picks whether the main process has a descendant and what it is like — one
+//! that ends by itself at any time (as one that honours TERM does), one that ignores TERM and
+//! ends only by SIGKILL, or one that survives SIGKILL for a while (stuck in the kernel) — and the
+//! descendant may outlive the main process. The driver sees the main process's exit as
+//! `child-exited` when nothing else runs and as `main-exited` otherwise, then `tree-empty`. Stray
+//! signals (USR1, ...) arrive like stop signals (card T3). A ready notify-mode workload may send
+//! `WATCHDOG=1`. Armed timers fire at any point. The in-process host can request a drain (also
+//! before recovery, card H2) and settles its residencies at any point of the drain; the root can
+//! be lost while owning (H7).
 //!
-//! Three workloads are checked in one run: the runner with `--ready start`, the runner with
-//! `--ready notify --ready-timeout`, and the in-process host.
+//! Three workloads are checked in one run: the runner with `--type simple`, the runner with
+//! `--type notify --ready-timeout --watchdog`, and the in-process host.
 //!
 //! The world records what an observer would see: when the lease is taken and released, whether
 //! a child may still run, what CURRENT holds, how often the drain hook ran, and each end record
 //! and exit code. The properties are about those records.
 
-use crate::driver::{Driver, Request};
+use crate::driver::{ChildView, Driver, Request};
 use crate::spec::ExitTable;
 use stateright::{Model, Property};
 use std::time::Duration;
 use tenure::machine::{
-    Action, ChildStatus, Config, Event, ExecFailure, Fault, Note, Outcome, PhaseKind, ReadyMode,
-    Reason, Signal, Timer,
+    Action, ChildStatus, Config, Event, ExecFailure, Fault, KillMode, Note, Outcome, PhaseKind,
+    ReadyMode, Reason, Signal, Target, Timer,
 };
 
 /// Deliberate bugs in the driver's execution; each must make a property fail.
@@ -51,11 +59,17 @@ pub enum Mutation {
     RetryAfterBusy,
     /// Legal events: the driver delivers a queued signal while the spawn is outstanding.
     SignalDuringSpawn,
+    /// I7 (card T1): the driver reports the main process's exit as the end of the whole
+    /// workload (`child-exited`) without waiting for the rest of its tree.
+    ReleaseBeforeTree,
+    /// T1: stop signals for the whole tree reach the main process only (the runner before
+    /// issue 9): the rest of the tree is SIGKILLed without ever being asked to stop.
+    TermToMainOnly,
 }
 
 impl Mutation {
     /// Every mutation of this model.
-    pub const ALL: [Mutation; 8] = [
+    pub const ALL: [Mutation; 10] = [
         Mutation::ReleaseOnKill,
         Mutation::ReleaseBeforePublish,
         Mutation::PublishOnRelease,
@@ -64,6 +78,8 @@ impl Mutation {
         Mutation::BeginDrainOnSetPhase,
         Mutation::RetryAfterBusy,
         Mutation::SignalDuringSpawn,
+        Mutation::ReleaseBeforeTree,
+        Mutation::TermToMainOnly,
     ];
 
     /// The name used on the command line and in the README.
@@ -77,13 +93,15 @@ impl Mutation {
             Mutation::BeginDrainOnSetPhase => "begin-drain-on-set-phase",
             Mutation::RetryAfterBusy => "retry-after-busy",
             Mutation::SignalDuringSpawn => "signal-during-spawn",
+            Mutation::ReleaseBeforeTree => "release-before-tree",
+            Mutation::TermToMainOnly => "term-to-main-only",
         }
     }
 
     /// The property the mutation must break.
     pub const fn breaks(self) -> &'static str {
         match self {
-            Mutation::ReleaseOnKill => LEASE_OUTLIVES_CHILD,
+            Mutation::ReleaseOnKill => LEASE_OUTLIVES_WORKLOAD,
             Mutation::ReleaseBeforePublish => CHECKPOINT_BEFORE_RELEASE,
             Mutation::PublishOnRelease => REFUSED_KEEPS_CURRENT,
             Mutation::DoubleEndRecord => ONE_OUTCOME,
@@ -91,6 +109,8 @@ impl Mutation {
             Mutation::BeginDrainOnSetPhase => DRAIN_ONCE,
             Mutation::RetryAfterBusy => TERMINAL_IS_FINAL,
             Mutation::SignalDuringSpawn => LEGAL_EVENTS,
+            Mutation::ReleaseBeforeTree => LEASE_OUTLIVES_WORKLOAD,
+            Mutation::TermToMainOnly => TERM_BEFORE_KILL,
         }
     }
 
@@ -100,8 +120,13 @@ impl Mutation {
     }
 }
 
-/// I7: the lease is never released while a supervised child may still run.
-pub const LEASE_OUTLIVES_CHILD: &str = "lease outlives the child";
+/// I7: the lease is never released while any process of the workload may still run.
+pub const LEASE_OUTLIVES_WORKLOAD: &str = "lease outlives the workload";
+/// T1: with `--kill-mode tree`, no process of the workload gets SIGKILL before it was sent the
+/// stop signal.
+pub const TERM_BEFORE_KILL: &str = "term before kill";
+/// T3: no stray signal ends the owner.
+pub const STRAYS_SURVIVED: &str = "stray signals never end the owner";
 /// I8: the drain's checkpoint is durable before the lease is released.
 pub const CHECKPOINT_BEFORE_RELEASE: &str = "checkpoint before release";
 /// I9: a stop or failure while recovering never moves CURRENT.
@@ -121,11 +146,13 @@ const V_CHILD: u16 = 1;
 const V_DURABLE: u16 = 2;
 const V_ILLEGAL: u16 = 4;
 const V_CODE: u16 = 8;
+const V_TERM: u16 = 16;
+const V_STRAY: u16 = 32;
 
 /// The signal model and its bounds.
 #[derive(Debug, Clone)]
 pub struct SignalModel {
-    /// Stop signals that may arrive in all (each TERM, INT or HUP).
+    /// Signals that may arrive in all (each TERM, INT, HUP or a stray one).
     pub signals: u8,
     /// The workloads checked (one initial state each).
     pub workloads: Vec<Config>,
@@ -138,6 +165,7 @@ impl SignalModel {
     pub fn ci() -> SignalModel {
         let mut notify = Config::child(ReadyMode::Notify);
         notify.ready_timeout = Some(Duration::from_secs(30));
+        notify.watchdog = Some(Duration::from_secs(20));
         SignalModel {
             signals: 2,
             workloads: vec![
@@ -159,6 +187,53 @@ impl SignalModel {
         self.mutation == Some(m)
     }
 }
+
+/// What the main process's descendant is like (card T1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Nature {
+    /// Ends by itself at any time (as one that honours TERM does).
+    Ends,
+    /// Ignores TERM: only SIGKILL ends it.
+    IgnoresTerm,
+    /// Survives SIGKILL for a while (stuck in the kernel); ends some time after it.
+    Unkillable,
+}
+
+/// The main process's descendant, as the world knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Desc {
+    /// The main process has none (or was never spawned).
+    None,
+    /// It runs.
+    Alive {
+        /// What it is like.
+        nature: Nature,
+        /// It was sent a stop signal.
+        termed: bool,
+        /// It was sent SIGKILL.
+        killed: bool,
+    },
+    /// It ended (the runner, its subreaper, reaped it).
+    Dead,
+}
+
+impl Desc {
+    fn alive(self) -> bool {
+        matches!(self, Desc::Alive { .. })
+    }
+}
+
+/// A signal waiting in the driver's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Queued {
+    /// A stop signal.
+    Stop(Signal),
+    /// A signal the owner does not act on (SIGUSR1).
+    Stray,
+}
+
+/// SIGUSR1, the stray signal the model sends.
+const USR1: u8 = 10;
 
 /// The child process as the world knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -198,8 +273,16 @@ pub struct SignalState {
     pub lock: bool,
     /// Whether it held the lock at some point.
     pub owned: bool,
-    /// The child.
+    /// The child (the main process).
     pub child: Child,
+    /// The main process's descendant.
+    pub desc: Desc,
+    /// Whether the main process was sent a stop signal (for T1).
+    pub main_termed: bool,
+    /// A stray signal reached a process of the workload.
+    pub stray_relayed: bool,
+    /// SIGKILL was sent to the workload.
+    pub kill_sent: bool,
     /// What CURRENT holds.
     pub current: Current,
     /// A publish was asked for and is not durable yet.
@@ -207,7 +290,7 @@ pub struct SignalState {
     /// Signals still to arrive.
     pub signals_left: u8,
     /// Signals waiting to be delivered, oldest first.
-    pub queue: [Option<Signal>; 2],
+    pub queue: [Option<Queued>; 2],
     /// Signals delivered (bit per signal) — what an outcome may name.
     pub delivered: u8,
     /// Stop signals delivered while draining.
@@ -244,6 +327,16 @@ pub enum SignalAction {
     Arrive(Signal),
     /// The oldest queued signal is delivered.
     Deliver,
+    /// A stray signal arrives (queued).
+    ArriveStray,
+    /// The child is spawned, with this descendant (or none).
+    Spawned(Option<Nature>),
+    /// The descendant ends (by itself, or after SIGKILL).
+    DescExits,
+    /// The driver sees that the last process of the tree is gone.
+    TreeGone,
+    /// The ready workload sends `WATCHDOG=1`.
+    Ping,
     /// An armed timer fires.
     Fire(Timer),
     /// The child sends `READY=1`.
@@ -269,6 +362,15 @@ fn bit(s: Signal) -> u8 {
 }
 
 impl SignalState {
+    fn enqueue(&mut self, q: Queued) {
+        self.signals_left -= 1;
+        match self.queue {
+            [None, _] => self.queue[0] = Some(q),
+            [Some(_), None] => self.queue[1] = Some(q),
+            [Some(_), Some(_)] => {}
+        }
+    }
+
     fn feed(&mut self, ev: Event) {
         match self.drv.feed(ev) {
             Ok(_) => {
@@ -284,12 +386,17 @@ impl SignalState {
         matches!(self.child, Child::Running { .. })
     }
 
+    /// Whether any process of the workload runs.
+    fn workload_running(&self) -> bool {
+        self.child_running() || self.desc.alive()
+    }
+
     /// The world's side of releasing the lease, with the checks of I7 and I8.
     fn release(&mut self) {
         if !self.lock {
             return;
         }
-        if self.child_running() {
+        if self.workload_running() {
             self.violations |= V_CHILD;
         }
         if self.publish_pending {
@@ -314,7 +421,8 @@ impl SignalState {
     fn truthful(&self, o: Outcome) -> bool {
         let signal_ok = o.signal.is_none_or(|s| self.delivered & bit(s) != 0);
         let child_ok = o.child.is_none_or(|c| self.child == Child::Reaped(c));
-        let killed_ok = !o.killed || matches!(self.child, Child::Reaped(ChildStatus::Signaled(9)));
+        // `killed` means SIGKILL was sent to the workload.
+        let killed_ok = !o.killed || self.kill_sent;
         let owned_ok = !matches!(o.reason, Reason::Cancelled | Reason::Busy) || !self.owned;
         signal_ok && child_ok && killed_ok && owned_ok
     }
@@ -333,6 +441,10 @@ impl Model for SignalModel {
                     lock: false,
                     owned: false,
                     child: Child::None,
+                    desc: Desc::None,
+                    main_termed: false,
+                    stray_relayed: false,
+                    kill_sent: false,
                     current: Current::Old,
                     publish_pending: false,
                     signals_left: self.signals,
@@ -361,6 +473,7 @@ impl Model for SignalModel {
             for sig in Signal::ALL {
                 out.push(SignalAction::Arrive(sig));
             }
+            out.push(SignalAction::ArriveStray);
         }
         if s.drv.peek().is_some() {
             out.push(SignalAction::Exec);
@@ -387,7 +500,10 @@ impl Model for SignalModel {
                 out.push(SignalAction::Answer(Event::RecoveryFailed(Fault::State)));
             }
             Some(Request::Spawn) => {
-                out.push(SignalAction::Answer(Event::ChildSpawned));
+                out.push(SignalAction::Spawned(None));
+                for n in [Nature::Ends, Nature::IgnoresTerm, Nature::Unkillable] {
+                    out.push(SignalAction::Spawned(Some(n)));
+                }
                 out.push(SignalAction::Answer(Event::SpawnFailed(
                     ExecFailure::NotFound,
                 )));
@@ -432,7 +548,24 @@ impl Model for SignalModel {
                 if notify && !stopping {
                     out.push(SignalAction::Stopping);
                 }
+                if notify && ready && s.drv.machine().kind() == PhaseKind::Ready {
+                    out.push(SignalAction::Ping);
+                }
             }
+        }
+        if let Desc::Alive { nature, killed, .. } = s.desc {
+            let can_end = match nature {
+                Nature::Ends => true,
+                // Killed at once when SIGKILL was sent (see `exec`); never by itself.
+                Nature::IgnoresTerm => false,
+                Nature::Unkillable => killed,
+            };
+            if can_end {
+                out.push(SignalAction::DescExits);
+            }
+        }
+        if s.drv.child() == ChildView::Tree && !s.desc.alive() {
+            out.push(SignalAction::TreeGone);
         }
         for t in s.drv.armed_timers() {
             out.push(SignalAction::Fire(t));
@@ -470,34 +603,48 @@ impl Model for SignalModel {
                         s.publish_pending = false;
                     }
                     Event::LeaseReleased => s.release(),
-                    Event::ChildSpawned => {
-                        s.child = Child::Running {
-                            signalled: false,
-                            killed: false,
-                            ready: false,
-                            stopping: false,
-                        };
-                    }
                     _ => {}
                 }
                 s.feed(ev);
             }
-            SignalAction::Arrive(sig) => {
-                s.signals_left -= 1;
-                match s.queue {
-                    [None, _] => s.queue[0] = Some(sig),
-                    [Some(_), None] => s.queue[1] = Some(sig),
-                    [Some(_), Some(_)] => {}
-                }
+            SignalAction::Spawned(nature) => {
+                s.child = Child::Running {
+                    signalled: false,
+                    killed: false,
+                    ready: false,
+                    stopping: false,
+                };
+                s.desc = match nature {
+                    Some(nature) => Desc::Alive {
+                        nature,
+                        termed: false,
+                        killed: false,
+                    },
+                    None => Desc::None,
+                };
+                s.feed(Event::ChildSpawned);
             }
+            SignalAction::Arrive(sig) => s.enqueue(Queued::Stop(sig)),
+            SignalAction::ArriveStray => s.enqueue(Queued::Stray),
             SignalAction::Deliver => {
-                let sig = s.queue[0]?;
+                let q = s.queue[0]?;
                 s.queue = [s.queue[1], None];
-                s.delivered |= bit(sig);
-                if s.drv.machine().kind() == PhaseKind::Draining {
-                    s.delivered_draining += 1;
+                match q {
+                    Queued::Stop(sig) => {
+                        s.delivered |= bit(sig);
+                        if s.drv.machine().kind() == PhaseKind::Draining {
+                            s.delivered_draining += 1;
+                        }
+                        s.feed(Event::Stop(sig));
+                    }
+                    Queued::Stray => {
+                        let before = s.drv.machine().is_terminal();
+                        s.feed(Event::Stray(USR1));
+                        if !before && s.drv.machine().is_terminal() {
+                            s.violations |= V_STRAY;
+                        }
+                    }
                 }
-                s.feed(Event::Stop(sig));
             }
             SignalAction::Fire(t) => s.feed(Event::TimerExpired(t)),
             SignalAction::Ready => {
@@ -515,10 +662,19 @@ impl Model for SignalModel {
                 }
                 s.feed(Event::ChildStopping);
             }
+            SignalAction::Ping => s.feed(Event::ChildWatchdog),
             SignalAction::Exit(status) => {
                 s.child = Child::Reaped(status);
-                s.feed(Event::ChildExited(status));
+                // The driver tells "the whole workload ended" from "the main process ended and
+                // left processes behind" (the mutant does not).
+                if s.desc.alive() && !self.is(Mutation::ReleaseBeforeTree) {
+                    s.feed(Event::MainExited(status));
+                } else {
+                    s.feed(Event::ChildExited(status));
+                }
             }
+            SignalAction::DescExits => s.desc = Desc::Dead,
+            SignalAction::TreeGone => s.feed(Event::TreeEmpty),
             SignalAction::Drain => {
                 s.drain_fed = true;
                 s.feed(Event::DrainRequested);
@@ -538,7 +694,7 @@ impl Model for SignalModel {
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             // I7: checked whenever the lease is released: no child that may still run.
-            Property::always(LEASE_OUTLIVES_CHILD, |_, s: &SignalState| {
+            Property::always(LEASE_OUTLIVES_WORKLOAD, |_, s: &SignalState| {
                 s.violations & V_CHILD == 0
             }),
             Property::sometimes("killed after grace", |_, s: &SignalState| {
@@ -547,6 +703,38 @@ impl Model for SignalModel {
             Property::sometimes("did not stop, reaped later", |_, s: &SignalState| {
                 s.exit.is_some_and(|(o, _)| o.reason == Reason::DidNotStop)
             }),
+            Property::sometimes(
+                "a descendant outlives the main process, then the lease",
+                |_, s: &SignalState| {
+                    matches!(s.child, Child::Reaped(_))
+                        && matches!(s.desc, Desc::Dead)
+                        && s.ended == Some(PhaseKind::Released)
+                        && s.exit.is_some_and(|(o, _)| o.child.is_some())
+                },
+            ),
+            // T1: with `--kill-mode tree` nothing is SIGKILLed that was not asked to stop.
+            Property::always(TERM_BEFORE_KILL, |_, s: &SignalState| {
+                s.violations & V_TERM == 0
+            }),
+            Property::sometimes(
+                "a descendant ignoring TERM is killed",
+                |_, s: &SignalState| {
+                    s.exit.is_some_and(|(o, _)| o.reason == Reason::Killed)
+                        && s.child == Child::Reaped(ChildStatus::Exited(0))
+                },
+            ),
+            // T3: a stray signal is relayed, never an end.
+            Property::always(STRAYS_SURVIVED, |_, s: &SignalState| {
+                s.violations & V_STRAY == 0
+            }),
+            Property::sometimes(
+                "a stray signal reaches the workload",
+                |_, s: &SignalState| s.stray_relayed,
+            ),
+            Property::sometimes(
+                "a missed watchdog ping stops the workload",
+                |_, s: &SignalState| s.exit.is_some_and(|(o, _)| o.reason == Reason::Watchdog),
+            ),
             // I8: checked whenever the lease is released: no publish asked for and not durable.
             Property::always(CHECKPOINT_BEFORE_RELEASE, |_, s: &SignalState| {
                 s.violations & V_DURABLE == 0
@@ -640,18 +828,50 @@ impl SignalModel {
                     s.early_drain = true;
                 }
             }
-            Action::Forward(..) => {
+            Action::Forward(_, target) => {
                 if let Child::Running {
                     ref mut signalled, ..
                 } = s.child
                 {
                     *signalled = true;
+                    s.main_termed = true;
+                }
+                let to_tree = target == Target::Tree && !self.is(Mutation::TermToMainOnly);
+                if to_tree && let Desc::Alive { ref mut termed, .. } = s.desc {
+                    *termed = true;
+                }
+            }
+            Action::Relay(..) => {
+                if s.workload_running() {
+                    s.stray_relayed = true;
                 }
             }
             Action::Kill => {
+                // T1 (kill mode tree): every process that gets SIGKILL was asked to stop first.
+                if s.drv.machine().config().kill_mode == KillMode::Tree {
+                    let main_unasked = s.child_running() && !s.main_termed;
+                    let desc_unasked = matches!(s.desc, Desc::Alive { termed: false, .. });
+                    if main_unasked || desc_unasked {
+                        s.violations |= V_TERM;
+                    }
+                }
+                s.kill_sent = true;
                 if let Child::Running { ref mut killed, .. } = s.child {
                     *killed = true;
                 }
+                s.desc = match s.desc {
+                    Desc::Alive {
+                        nature: Nature::Unkillable,
+                        termed,
+                        ..
+                    } => Desc::Alive {
+                        nature: Nature::Unkillable,
+                        termed,
+                        killed: true,
+                    },
+                    Desc::Alive { .. } => Desc::Dead,
+                    d @ (Desc::None | Desc::Dead) => d,
+                };
                 if self.is(Mutation::ReleaseOnKill) {
                     s.release();
                 }
@@ -694,7 +914,6 @@ impl SignalModel {
             Action::ArmTimer(..)
             | Action::DisarmTimer(_)
             | Action::ExtendTimer(..)
-            | Action::Relay(..)
             | Action::NotifyReady
             | Action::NotifyStopping => {}
         }
@@ -706,15 +925,28 @@ impl SignalModel {
 pub fn fed_event(s: &SignalState, a: SignalAction) -> Option<Event> {
     match a {
         SignalAction::Answer(ev) => Some(ev),
-        SignalAction::Deliver => s.queue[0].map(Event::Stop),
+        SignalAction::Spawned(_) => Some(Event::ChildSpawned),
+        SignalAction::Deliver => s.queue[0].map(|q| match q {
+            Queued::Stop(sig) => Event::Stop(sig),
+            Queued::Stray => Event::Stray(USR1),
+        }),
         SignalAction::Fire(t) => Some(Event::TimerExpired(t)),
         SignalAction::Ready => Some(Event::ChildReady),
         SignalAction::Stopping => Some(Event::ChildStopping),
-        SignalAction::Exit(st) => Some(Event::ChildExited(st)),
+        SignalAction::Exit(st) => Some(if s.desc.alive() {
+            Event::MainExited(st)
+        } else {
+            Event::ChildExited(st)
+        }),
+        SignalAction::TreeGone => Some(Event::TreeEmpty),
+        SignalAction::Ping => Some(Event::ChildWatchdog),
         SignalAction::Drain => Some(Event::DrainRequested),
         SignalAction::RootLost => Some(Event::RootLost),
         SignalAction::Settle => Some(Event::ResidenciesSettled),
-        SignalAction::Exec | SignalAction::Arrive(_) => None,
+        SignalAction::Exec
+        | SignalAction::Arrive(_)
+        | SignalAction::ArriveStray
+        | SignalAction::DescExits => None,
     }
 }
 
@@ -733,6 +965,11 @@ impl crate::run::Describe for SignalModel {
                 },
                 SignalAction::Answer(ev) => format!("answer {ev}"),
                 SignalAction::Arrive(sig) => format!("{sig} arrives"),
+                SignalAction::ArriveStray => "SIGUSR1 arrives".into(),
+                SignalAction::Spawned(n) => format!("the child is spawned (descendant: {n:?})"),
+                SignalAction::DescExits => "the descendant ends".into(),
+                SignalAction::TreeGone => "the driver sees the tree empty".into(),
+                SignalAction::Ping => "child sends WATCHDOG=1".into(),
                 SignalAction::Deliver => format!("deliver {:?}", s.queue[0]),
                 SignalAction::Fire(t) => format!("timer {t:?} fires"),
                 SignalAction::Ready => "child sends READY=1".into(),

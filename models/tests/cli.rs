@@ -22,10 +22,10 @@ fn cli(args: &[&str]) -> (i32, String) {
 fn check_prints_counts_and_verdicts() {
     let (code, text) = cli(&["check", "signals"]);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("unique 35237"), "{text}");
+    assert!(text.contains("unique 268376"), "{text}");
     assert!(text.contains("states/s"), "{text}");
     assert!(
-        text.contains("lease outlives the child") && text.contains("holds"),
+        text.contains("lease outlives the workload") && text.contains("holds"),
         "{text}"
     );
     assert!(!text.contains("VIOLATED"), "{text}");

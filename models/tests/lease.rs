@@ -3,7 +3,7 @@
 
 use stateright::{Checker, Model};
 use tenure_models::catalog::{self, Which};
-use tenure_models::lease::{LeaseModel, Mutation};
+use tenure_models::lease::{Contain, LeaseModel, Mutation};
 
 /// I1–I6 hold for three processes contending with a crash, a restart under the recycled pid, a
 /// stop signal, expiring waits and a third-party stopper; every `sometimes` beside them is
@@ -105,4 +105,78 @@ fn mutant_retry_after_exit() {
 #[test]
 fn mutant_settle_twice() {
     killed(Mutation::SettleTwice);
+}
+
+/// I7 (cards T1, T2), cgroup containment: two runners whose workloads each have a descendant
+/// that outlives a runner's crash (one only SIGKILL ends, or one not even SIGKILL ends), two
+/// crashes at any step and a restart: an acquisition ends what the crashed owner's recorded
+/// cgroup holds before it replaces the record, so no two workloads ever run at once, and no
+/// orderly release happens while the releaser's tree runs. Every `sometimes` is reached (a
+/// crashed owner's descendant outlives it, a successor's workload starts after it, a tree is
+/// stopped and then released).
+#[test]
+fn tree_world_with_cgroups() {
+    let checker = LeaseModel::tree_ci(Contain::Cgroup)
+        .checker()
+        .spawn_bfs()
+        .join();
+    checker.assert_properties();
+    assert_eq!(checker.unique_state_count(), 196_923);
+}
+
+/// I7 (cards T1, T2) without cgroups: the workload inherits the lock descriptor, so a crashed
+/// runner's descendant keeps the dir locked and a successor starts only once it is gone (here,
+/// SIGKILLed by an operator).
+#[test]
+fn tree_world_with_the_inherited_lock() {
+    let checker = LeaseModel::tree_ci(Contain::LockFd)
+        .checker()
+        .spawn_bfs()
+        .join();
+    checker.assert_properties();
+    assert_eq!(checker.unique_state_count(), 193_559);
+}
+
+/// The documented limit of the no-cgroup world (spec/runner.md, "Containment"): a descendant
+/// that closes every descriptor, its copy of the lock included, no longer keeps the dir locked;
+/// once its runner crashed, a successor's workload runs beside it. The checker must find this
+/// counterexample; it is printed here and recorded in models/README.md.
+#[test]
+fn tree_world_closed_lock_copy_is_the_documented_counterexample() {
+    let mut m = LeaseModel::tree_ci(Contain::LockFd);
+    m.tree.as_mut().unwrap().close_fd = true;
+    let checker = m.clone().checker().spawn_bfs().join();
+    assert!(
+        checker
+            .discovery(tenure_models::lease::NO_OVERLAP)
+            .is_some(),
+        "the no-cgroup, closed-descriptor world must show two workloads at once"
+    );
+    let property = m.property(tenure_models::lease::NO_OVERLAP);
+    let path = tenure_models::run::shortest(&m, 20_000_000, |s| !(property.condition)(&m, s))
+        .expect("a shortest counterexample");
+    let lines = tenure_models::run::Describe::describe(&m, &path);
+    println!(
+        "no-cgroup world, a descendant closes its lock copy: `{}` fails in {} steps:",
+        tenure_models::lease::NO_OVERLAP,
+        path.len() - 1
+    );
+    for l in &lines {
+        println!("    {l}");
+    }
+    assert_eq!(path.len() - 1, 12, "{lines:#?}");
+}
+
+/// I7 (card T2): a successor that starts its workload without ending the crashed owner's
+/// recorded cgroup runs beside the leftover.
+#[test]
+fn mutant_skip_end_leftovers() {
+    killed(Mutation::SkipEndLeftovers);
+}
+
+/// I7 (card T2): ending the recorded cgroup after replacing the record loses it when that
+/// successor crashes in between (the bug this model found in the first implementation).
+#[test]
+fn mutant_end_leftovers_after_record() {
+    killed(Mutation::EndLeftoversAfterRecord);
 }

@@ -1,5 +1,5 @@
-//! The signal interleavings model (invariants I6–I11) for all three workloads, with a pinned
-//! state count, and every signal mutant killed.
+//! The signal interleavings model (invariants I6–I11, I16) for all three workloads, each a
+//! process tree, with a pinned state count, and every signal mutant killed.
 
 use stateright::{Checker, Model};
 use tenure_models::catalog::{self, Which};
@@ -15,7 +15,7 @@ use tenure_models::signals::{Mutation, SignalModel};
 fn full_signal_model() {
     let checker = SignalModel::ci().checker().spawn_bfs().join();
     checker.assert_properties();
-    assert_eq!(checker.unique_state_count(), 35_237);
+    assert_eq!(checker.unique_state_count(), 268_376);
 }
 
 /// With one signal instead of two, "two signals while draining" is not reached: the property
@@ -83,4 +83,18 @@ fn mutant_retry_after_busy() {
 #[test]
 fn mutant_signal_during_spawn() {
     killed(Mutation::SignalDuringSpawn);
+}
+
+/// I7 (card T1): reporting the main process's exit as the end of the workload, while its
+/// descendant still runs, releases the lease under it.
+#[test]
+fn mutant_release_before_tree() {
+    killed(Mutation::ReleaseBeforeTree);
+}
+
+/// I16 (card T1): the stop signal to the main process only — the rest of the tree is SIGKILLed
+/// without ever being asked to stop.
+#[test]
+fn mutant_term_to_main_only() {
+    killed(Mutation::TermToMainOnly);
 }

@@ -463,35 +463,19 @@ impl<'a> Runner<'a> {
                         ));
                     }
                 }
-                // The rest of a crashed owner's workload, in the cgroup its record names (card
-                // T2): ended before this ownership starts anything.
-                let prev_epoch = l.previous().map_or(0, |p| p.epoch);
-                match l.end_previous_cgroup(self.opts.kill_wait) {
-                    Ok(lease::cgroup::EndedCgroup::Gone) => {}
-                    Ok(lease::cgroup::EndedCgroup::Ended { killed }) => {
-                        if !killed.is_empty() {
-                            eprintln!(
-                                "tenure: stopped {} process(es) of the workload of epoch {prev_epoch}, left running by a crashed owner",
-                                killed.len()
-                            );
-                            self.log(
-                                "previous-workload-ended",
-                                json!({"epoch_ended": prev_epoch, "pids": killed}),
-                            );
-                        }
-                    }
-                    Ok(lease::cgroup::EndedCgroup::Survived { pids }) => {
-                        self.orphan_alive = Some(format!(
-                            "processes {pids:?} of the workload of epoch {prev_epoch} survived SIGKILL in their cgroup; refusing to start a second workload on {}",
-                            self.dir_display()
-                        ));
-                    }
-                    Err(e) => {
-                        self.orphan_alive = Some(format!(
-                            "cannot end what the owner of epoch {prev_epoch} left running: {e}; refusing to start a second workload on {}",
-                            self.dir_display()
-                        ));
-                    }
+                // The rest of a crashed owner's workload, in the cgroup its record names, was
+                // ended by the acquisition (card T2).
+                let killed = l.leftovers_ended().to_vec();
+                if !killed.is_empty() {
+                    let prev_epoch = l.previous().map_or(0, |p| p.epoch);
+                    eprintln!(
+                        "tenure: stopped {} process(es) of the workload of epoch {prev_epoch}, left running by a crashed owner",
+                        killed.len()
+                    );
+                    self.log(
+                        "previous-workload-ended",
+                        json!({"epoch_ended": prev_epoch, "pids": killed}),
+                    );
                 }
                 self.lease = Some(l);
                 self.next_root_check = Instant::now() + ROOT_CHECK;

@@ -32,8 +32,52 @@ pub struct Status {
     pub waiters: Vec<ProcessView>,
     /// Registry entries (the owner and the processes it runs).
     pub registry: Vec<RegistryView>,
+    /// How the recorded owner contains its workload, and what of it still runs.
+    pub containment: ContainmentView,
     /// The current checkpoint.
     pub checkpoint: CheckpointView,
+}
+
+/// The containment of the recorded owner's workload as `status` shows it (spec/runner.md,
+/// "Containment").
+#[derive(Debug, Clone, Serialize)]
+pub struct ContainmentView {
+    /// `cgroup`, `lock-fd` (no cgroup: the workload keeps the lock descriptor), or null when
+    /// the owner record names no workload.
+    pub mechanism: Option<String>,
+    /// The recorded cgroup.
+    pub cgroup: Option<String>,
+    /// Processes of that workload that still run: the cgroup's members, or the processes other
+    /// than the owner that hold the lock.
+    pub processes: Vec<u32>,
+}
+
+fn containment_view(dir: &StateDir, owner: Option<&lease::OwnerRecord>) -> ContainmentView {
+    let none = ContainmentView {
+        mechanism: None,
+        cgroup: None,
+        processes: Vec::new(),
+    };
+    let Some(o) = owner else { return none };
+    match &o.containment {
+        None => none,
+        Some(lease::Containment::Cgroup(rec)) => ContainmentView {
+            mechanism: Some("cgroup".into()),
+            cgroup: Some(rec.path.display().to_string()),
+            processes: lease::cgroup::recorded_members(rec).unwrap_or_default(),
+        },
+        Some(lease::Containment::LockFd) => {
+            let lock = dir.path().join(lease::CONTROL_DIR).join(lease::LOCK_FILE);
+            ContainmentView {
+                mechanism: Some("lock-fd".into()),
+                cgroup: None,
+                processes: crate::driver::tree::lock_holders(&lock)
+                    .into_iter()
+                    .filter(|p| *p != o.identity.pid)
+                    .collect(),
+            }
+        }
+    }
 }
 
 /// A process as `status` shows it.
@@ -174,6 +218,7 @@ pub fn collect(dir: &StateDir) -> Result<Status, lease::LeaseError> {
                 pid: r.record.as_ref().map(|x| x.identity.pid),
             })
             .collect(),
+        containment: containment_view(dir, st.owner.as_ref()),
         checkpoint,
     })
 }
@@ -216,6 +261,31 @@ pub fn status(dir: &Path, json: bool) -> u8 {
             lease::format_unix_ms(o.process.since_ms)
         ),
         None => println!("owner:      none"),
+    }
+    match (&s.containment.mechanism, &s.containment.cgroup) {
+        (Some(_), Some(cg)) => println!(
+            "workload:   cgroup {cg}, {} process(es)",
+            s.containment.processes.len()
+        ),
+        (Some(_), None) => println!(
+            "workload:   no cgroup; {} process(es) besides the owner hold the lock",
+            s.containment.processes.len()
+        ),
+        (None, _) => {}
+    }
+    let owner_gone = s
+        .owner
+        .as_ref()
+        .is_some_and(|o| o.process.liveness != Liveness::Live);
+    if owner_gone && !s.containment.processes.is_empty() {
+        let then = match s.containment.cgroup {
+            Some(_) => "the next owner ends them before it starts its own workload",
+            None => "the dir stays locked until they exit; stop them to go on",
+        };
+        println!(
+            "leftovers:  pids {:?} of the recorded owner's workload still run; {then}",
+            s.containment.processes
+        );
     }
     if s.waiters.is_empty() {
         println!("waiters:    none");

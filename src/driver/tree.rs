@@ -277,6 +277,41 @@ pub fn is_descendant(pid: u32, ancestor: u32) -> bool {
     false
 }
 
+/// The processes that hold a `flock` on the file at `path` through some descriptor (the owner and
+/// every process of its workload that kept the shared lock descriptor), from `/proc/*/fd` and
+/// the lock lines of `/proc/*/fdinfo`. Processes that merely have the file open (waiters, a
+/// `status` probe) are not holders. Only what this user may inspect is seen.
+pub fn lock_holders(path: &std::path::Path) -> Vec<u32> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in procs.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        let holds = fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|target| target == path)
+                && std::fs::read_to_string(format!(
+                    "/proc/{pid}/fdinfo/{}",
+                    fd.file_name().to_string_lossy()
+                ))
+                .is_ok_and(|info| {
+                    info.lines()
+                        .any(|l| l.starts_with("lock:") && l.contains("FLOCK"))
+                })
+        });
+        if holds {
+            out.push(pid);
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 /// The live descendants of `pid` other than itself (for tests and `status`), by the process
 /// table.
 pub fn descendants_of(pid: u32) -> Vec<u32> {

@@ -322,6 +322,17 @@ fn kill_all(dir: BorrowedFd<'_>, path: &Path) -> Result<(), CgroupError> {
     }
 }
 
+/// The processes in the recorded cgroup, if the directory at the recorded path is still that
+/// cgroup (same inode, on cgroupfs); `None` when it is gone or is another one. Read-only.
+pub fn recorded_members(rec: &CgroupRecord) -> Option<Vec<u32>> {
+    let dir = open_dir(&rec.path).ok()?;
+    let id = rustix::fs::fstat(&dir).ok()?.st_ino;
+    if !is_cgroup2(dir.as_fd()) || id != rec.id {
+        return None;
+    }
+    read_procs(dir.as_fd(), &rec.path).ok()
+}
+
 /// What [`end_recorded`] found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EndedCgroup {

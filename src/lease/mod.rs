@@ -77,8 +77,8 @@ pub use identity::{
     Identity, IdentityError, Liveness, SignalError, SignalOutcome, parse_start_time, signal_owner,
 };
 pub use record::{
-    DirIdentity, OwnerRecord, RECORD_VERSION, RegistryRecord, Token, WaiterRecord, format_unix_ms,
-    now_ms,
+    Containment, DirIdentity, OwnerRecord, RECORD_VERSION, RegistryRecord, Token, WaiterRecord,
+    format_unix_ms, now_ms,
 };
 
 /// The control folder tenure keeps inside every state dir.
@@ -100,6 +100,11 @@ pub const INSTANCES_DIR: &str = "instances";
 
 /// The largest record tenure reads; its own records are a few hundred bytes.
 const MAX_RECORD: u64 = 64 * 1024;
+
+/// How long an acquisition waits for the SIGKILLed processes of a crashed owner's cgroup to be
+/// gone before it refuses (card T2). SIGKILL empties a cgroup in milliseconds unless a process
+/// is stuck in the kernel (a dead FUSE server, a hung NFS mount).
+pub const LEFTOVERS_WAIT: Duration = Duration::from_secs(5);
 
 /// Errors of the lease boundary.
 #[derive(Debug, thiserror::Error)]
@@ -164,6 +169,16 @@ pub enum LeaseError {
     /// A cgroup of the workload could not be created or ended.
     #[error(transparent)]
     Cgroup(#[from] cgroup::CgroupError),
+    /// Processes of a crashed owner's workload survived SIGKILL in its cgroup.
+    #[error(
+        "{dir}: processes {pids:?} of the workload of epoch {epoch} (cgroup {cgroup}) survived SIGKILL; refusing to start another workload beside them: find out why they cannot die (a process stuck in the kernel, e.g. on a dead FUSE or NFS mount), then run again"
+    )]
+    LeftoversSurvived {
+        dir: PathBuf,
+        epoch: u64,
+        cgroup: PathBuf,
+        pids: Vec<u32>,
+    },
     /// The lock syscall failed for a reason other than contention.
     #[error("cannot lock {path}: {source}; check that the filesystem supports flock")]
     Lock {
@@ -201,6 +216,7 @@ impl LeaseError {
             | LeaseError::Cancelled { .. }
             | LeaseError::Identity(_)
             | LeaseError::Cgroup(_)
+            | LeaseError::LeftoversSurvived { .. }
             | LeaseError::Lock { .. }
             | LeaseError::Wait { .. } => false,
         }
@@ -536,9 +552,13 @@ fn become_owner(
     phase: PhaseKind,
 ) -> Result<Lease, LeaseError> {
     let found = inspect(dir)?;
-    // The record of the previous ownership (evidence of what it ran: its cgroup) is kept for
-    // `end_previous_cgroup` before ours replaces it.
+    // Card T2: a crashed owner's workload may outlive it in the cgroup its record names. It is
+    // ended here, under the lock and *before* our record replaces that one: if we crash
+    // meanwhile, the record still names it for the next owner. (Ended after the replace, a
+    // crash in between would lose the last trace of it: the lease model's
+    // `end-leftovers-after-record` mutant.)
     let previous = read_owner(control)?;
+    let leftovers = end_leftovers(dir, previous.as_ref(), found.marker.as_ref())?;
     // Temp files in the control folder can only be left by an owner that crashed mid-write
     // (waiters write in `waiters/`), so the new owner removes them.
     control.remove_temp_files("lease.sweep")?;
@@ -557,7 +577,7 @@ fn become_owner(
         acquired_at: now_ms(),
         phase,
         identity: me,
-        cgroup: None,
+        containment: None,
     };
     // Every file of the acquisition is written and fsynced first, then all are renamed into
     // place and the control folder is fsynced once: the same guarantees as one durable replace
@@ -608,7 +628,38 @@ fn become_owner(
         orphans,
         previous,
         root_id: marker.root_id,
+        leftovers,
     })
+}
+
+/// Ends the workload a crashed owner left in the cgroup its record names (if that cgroup still
+/// carries the recorded identity): SIGKILL, then wait up to [`LEFTOVERS_WAIT`] for it to be
+/// empty. Returns the processes it ended.
+fn end_leftovers(
+    dir: &StateDir,
+    previous: Option<&OwnerRecord>,
+    marker: Option<&DirIdentity>,
+) -> Result<Vec<u32>, LeaseError> {
+    let (Some(prev), Some(marker)) = (previous, marker) else {
+        return Ok(Vec::new());
+    };
+    // An orderly release happens only once the workload is gone.
+    if prev.phase == PhaseKind::Released {
+        return Ok(Vec::new());
+    }
+    let Some(Containment::Cgroup(rec)) = &prev.containment else {
+        return Ok(Vec::new());
+    };
+    match cgroup::end_recorded(rec, &marker.root_id.to_string(), prev.epoch, LEFTOVERS_WAIT)? {
+        cgroup::EndedCgroup::Gone => Ok(Vec::new()),
+        cgroup::EndedCgroup::Ended { killed } => Ok(killed),
+        cgroup::EndedCgroup::Survived { pids } => Err(LeaseError::LeftoversSurvived {
+            dir: dir.path().to_path_buf(),
+            epoch: prev.epoch,
+            cgroup: rec.path.clone(),
+            pids,
+        }),
+    }
 }
 
 /// A new identity marker for a cold dir (published by `become_owner`: temp, fsync, rename
@@ -739,6 +790,7 @@ pub struct Lease {
     orphans: Vec<RegistryRecord>,
     previous: Option<OwnerRecord>,
     root_id: Token,
+    leftovers: Vec<u32>,
 }
 
 fn valid_instance_name(name: &str) -> bool {
@@ -917,12 +969,27 @@ impl Lease {
     /// was SIGKILLed (as `flock(1)` without `-o` does). The duplicate is `O_CLOEXEC` here; the
     /// child clears the flag on its copy before it execs. From now on only [`Lease::release`]
     /// unlocks — dropping the lease merely closes this process's descriptor — since `LOCK_UN`
-    /// through any copy would unlock every copy while the workload may still run.
-    pub fn share_lock(&mut self) -> io::Result<OwnedFd> {
-        match self.guard.as_mut() {
+    /// through any copy would unlock every copy while the workload may still run. The owner
+    /// record says so ([`Containment::LockFd`]).
+    pub fn share_lock(&mut self) -> Result<OwnedFd, LeaseError> {
+        let path = self.control.child_path(LOCK_FILE);
+        let dup = match self.guard.as_mut() {
             Some(g) => g.share(),
             None => Err(io::Error::other("the lease was already released")),
         }
+        .map_err(|source| LeaseError::Lock { path, source })?;
+        self.record_containment(Containment::LockFd)?;
+        Ok(dup)
+    }
+
+    /// Rewrites the owner record with how the workload is contained (fsynced, like a phase
+    /// change).
+    fn record_containment(&mut self, c: Containment) -> Result<(), LeaseError> {
+        let mut next = self.record.clone();
+        next.containment = Some(c);
+        durable_temp(&self.control, &to_json(&next), "lease.owner")?.rename_into(OWNER_FILE)?;
+        self.record = next;
+        Ok(())
     }
 
     /// The state dir's root id (from its identity marker), which names this ownership's cgroup.
@@ -941,36 +1008,17 @@ impl Lease {
     pub fn create_cgroup(&mut self) -> Result<cgroup::Cgroup, LeaseError> {
         let name = cgroup::cgroup_name(&self.root_id.to_string(), self.record.epoch);
         let cg = cgroup::Cgroup::create(&name)?;
-        let mut next = self.record.clone();
-        next.cgroup = Some(cg.record());
-        if let Err(e) = durable_temp(&self.control, &to_json(&next), "lease.owner")
-            .and_then(|t| Ok(t.rename_into(OWNER_FILE)?))
-        {
+        if let Err(e) = self.record_containment(Containment::Cgroup(cg.record())) {
             let _ = cg.remove();
             return Err(e);
         }
-        self.record = next;
         Ok(cg)
     }
 
-    /// Ends what a crashed previous owner left running in its cgroup (card T2): if the previous
-    /// owner record names a cgroup that still carries the recorded identity, every process in
-    /// it is SIGKILLed and the cgroup is waited for, up to `bound`, until it is empty, then
-    /// removed. A successor never starts its workload beside it: the caller refuses on
-    /// [`cgroup::EndedCgroup::Survived`].
-    pub fn end_previous_cgroup(&self, bound: Duration) -> Result<cgroup::EndedCgroup, LeaseError> {
-        let Some(prev) = &self.previous else {
-            return Ok(cgroup::EndedCgroup::Gone);
-        };
-        let Some(rec) = &prev.cgroup else {
-            return Ok(cgroup::EndedCgroup::Gone);
-        };
-        Ok(cgroup::end_recorded(
-            rec,
-            &self.root_id.to_string(),
-            prev.epoch,
-            bound,
-        )?)
+    /// The processes of a crashed owner's workload this acquisition ended (card T2), before it
+    /// replaced that owner's record.
+    pub fn leftovers_ended(&self) -> &[u32] {
+        &self.leftovers
     }
 }
 

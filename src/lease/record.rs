@@ -9,6 +9,18 @@ use serde::{Deserialize, Serialize};
 
 use super::cgroup::CgroupRecord;
 use super::identity::Identity;
+
+/// How an ownership contains its workload (spec/runner.md, "Containment"), as its owner record
+/// says. Recorded before the workload starts, so that a successor knows what to end (card T2).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "mechanism")]
+pub enum Containment {
+    /// A cgroup of this ownership contains the workload.
+    Cgroup(CgroupRecord),
+    /// No cgroup: the workload keeps a duplicate of the lock descriptor, so the kernel keeps the
+    /// dir locked while any process of it holds one.
+    LockFd,
+}
 use crate::machine::PhaseKind;
 
 /// The format version written into every record.
@@ -81,10 +93,11 @@ pub struct OwnerRecord {
     pub phase: PhaseKind,
     /// The owner process.
     pub identity: Identity,
-    /// The cgroup that contains this ownership's workload, recorded before any process enters
-    /// it, so that a successor can end what a crashed owner left running (card T2).
+    /// How this ownership contains its workload, once it started one (for a cgroup, recorded
+    /// before any process enters it, so that a successor can end what a crashed owner left
+    /// running, card T2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cgroup: Option<CgroupRecord>,
+    pub containment: Option<Containment>,
 }
 
 /// `.tenure/identity.json`: the directory identity marker, written once by the first owner of a
@@ -205,7 +218,7 @@ mod tests {
                 exe: PathBuf::from("/bin/x"),
                 pidfs_ino: None,
             },
-            cgroup: None,
+            containment: None,
         };
         let json = serde_json::to_string(&rec).unwrap();
         assert!(json.contains("\"phase\":\"recovering\""), "{json}");
