@@ -4,6 +4,7 @@
 //! ```text
 //! tenure-models check [lease|signals|checkpoint|all] [--processes N] [--symmetry] [--dfs]
 //!                     [--threads T] [--mutant NAME] [--explore ADDR]
+//! tenure-models check lease --tree cgroup|lock-fd [--close-fd] [--threads T]
 //! tenure-models mutants [lease|signals|checkpoint|all] [--processes N]
 //! tenure-models trace FILE...
 //! tenure-models bench [--long]
@@ -16,13 +17,14 @@ use std::process::ExitCode;
 use std::time::Instant;
 use tenure_models::catalog::{self, Which};
 use tenure_models::checkpoint::CheckpointModel;
-use tenure_models::lease::{LeaseModel, LeaseState};
+use tenure_models::lease::{Contain, LeaseModel, LeaseState};
 use tenure_models::run::{self, Report, Search};
 use tenure_models::signals::SignalModel;
 
 const USAGE: &str = "usage:
   tenure-models check [lease|signals|checkpoint|all] [--processes N] [--symmetry] [--dfs]
                       [--threads T] [--mutant NAME] [--explore ADDR]
+  tenure-models check lease --tree cgroup|lock-fd [--close-fd] [--threads T]
   tenure-models mutants [lease|signals|checkpoint|all] [--processes N]
   tenure-models trace FILE...
   tenure-models bench [--long]";
@@ -58,6 +60,8 @@ struct Opts {
     explore: Option<String>,
     long: bool,
     files: Vec<String>,
+    tree: Option<Contain>,
+    close_fd: bool,
 }
 
 fn parse(args: &[String]) -> Result<Opts, Usage> {
@@ -93,6 +97,18 @@ fn parse(args: &[String]) -> Result<Opts, Usage> {
             "--dfs" => o.dfs = true,
             "--long" => o.long = true,
             "--mutant" => o.mutant = Some(value(&mut it, a)?),
+            "--tree" => {
+                o.tree = Some(match value(&mut it, a)?.as_str() {
+                    "cgroup" => Contain::Cgroup,
+                    "lock-fd" => Contain::LockFd,
+                    v => {
+                        return Err(Usage(format!(
+                            "--tree takes `cgroup` or `lock-fd`, not {v:?}"
+                        )));
+                    }
+                })
+            }
+            "--close-fd" => o.close_fd = true,
             "--explore" => o.explore = Some(value(&mut it, a)?),
             "all" => o.models.extend(Which::ALL),
             s if s.starts_with("--") => return Err(Usage(format!("unknown option {s}"))),
@@ -171,6 +187,27 @@ fn check(o: &Opts) -> Result<ExitCode, Usage> {
         let r = catalog::run_mutant(m, processes);
         print_mutant(&r, true);
         return Ok(if r.killed {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    if let Some(contain) = o.tree {
+        if o.models != [Which::Lease] {
+            return Err(Usage("--tree is an option of `check lease`".into()));
+        }
+        let mut m = LeaseModel::tree_ci(contain);
+        if let Some(t) = m.tree.as_mut() {
+            t.close_fd = o.close_fd;
+        }
+        println!(
+            "== lease, tree world ({contain:?}{}), Bfs, {} thread(s)",
+            if o.close_fd { ", descendants close fds" } else { "" },
+            o.threads.max(1)
+        );
+        let r = run::check(m, Search::Bfs, o.threads, None, None);
+        print!("{r}");
+        return Ok(if r.all_hold() {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE
