@@ -25,7 +25,8 @@
 //! │   │   ├── aborting {drain_pending}  entry: the stop step; gone → abort-releasing
 //! │   │   └── drain-stopping {cause}    entry: the stop step; gone → publish only after exit 0
 //! │   ├── abort-releasing {drain_pending, outcome}  entry: release-lease; released → refused
-//! │   └── closing {cause, outcome}  notifications of a workload that no longer runs are ignored
+//! │   └── closing               notifications of a workload that no longer runs are ignored
+//! │       │                     (its steps keep the drain's cause and outcome)
 //! │       ├── settling          entry: arm(grace) (in-process, H4)
 //! │       ├── unsettled
 //! │       ├── publishing        entry: publish
@@ -658,6 +659,17 @@ impl Rules {
         };
         let forking = matches!(self.config.workload, Workload::Child(ReadyMode::Forking));
         let (epoch, pending) = (*epoch, *drain_pending);
+        // Recovery is abandoned while the workload runs: stop it first (the stop step's entry
+        // forwards the signal and arms the grace), then release; nothing is published.
+        let abandon = |refusal, running| {
+            Transition(State::Aborting {
+                epoch,
+                drain_pending: pending,
+                outcome: self.refusal(refusal),
+                stop: ChildStop::Signalled,
+                running,
+            })
+        };
         match (*event, *running) {
             // A forking daemon is ready when its first process exits, not when it says so.
             (Event::ChildReady, Running::Main) if forking => context.ignore(),
@@ -710,33 +722,15 @@ impl Rules {
             }
             (Event::Stop(sig), r) => {
                 disarm(context);
-                Transition(State::Aborting {
-                    epoch,
-                    drain_pending: pending,
-                    outcome: self.refusal(Refusal::Signal(sig)),
-                    stop: ChildStop::Signalled,
-                    running: r,
-                })
+                abandon(Refusal::Signal(sig), r)
             }
             (Event::TimerExpired(Timer::Readiness), r) if armed => {
                 context.emit(Action::Note(Note::ReadinessTimedOut));
-                Transition(State::Aborting {
-                    epoch,
-                    drain_pending: pending,
-                    outcome: self.refusal(Refusal::ReadinessTimedOut),
-                    stop: ChildStop::Signalled,
-                    running: r,
-                })
+                abandon(Refusal::ReadinessTimedOut, r)
             }
             (Event::RootLost, r) => {
                 disarm(context);
-                Transition(State::Aborting {
-                    epoch,
-                    drain_pending: pending,
-                    outcome: self.refusal(Refusal::RootLost),
-                    stop: ChildStop::Signalled,
-                    running: r,
-                })
+                abandon(Refusal::RootLost, r)
             }
             (Event::Stray(n), r) => {
                 context.emit(Action::Relay(n, relay_target(r)));
