@@ -15,6 +15,10 @@
 //!    a durable floor: the raw waiter also does by hand the fsyncs a tenure acquisition does
 //!    (two fsynced files and a dir fsync; the holder one fsynced file), which shows how much of
 //!    tenure's handoff is the durability the issue requires and how much is tenure itself.
+//! 3. Crash takeover (card L5; the timing the lease test used to assert, issue 15): the holder
+//!    is a child process that is SIGKILLed; the time from the kill to "the waiting process
+//!    owns", for a tenure holder and waiter (the waiter also finds a stale record) and for raw
+//!    `flock(LOCK_EX)` processes (the kernel floor).
 
 #[path = "../tests/support/probe.rs"]
 mod probe;
@@ -332,6 +336,54 @@ fn handoff() {
     let _ = sd.root().as_fd();
 }
 
+fn crash_takeover() {
+    let n = samples(50);
+    println!("crash takeover: holder SIGKILLed -> waiting process owns ({n} each, interleaved):");
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tenure");
+    StateDir::open(&dir, true).unwrap();
+    let raw_dir = t.path().join("raw");
+    std::fs::create_dir_all(raw_dir.join(".tenure")).unwrap();
+    std::fs::write(raw_dir.join(".tenure/lock"), b"").unwrap();
+    let (mut ten, mut raw) = (Vec::new(), Vec::new());
+    let kill = |c: &mut Child| {
+        let t0 = Instant::now();
+        c.kill().unwrap();
+        t0
+    };
+    for _ in 0..n {
+        let d = dir.to_str().unwrap();
+        let mut holder = Waiter::start(probe_cmd(&["hold", d, "try"]), "PROBE ");
+        holder.expect("acquired");
+        let w = Waiter::start(probe_cmd(&["hold", d, "forever"]), "PROBE ");
+        w.expect("waiting for ");
+        std::thread::sleep(settle());
+        let t0 = kill(&mut holder.child);
+        ten.push(w.expect("acquired").duration_since(t0));
+        let _ = holder.child.wait();
+        w.finish();
+
+        let r = raw_dir.to_str().unwrap();
+        let mut holder = Waiter::start(probe_cmd(&["raw", r]), "PROBE ");
+        holder.expect("blocking");
+        holder.expect("acquired");
+        let w = Waiter::start(probe_cmd(&["raw", r]), "PROBE ");
+        w.expect("blocking");
+        std::thread::sleep(settle());
+        let t0 = kill(&mut holder.child);
+        raw.push(w.expect("acquired").duration_since(t0));
+        let _ = holder.child.wait();
+        w.finish();
+    }
+    let (m_ten, p_ten) = summary("tenure waiter (SIGKILL -> owns)", ten);
+    let (m_raw, p_raw) = summary("raw flock(LOCK_EX) waiter", raw);
+    println!(
+        "  ratio tenure / raw flock: median {:.2}x, p99 {:.2}x   (card L5: at once)",
+        m_ten.as_secs_f64() / m_raw.as_secs_f64(),
+        p_ten.as_secs_f64() / p_raw.as_secs_f64()
+    );
+}
+
 fn main() {
     if let Ok(spec) = std::env::var(probe::PROBE_ENV) {
         probe::run(&spec);
@@ -343,4 +395,5 @@ fn main() {
     }
     uncontended();
     handoff();
+    crash_takeover();
 }

@@ -6,6 +6,9 @@
 //!    `/usr/bin/time -f %M` when it is installed).
 //! 2. SIGTERM → exit of a ready owner whose child staged a 100 MiB checkpoint, against the
 //!    publish of the same 100 MiB through the library alone (target ≤ +20 ms).
+//! 3. The cost of containment (issue 9), separately: `tenure run -- true` with a cgroup per
+//!    ownership against `--cgroup off` (subreaper and inherited lock only), interleaved; and the
+//!    parts alone — `PR_SET_CHILD_SUBREAPER`, and a cgroup's create + record-free remove.
 //!
 //! Run with `cargo bench --bench runner`; `TENURE_BENCH_RUNS` (default 40) and
 //! `TENURE_BENCH_PUBLISH_RUNS` (default 5) set the repetitions. Nothing is asserted: speed is
@@ -265,6 +268,88 @@ fn bench_stop_publish(tmp: &Path, m: usize) {
     println!("   overhead: {:+.2} ms  (target <= +20 ms)", ms(r) - ms(a));
 }
 
+fn bench_containment(tmp: &Path, n: usize) {
+    println!(
+        "== containment: tenure run -- true with a cgroup  vs  --cgroup off ({n} interleaved runs each)"
+    );
+    let run = |dir: &Path, cgroup: &str| {
+        let mut c = Command::new(TENURE);
+        c.arg("run")
+            .arg("--dir")
+            .arg(dir)
+            .args(["--cgroup", cgroup, "--", "true"]);
+        c
+    };
+    let (a, b) = (tmp.join("contain-cgroup"), tmp.join("contain-off"));
+    timed(&mut run(&a, "auto"));
+    timed(&mut run(&b, "off"));
+    let events = fs::read_to_string(a.join(".tenure/events.jsonl")).unwrap_or_default();
+    let mechanism = if events.contains("\"mechanism\":\"cgroup\"") {
+        "cgroup"
+    } else {
+        "no cgroup here (not writable): both runs use the subreaper and the inherited lock"
+    };
+    let (mut with, mut without) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        with.push(timed(&mut run(&a, "auto")));
+        without.push(timed(&mut run(&b, "off")));
+    }
+    let (w, o) = (median(&mut with), median(&mut without));
+    println!("   mechanism of `--cgroup auto`: {mechanism}");
+    println!(
+        "   --cgroup auto: median {:7.2} ms  p90 {:7.2} ms",
+        ms(w),
+        ms(p90(&mut with))
+    );
+    println!(
+        "   --cgroup off:  median {:7.2} ms  p90 {:7.2} ms",
+        ms(o),
+        ms(p90(&mut without))
+    );
+    println!(
+        "   cgroup cost per run: {:+.2} ms  (ratio {:.3}x)",
+        ms(w) - ms(o),
+        w.as_secs_f64() / o.as_secs_f64()
+    );
+    // The parts alone, in this process.
+    let me = rustix::process::getpid();
+    let k = 10_000;
+    let t = Instant::now();
+    for _ in 0..k {
+        rustix::process::set_child_subreaper(Some(me)).unwrap();
+    }
+    let per = t.elapsed() / k;
+    rustix::process::set_child_subreaper(None).unwrap();
+    println!(
+        "   PR_SET_CHILD_SUBREAPER: {:.2} us per call",
+        per.as_secs_f64() * 1e6
+    );
+    let m = 50u32;
+    let t = Instant::now();
+    let mut made = 0u32;
+    for i in 0..m {
+        match tenure::lease::cgroup::Cgroup::create(&format!(
+            "tenure-bench-{}-{i}",
+            std::process::id()
+        )) {
+            Ok(cg) => {
+                cg.remove().unwrap();
+                made += 1;
+            }
+            Err(e) => {
+                println!("   cgroup create + remove: skipped ({e})");
+                break;
+            }
+        }
+    }
+    if made == m {
+        println!(
+            "   cgroup create + remove: {:.1} us per ownership (mkdir, open events/procs, rmdir)",
+            t.elapsed().as_secs_f64() * 1e6 / f64::from(m)
+        );
+    }
+}
+
 fn main() {
     let tmp = tempfile::Builder::new()
         .prefix("tenure-bench-")
@@ -275,5 +360,6 @@ fn main() {
         tmp.path().display()
     );
     bench_run_vs_flock(tmp.path(), runs("TENURE_BENCH_RUNS", 40));
+    bench_containment(tmp.path(), runs("TENURE_BENCH_RUNS", 40));
     bench_stop_publish(tmp.path(), runs("TENURE_BENCH_PUBLISH_RUNS", 5));
 }

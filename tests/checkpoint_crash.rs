@@ -19,30 +19,15 @@ use tenure::checkpoint::{
 };
 use tenure::privfs::{FsError, OpKind, StateDir};
 
-/// In-process failpoint configuration and the op recorder are process-global: every test in
-/// this file takes this lock so none sees another's injected faults.
+/// The tests of this file publish through the same failpoint labels (`publish.blob.fsync`, ...),
+/// so a fault one test arms (`failpoint::scoped`) would hit another test's publish even though
+/// the scopes themselves are one at a time: every test takes this lock for its whole run.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
     SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Resets the in-process failpoint configuration when dropped, even if the test panics.
-struct Faults;
-
-impl Faults {
-    fn set(spec: &str) -> Faults {
-        tenure::failpoint::configure(Some(spec));
-        Faults
-    }
-}
-
-impl Drop for Faults {
-    fn drop(&mut self) {
-        tenure::failpoint::configure(None);
-    }
 }
 
 /// A state dir holding generations 1 and 2 (keep = 2), so publishing generation 3 writes new
@@ -215,7 +200,7 @@ fn eio_at_fsync_fails_the_publish_and_leaves_current() {
         let store = CheckpointStore::open_owned(&sd, opts()).unwrap();
         let current = std::fs::read(fx.store_dir().join("CURRENT")).unwrap();
         let err = {
-            let _f = Faults::set(&format!("{point}=eio"));
+            let _f = tenure::failpoint::scoped(&format!("{point}=eio"));
             publish_gen_result(&store, 3)
         }
         .unwrap_err();
@@ -258,7 +243,7 @@ fn eio_at_fsync_fails_the_publish_and_leaves_current() {
     let sd = fx.open();
     let store = CheckpointStore::open_owned(&sd, opts()).unwrap();
     let err = {
-        let _f = Faults::set("publish.current.dirfsync=eio");
+        let _f = tenure::failpoint::scoped("publish.current.dirfsync=eio");
         publish_gen_result(&store, 3)
     }
     .unwrap_err();

@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::hostile::{Fixture, Hostile, STAGED};
 use common::*;
 use rustix::process::Signal;
 use serde_json::Value;
@@ -156,6 +157,57 @@ fn d5_stderr_tail_of_a_failed_child() {
     let ok = env.run_to_end(&[], &sh("echo fine >&2", &[]));
     ok.expect_code(0);
     assert_eq!(ok.end()["stderr_tail"], Value::Null);
+}
+
+/// Card D5 under a flood (issue 15): a child that writes 1 MiB to stdout and to stderr at
+/// once, far beyond a pipe's 64 KiB, neither blocks nor loses a byte: the runner drains the
+/// stderr pipe while it waits, tees all of it to its own stderr, and keeps the last 4 KiB (with
+/// `truncated`) for a failed child; stdout passes through whole. The child's staged file is
+/// published only when it exits 0.
+#[test]
+fn d5_flooding_child_neither_blocks_nor_loses_output() {
+    const MIB: usize = 1 << 20;
+    for code in [3u8, 0] {
+        let env = Env::new();
+        let fx = Fixture::new(&env, Hostile::Floods { bytes: MIB, code });
+        let f = env.run_to_end(&[], &fx.command());
+        f.expect_code(i32::from(code));
+        let between = |text: &str, begin: &str, end: &str| -> usize {
+            let b = text.find(begin).unwrap_or_else(|| panic!("no {begin}")) + begin.len();
+            let e = text[b..].find(end).unwrap_or_else(|| panic!("no {end}")) + b;
+            text[b..e].len()
+        };
+        assert_eq!(
+            between(&f.stdout, "FLOOD-OUT-BEGIN\n", "\nFLOOD-OUT-END\n"),
+            MIB,
+            "stdout lost bytes"
+        );
+        assert_eq!(
+            between(&f.stderr, "FLOOD-ERR-BEGIN\n", "\nFLOOD-ERR-END\n"),
+            MIB,
+            "the runner's stderr lost bytes of the child's"
+        );
+        let end = f.end();
+        if code == 0 {
+            assert_eq!(end["stderr_tail"], Value::Null, "{end}");
+            assert_eq!(
+                env.checkpoint_file(STAGED).as_deref().map(str::as_bytes),
+                Some(fx.staged())
+            );
+        } else {
+            let tail = end["stderr_tail"].as_str().expect("a tail");
+            assert_eq!(tail.len(), 4096);
+            assert!(
+                tail.ends_with("e\nFLOOD-ERR-END\n"),
+                "the last bytes: {tail:?}"
+            );
+            assert_eq!(end["stderr_truncated"], true);
+            assert!(
+                env.current_bytes().is_none(),
+                "a failed child is not published"
+            );
+        }
+    }
 }
 
 /// Card D6: the JSONL event log. Over a set of runs in one dir it holds launching, owned,
@@ -558,56 +610,131 @@ fn redact(v: &mut Value, tmp: &str) {
     }
 }
 
-/// The `spawned` line's child pid of run `pid`.
-fn child_pid(env: &Env, pid: u32) -> u32 {
-    env.wait_event("spawned", Some(pid))["child_pid"]
-        .as_u64()
-        .expect("child_pid") as u32
-}
-
 fn status_snapshot(env: &Env) -> String {
     let mut v = env.status();
     redact(&mut v, env.tmp.path().to_str().unwrap());
     serde_json::to_string_pretty(&v).unwrap()
 }
 
-/// `status --json` shape (cards H8, L1, L5, T1): snapshots of a cold dir, a ready owner with its
-/// child and a waiter, a released dir with a checkpoint, a stale record after SIGKILL, and an
-/// invalid checkpoint. The owners run with `--cgroup off` so the shape is the same with and
-/// without cgroup v2 (the child holding the shared lock is the one containment process).
+/// `status --json` (cards H8, L1, L5, L10, T1): a cold dir, a ready owner with its child and a
+/// waiter, a released dir with a checkpoint, a stale record after SIGKILL, and an invalid
+/// checkpoint. Each state is checked for what it must say (the checkpoint's state and numbers,
+/// who owns and whether they live, which registry entries a dead owner left, how the workload is
+/// contained, the bad blob named by its path), and its whole shape is pinned by a snapshot
+/// beside it. The owners run with `--cgroup off`, so the shape is the same with and without
+/// cgroup v2 (the child holding the shared lock is the one containment process).
 #[test]
-fn status_json_snapshots() {
+fn status_json_reports_each_state() {
     let env = Env::new();
     fs::create_dir(&env.dir).unwrap();
     fs::set_permissions(&env.dir, fs::Permissions::from_mode(0o700)).unwrap();
+    let st = env.status();
+    assert_eq!(st["phase"], "cold", "{st}");
+    assert_eq!((&st["epoch"], &st["lock_held"]), (&0.into(), &false.into()));
+    assert_eq!(st["owner"], Value::Null, "{st}");
+    assert_eq!(st["checkpoint"]["state"], "none", "{st}");
+    for k in ["id", "epoch", "files", "bytes", "error"] {
+        assert_eq!(
+            st["checkpoint"][k],
+            Value::Null,
+            "no checkpoint has no {k}: {st}"
+        );
+    }
     insta::assert_snapshot!("status_cold", status_snapshot(&env));
 
     let owner = env.run(&["--cgroup", "off"], &sh(TERM_CHILD, &[]));
-    env.wait_event("spawned", Some(owner.pid()));
+    let child = env.wait_event("spawned", Some(owner.pid()))["child_pid"].clone();
     env.wait_status("ready", |s| s["phase"] == "ready");
     let waiter = env.run(&[], &["true"]);
-    env.wait_status("a waiter", |s| {
+    let st = env.wait_status("a waiter", |s| {
         s["waiters"].as_array().is_some_and(|w| w.len() == 1)
     });
+    assert_eq!(st["owner"]["pid"], owner.pid(), "{st}");
+    assert_eq!(st["owner"]["liveness"], "live", "{st}");
+    assert_eq!((&st["lock_held"], &st["epoch"]), (&true.into(), &1.into()));
+    assert_eq!(st["waiters"][0]["pid"], waiter.pid(), "{st}");
+    assert_eq!(st["waiters"][0]["liveness"], "live", "{st}");
+    let registry = |st: &Value| -> Vec<(String, Value)> {
+        let mut r: Vec<(String, Value)> = st["registry"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["kind"].as_str().unwrap().to_owned(), e["pid"].clone()))
+            .collect();
+        r.sort_by(|a, b| a.0.cmp(&b.0));
+        r
+    };
+    assert_eq!(
+        registry(&st),
+        [
+            ("instances".to_owned(), child.clone()),
+            ("leases".to_owned(), owner.pid().into())
+        ],
+        "the owner's and its child's entries: {st}"
+    );
+    // Card T1: no cgroup here, so the child keeps the shared lock: it is the one process
+    // besides the owner that holds it.
+    assert_eq!(st["containment"]["mechanism"], "lock-fd", "{st}");
+    assert_eq!(
+        st["containment"]["processes"],
+        Value::Array(vec![child.clone()]),
+        "{st}"
+    );
     insta::assert_snapshot!("status_ready_with_waiter", status_snapshot(&env));
     waiter.signal(Signal::TERM);
     waiter.wait().expect_code(143);
     owner.signal(Signal::TERM);
     owner.wait().expect_code(143);
+    let st = env.status();
+    assert_eq!(st["phase"], "released", "{st}");
+    assert_eq!(st["registry"], Value::Array(vec![]), "{st}");
+    let cp = &st["checkpoint"];
+    assert_eq!(cp["state"], "valid", "{st}");
+    // TERM_CHILD staged `stopped` = "1\n": one file of two bytes, checkpoint 1 of epoch 1.
+    assert_eq!(
+        (
+            &cp["id"],
+            &cp["epoch"],
+            &cp["files"],
+            &cp["bytes"],
+            &cp["error"]
+        ),
+        (&1.into(), &1.into(), &1.into(), &2.into(), &Value::Null),
+        "{st}"
+    );
     insta::assert_snapshot!("status_released_with_checkpoint", status_snapshot(&env));
 
     let owner = env.run(&["--cgroup", "off"], &sh(TERM_CHILD, &[]));
+    let child = env.wait_event("spawned", Some(owner.pid()))["child_pid"].clone();
     env.wait_status("ready again", |s| s["phase"] == "ready");
-    let child = child_pid(&env, owner.pid());
+    let killed = owner.pid();
     owner.signal(Signal::KILL);
     owner.wait();
-    // The child dies of its parent-death signal and, with it, the last holder of the lock.
+    // The child dies of its parent-death signal and, with it, the last holder of the shared
+    // lock: only then is the record stale.
+    let child_pid = child.as_u64().unwrap() as u32;
     wait_for(
         "the crashed owner's child to die",
         DEADLINE,
-        || (!alive(child)).then_some(()),
+        || (!alive(child_pid)).then_some(()),
         String::new,
     );
+    let st = env.status();
+    assert_eq!(st["phase"], "stale", "{st}");
+    assert_eq!(st["lock_held"], false, "{st}");
+    assert_eq!(st["owner"]["pid"], killed, "{st}");
+    assert_eq!(st["owner"]["liveness"], "dead", "{st}");
+    assert_eq!(st["owner"]["epoch"], 2, "{st}");
+    assert_eq!(st["containment"]["processes"], Value::Array(vec![]), "{st}");
+    assert_eq!(
+        registry(&st),
+        [
+            ("instances".to_owned(), child),
+            ("leases".to_owned(), killed.into())
+        ],
+        "a dead owner's entries stay until a successor sweeps them: {st}"
+    );
+    assert_eq!(st["checkpoint"]["state"], "valid", "{st}");
     insta::assert_snapshot!("status_stale_after_sigkill", status_snapshot(&env));
 
     let blob_dir = env.dir.join("checkpoints/blobs/sha256");
@@ -619,6 +746,22 @@ fn status_json_snapshots() {
         .path();
     fs::set_permissions(&blob, fs::Permissions::from_mode(0o600)).unwrap();
     fs::write(&blob, b"tampered\n").unwrap();
+    let st = env.status();
+    let cp = &st["checkpoint"];
+    assert_eq!(cp["state"], "invalid", "{st}");
+    let error = cp["error"]
+        .as_str()
+        .expect("an invalid checkpoint says why");
+    let real_blob = fs::canonicalize(&blob).unwrap();
+    assert!(
+        error.contains(real_blob.to_str().unwrap()),
+        "the error names the bad blob {}: {error}",
+        real_blob.display()
+    );
+    assert!(error.contains("\"stopped\""), "and its entry: {error}");
+    for k in ["id", "epoch", "files", "bytes"] {
+        assert_eq!(cp[k], Value::Null, "an invalid checkpoint has no {k}: {st}");
+    }
     insta::assert_snapshot!("status_invalid_checkpoint", status_snapshot(&env));
 }
 

@@ -70,7 +70,15 @@ fn l1_serialised_first_start() {
     f1.expect_code(0);
     let released = env.wait_event("released", Some(f1.pid));
     let owned2 = env.wait_event("owned", Some(second.pid()));
-    assert!(owned2["at_ms"].as_u64() >= released["at_ms"].as_u64());
+    let at = |e: &Value| {
+        e["at_ms"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no at_ms in {e}"))
+    };
+    assert!(
+        at(&owned2) >= at(&released),
+        "the second owned before the first released: {owned2} {released}"
+    );
     assert_eq!(owned2["epoch"], 2);
     second.say("go");
     second.wait().expect_code(0);
@@ -196,9 +204,10 @@ fn l4_independent_dirs() {
     r2.wait().expect_code(143);
 }
 
-/// Card L5: an owner killed with SIGKILL leaves its record (status: stale); its child dies with
-/// it; the next contender takes over at once (`-n`, no waiting) with a higher epoch and sweeps
-/// the dead owner's registry entries. Invariant I2: the epoch increases.
+/// Card L5: an owner killed with SIGKILL leaves its record (status: stale) and writes no end
+/// record (its trace stops in `ready`); its child dies with it; a contender that was waiting
+/// meanwhile owns at once with a higher epoch (invariant I2) and sweeps the dead owner's
+/// registry entries; a later run that tries once (`-n`) owns at once too.
 #[test]
 fn l5_crash_takeover() {
     let env = Env::new();
@@ -206,6 +215,9 @@ fn l5_crash_takeover() {
     let child = env.wait_event("spawned", Some(owner.pid()))["child_pid"]
         .as_u64()
         .unwrap() as u32;
+    let mut next = env.run(&[], &["true"]);
+    env.wait_event("waiting", Some(next.pid()));
+    let record = env.owner_bytes();
     owner.signal(Signal::KILL);
     let f = owner.wait();
     assert_eq!(
@@ -213,20 +225,23 @@ fn l5_crash_takeover() {
         Some(9)
     );
     assert!(f.end.is_none(), "a SIGKILLed run cannot write its end");
+    let dead = f.trace.as_ref().expect("the owner's trace");
+    assert_eq!(dead.outcome, None, "a killed owner never reached exit");
+    assert_eq!(dead.final_phase, "ready");
     wait_for(
         "the orphaned child to die (parent-death signal)",
         DEADLINE,
         || (!alive(child)).then_some(()),
         String::new,
     );
-    let st = env.status();
-    assert_eq!(st["phase"], "stale");
-    assert_eq!(st["lock_held"], false);
-    assert_eq!(st["owner"]["liveness"], "dead");
-    // Try once (`-n`): succeeding proves the takeover did not wait for anything.
-    let next = env.run_to_end(&["-n"], &["true"]);
-    next.expect_code(0);
-    assert_eq!(next.end()["epoch"], 2);
+    // The waiter takes over by itself: the kernel hands it the lock.
+    let owned = env.wait_event("owned", Some(next.pid()));
+    assert_eq!(owned["epoch"], 2);
+    next.close_stdin();
+    let n = next.wait();
+    n.expect_code(0);
+    assert_eq!(n.end()["epoch"], 2);
+    assert_ne!(env.owner_bytes(), record, "the record was replaced");
     let st = env.status();
     assert_eq!(
         st["registry"],
@@ -234,6 +249,18 @@ fn l5_crash_takeover() {
         "the dead owner's entries were swept"
     );
     assert_eq!(st["owner"]["epoch"], 2);
+
+    // The same from a stale record, with no waiter: a try-once run owns at once.
+    let owner = ready_owner(&env);
+    owner.signal(Signal::KILL);
+    owner.wait();
+    let st = env.status();
+    assert_eq!(st["phase"], "stale");
+    assert_eq!(st["lock_held"], false);
+    assert_eq!(st["owner"]["liveness"], "dead");
+    let next = env.run_to_end(&["-n"], &["true"]);
+    next.expect_code(0);
+    assert_eq!(next.end()["epoch"], 4);
 }
 
 /// Card L5 (recycled pid): an owner record naming a live, unrelated process (a `sleep` with

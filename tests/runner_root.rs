@@ -1,92 +1,48 @@
 //! Card H7, the candidate's side: a run waiting on a state dir that is replaced meanwhile
 //! refuses it instead of initialising it (the owner's side is in runner_signals.rs). Real
-//! runner, real child, real renames.
+//! runner, real child, real renames, through the shared harness (clean environment, traces
+//! checked against the models, end records checked, nothing left running on failure).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-const DEADLINE: Duration = Duration::from_secs(20);
+use common::*;
 
-fn tenure() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tenure"))
-}
-
-fn owner(dir: &Path) -> Child {
-    tenure()
-        .args(["run", "--grace", "5", "--dir"])
-        .arg(dir)
-        .args([
-            "--",
-            "sh",
-            "-c",
-            "trap 'exit 0' TERM; while :; do sleep 0.02; done",
-        ])
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Waits until the event log of `dir` has a line of `kind` (an event wait, not a sleep).
-fn wait_event(dir: &Path, kind: &str) {
-    let log = dir.join(".tenure/events.jsonl");
-    let start = Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&log)
-            && text
-                .lines()
-                .any(|l| l.contains(&format!("\"kind\":\"{kind}\"")))
-        {
-            return;
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "no `{kind}` event in {}",
-            log.display()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn wait_exit(c: &mut Child) -> (i32, String) {
-    let start = Instant::now();
-    loop {
-        if let Some(st) = c.try_wait().unwrap() {
-            let mut err = String::new();
-            use std::io::Read;
-            c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-            return (st.code().unwrap_or(-1), err);
-        }
-        assert!(start.elapsed() < DEADLINE, "the runner did not exit");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn state(tmp: &tempfile::TempDir) -> PathBuf {
-    tmp.path().join("state")
-}
-
-/// Card H7: a candidate waiting on the dir when it is replaced refuses to go on with it, and
-/// the replacement at the path is left as it is (not initialised).
+/// Card H7: a candidate waiting on the dir when it is replaced refuses to go on with it
+/// (`moved or replaced`, exit 65), and the replacement at the path is left as it is (not
+/// initialised); the owner, whose dir moved away, stops with `stopped/root-lost`.
 #[test]
 fn h7_candidate_refuses_a_replaced_dir() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = state(&tmp);
-    let mut a = owner(&dir);
-    wait_event(&dir, "ready");
-    let mut b = owner(&dir);
-    wait_event(&dir, "waiting");
-    let moved = tmp.path().join("moved");
-    std::fs::rename(&dir, &moved).unwrap();
-    std::fs::create_dir(&dir).unwrap();
-    let (code_a, err_a) = wait_exit(&mut a);
-    assert_eq!(code_a, 65, "{err_a}");
-    let (code_b, err_b) = wait_exit(&mut b);
-    assert_eq!(code_b, 65, "the candidate must refuse: {err_b}");
-    assert!(err_b.contains("moved or replaced"), "{err_b}");
+    let env = Env::new();
+    let mut owner = env.run(&["--grace", "5"], &sh(TERM_CHILD, &[]));
+    env.wait_event("ready", Some(owner.pid()));
+    let mut candidate = env.run(&[], &sh(TERM_CHILD, &[]));
+    env.wait_event("waiting", Some(candidate.pid()));
+    let moved = env.path("moved");
+    std::fs::rename(&env.dir, &moved).unwrap();
+    std::fs::create_dir(&env.dir).unwrap();
+    // Both runs write their lines into the moved dir: its log is the one to check.
+    owner.log_moved_to(&moved);
+    candidate.log_moved_to(&moved);
+    let a = owner.wait();
+    a.expect_code(65);
+    assert_eq!(a.end()["summary"], "stopped/root-lost");
+    let b = candidate.wait();
+    b.expect_code(65);
+    assert!(
+        b.stderr.contains("moved or replaced"),
+        "the candidate must refuse: {}",
+        b.stderr
+    );
+    // A candidate never owned, so the dir it refuses is "refused state" (refused/state), not
+    // a lost root.
+    assert_eq!(b.end()["summary"], "refused/state");
+    assert!(
+        !b.stderr.contains("owner of"),
+        "the candidate never owned: {}",
+        b.stderr
+    );
     assert_eq!(
-        std::fs::read_dir(&dir).unwrap().count(),
+        std::fs::read_dir(&env.dir).unwrap().count(),
         0,
         "the replacement dir was initialised"
     );

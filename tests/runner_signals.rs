@@ -1,17 +1,21 @@
-//! Signals across the phases of `tenure run` (cards G1–G6, D1, D4, R1), through the built
-//! binary: real state dirs, real `sh` children, real SIGTERM/SIGINT/SIGHUP/SIGKILL/SIGSTOP.
+//! Signals across the phases of `tenure run` (cards G1–G5, D1, D4, H7, R1; the unreapable half
+//! of G6 runs end to end in tests/runner_g6.rs), through the built binary: real state dirs, real
+//! children — `sh` scripts and the hostile fixtures of tests/common/hostile.rs (a child that
+//! stages and then dies of the forwarded signal, exits non-zero, swallows SIGTERM, or announces
+//! its own stop) — and real SIGTERM/SIGINT/SIGHUP/SIGKILL/SIGSTOP. The harness checks every
+//! run's trace against the models and its end record (tests/common).
 
 mod common;
 
+use common::hostile::{Fixture, Hostile, STAGED, store_holds};
 use common::*;
 use rustix::process::Signal;
 use serde_json::Value;
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
-use tenure::machine::trace::{TraceLine, TraceStep};
-use tenure::machine::{Action, ChildStatus, Event, Machine, Note, Timer};
+use tenure::machine::trace::TraceLine;
 
-/// The kinds a run wrote, without the ones whose position is not part of the contract.
+/// The kinds a run wrote, in order.
 fn kinds(env: &Env, pid: u32) -> Vec<String> {
     env.kinds_of(pid)
 }
@@ -40,10 +44,36 @@ fn child_pid(env: &Env, pid: u32) -> u32 {
         .expect("child_pid") as u32
 }
 
+/// What a run must leave when a child's staged files may not be published (invariants I8,
+/// I9): CURRENT's bytes and the store's durable part as they were, the staged bytes in no
+/// blob, and the checkpoint still verifying.
+fn assert_nothing_published(
+    env: &Env,
+    current: &[u8],
+    store: &std::collections::BTreeMap<std::path::PathBuf, Node>,
+    staged: Option<&[u8]>,
+    what: &str,
+) {
+    assert_eq!(
+        env.current_bytes().as_deref(),
+        Some(current),
+        "{what}: CURRENT changed"
+    );
+    assert_same_tree(store, &env.checkpoint_tree());
+    if let Some(bytes) = staged {
+        assert!(
+            !store_holds(&env.dir, bytes),
+            "{what}: the staged bytes reached the store"
+        );
+    }
+    env.tool("verify", &[]).expect_code(0);
+}
+
 /// Card G1: SIGTERM/SIGINT/SIGHUP while cold, waiting for a lease held by another process (the
 /// test itself holds the kernel lock, so nobody ever owned the dir): outcome *cancelled*, exit
-/// 128 + N, and nothing remains — no owner record, no identity marker, no checkpoint, no
-/// registry entry, no waiter entry (invariant I5).
+/// 128 + N, and nothing remains (invariant I5): the state dir is what the test made of it —
+/// no owner record, identity marker, epoch, registry, checkpoint store or waiter entry; at most
+/// an empty waiters directory and the event log's lines were added.
 #[test]
 fn g1_cancel_before_owning() {
     for (sig, code, name) in [
@@ -65,6 +95,7 @@ fn g1_cancel_before_owning() {
             .open(control.join("lock"))
             .unwrap();
         rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
+        let made = snapshot(&env.dir);
 
         let r = env.run(&[], &["true"]);
         env.wait_status("a visible waiter", |s| {
@@ -79,179 +110,314 @@ fn g1_cancel_before_owning() {
             f.stderr
         );
         assert_eq!(f.end()["summary"], format!("cancelled/{name}"));
-        for gone in ["owner.json", "identity.json", "epoch", "registry"] {
-            assert!(!control.join(gone).exists(), "{gone} was left behind");
+        let after = snapshot(&env.dir);
+        for (p, n) in &made {
+            assert_eq!(after.get(p), Some(n), "{name}: {} changed", p.display());
         }
-        assert!(
-            !env.dir.join("checkpoints").exists(),
-            "a checkpoint store was created"
-        );
-        let waiters = std::fs::read_dir(control.join("waiters"))
-            .map(|d| d.count())
-            .unwrap_or(0);
-        assert_eq!(waiters, 0, "the waiter entry was left behind");
+        let added: Vec<(&std::path::PathBuf, &Node)> = after
+            .iter()
+            .filter(|(p, _)| !made.contains_key(*p))
+            .collect();
+        for (p, n) in &added {
+            let allowed = match p.to_str().unwrap() {
+                ".tenure/waiters" => matches!(n, Node::Dir(_)),
+                ".tenure/events.jsonl" => matches!(n, Node::File(..)),
+                _ => false,
+            };
+            assert!(allowed, "{name}: the cancelled run left {}", p.display());
+        }
+        assert_eq!(env.status()["waiters"], Value::Array(vec![]));
         drop(lock);
     }
 }
 
-/// Card G2: SIGTERM while the bootstrap is blocked in I/O — the child (in `--ready notify`
-/// recovery) is stuck opening a FIFO nobody writes — is honoured within 2 s of the signal: the
-/// runner never waits on the blocked call. Both a child that dies of SIGTERM and one that
-/// ignores it (SIGKILL after a short grace) are covered. The 2 s bound is the card's behaviour
-/// bound, generous on purpose.
+/// Cards G2 and G3 (invariant I9): SIGTERM while recovering (lease held, a `--ready notify`
+/// child that has not said READY=1) refuses: exit 143 — a refusal keeps its own code even when
+/// its child needed SIGKILL —, `refused/SIGTERM`, the message names the phase, no ready or
+/// released line. The end record says whether SIGKILL was needed (`killed`) and how the child
+/// ended, and the forwarded signals are exactly TERM, or TERM then KILL. Whatever the child
+/// staged, and however it ended, nothing is published: CURRENT and the store keep their bytes,
+/// the staged bytes reach no blob, the checkpoint verifies, and a successor owns at once
+/// (try-once) with the next epoch and recovers the old checkpoint. Rows: a child that dies of
+/// the forwarded signal, one that exits 0 when told (still refused), one that swallows SIGTERM
+/// (killed after the grace), and card G2's bootstrap blocked in I/O (opening a FIFO nobody
+/// writes, dying of SIGTERM or ignoring it): the runner never waits on the blocked call.
 #[test]
-fn g2_cancel_blocked_bootstrap() {
-    // A refused run keeps the refusal's own code even when its child needed SIGKILL; the end
-    // record says `refused` with `killed` set.
-    for (script, code, summary) in [
-        (r#"exec 3< "$1""#, 143, "refused/SIGTERM"),
-        (r#"trap '' TERM; exec 3< "$1""#, 143, "refused/SIGTERM"),
-    ] {
+fn g2_g3_stop_while_recovering_refuses_and_publishes_nothing() {
+    #[derive(Debug)]
+    enum Child {
+        Fx(Hostile),
+        BlockedInOpen { ignores_term: bool },
+    }
+    let cases = [
+        (
+            Child::Fx(Hostile::StagesThenDiesBySignal),
+            false,
+            "killed by signal 15",
+            &["SIGTERM"][..],
+        ),
+        (
+            Child::Fx(Hostile::StagesThenExits(0)),
+            false,
+            "exited 0",
+            &["SIGTERM"][..],
+        ),
+        (
+            Child::Fx(Hostile::StagesThenIgnoresTerm),
+            true,
+            "killed by signal 9",
+            &["SIGTERM", "SIGKILL"][..],
+        ),
+        (
+            Child::BlockedInOpen {
+                ignores_term: false,
+            },
+            false,
+            "killed by signal 15",
+            &["SIGTERM"][..],
+        ),
+        (
+            Child::BlockedInOpen { ignores_term: true },
+            true,
+            "killed by signal 9",
+            &["SIGTERM", "SIGKILL"][..],
+        ),
+    ];
+    for (child, killed, status, forwarded) in cases {
+        let what = format!("{child:?}");
         let env = Env::new();
-        let before_cp = seed_checkpoint(&env);
-        let fifo = env.fifo("never-written");
-        let r = env.run(
-            &["--ready", "notify", "--grace", "0.5"],
-            &sh(script, &[fifo.to_str().unwrap()]),
-        );
+        let current = seed_checkpoint(&env);
+        let store = env.checkpoint_tree();
+        let args = ["--ready", "notify", "--grace", "0.5"];
+        let (r, fx) = match child {
+            Child::Fx(kind) => {
+                let fx = Fixture::new(&env, kind);
+                let r = env.run(&args, &fx.command());
+                fx.wait("staged");
+                (r, Some(fx))
+            }
+            Child::BlockedInOpen { ignores_term } => {
+                let fifo = env.fifo("never-written");
+                let script = if ignores_term {
+                    r#"trap '' TERM; exec 3< "$1""#
+                } else {
+                    r#"exec 3< "$1""#
+                };
+                let r = env.run(&args, &sh(script, &[fifo.to_str().unwrap()]));
+                wait_blocked_in_fifo_open(child_pid(&env, r.pid()));
+                (r, None)
+            }
+        };
         let child = child_pid(&env, r.pid());
-        wait_blocked_in_fifo_open(child);
-        assert_eq!(env.status()["phase"], "recovering");
-        let signalled = Instant::now();
+        assert_eq!(env.status()["phase"], "recovering", "{what}");
         r.signal(Signal::TERM);
         let f = r.wait();
-        let took = signalled.elapsed();
+        f.expect_code(143);
+        let end = f.end();
+        assert_eq!(end["summary"], "refused/SIGTERM", "{what}: {end}");
+        assert_eq!(end["reason"], "refused", "{what}: {end}");
+        assert_eq!(end["killed"], killed, "{what}: was SIGKILL needed? {end}");
+        assert_eq!(end["child"], status, "{what}: {end}");
+        assert_eq!(env.forwarded(f.pid), forwarded, "{what}");
         assert!(
-            took < Duration::from_secs(2),
-            "card G2: the stop took {took:?} (script {script:?})"
+            f.stderr.contains("stopped by SIGTERM in phase recovering"),
+            "{what}: the message names the phase: {}",
+            f.stderr
         );
-        f.expect_code(code);
-        assert_eq!(f.end()["summary"], summary);
-        assert_eq!(f.end()["reason"], "refused");
-        assert!(!alive(child), "the blocked child survived the runner");
-        assert_eq!(env.current_bytes().unwrap(), before_cp);
+        assert!(!f.stderr.contains("tenure: ready"), "{what}: {}", f.stderr);
+        let ks = kinds(&env, f.pid);
+        assert!(
+            !ks.iter().any(|k| k == "ready" || k == "released"),
+            "{what}: {ks:?}"
+        );
+        assert!(ks.iter().any(|k| k == "refused"), "{what}: {ks:?}");
+        assert!(!alive(child), "{what}: the child survived the runner");
+        assert_nothing_published(
+            &env,
+            &current,
+            &store,
+            fx.as_ref().map(Fixture::staged),
+            &what,
+        );
+        // A successor takes over immediately (try once, no waiting) from the old checkpoint.
+        let next = env.run_to_end(&["-n"], &["true"]);
+        next.expect_code(0);
+        assert_eq!(next.end()["epoch"], 3, "{what}");
+        assert_eq!(env.checkpoint_file("a").as_deref(), Some("one\n"), "{what}");
     }
 }
 
-/// Card G3: SIGTERM while recovering (lease held; `--ready notify` child that staged a file but
-/// never said READY=1): outcome *refused*, exit 143, the message names the phase, CURRENT's
-/// bytes are unchanged, the previous checkpoint still verifies, no "ready" and no "released"
-/// acknowledgement, and a successor takes over at once.
+/// Card G3 in the verifying step: SIGTERM while the recovery worker verifies the checkpoint.
+/// The worker is held at the start of its verification by the named point `recover.verify` (a
+/// failpoint gate the test opens), so the order is the test's choice, not a race with the
+/// verification's speed: the stop is decided while the worker is held (the trace shows the
+/// refusal from `recovering(verifying)` before the gate opens), no child is ever spawned, and
+/// once the worker is let go the run ends refused, 143, with CURRENT and the store's bytes
+/// unchanged; the next owner takes over at once and finds no scratch left behind.
+#[cfg(feature = "failpoints")]
 #[test]
-fn g3_refuse_during_recovery() {
+fn g3_refuse_while_verifying_the_checkpoint() {
+    use tenure::machine::{Event, Signal as Sig};
     let env = Env::new();
     let current = seed_checkpoint(&env);
     let store = env.checkpoint_tree();
-    let r = env.run(
-        &["--ready", "notify"],
-        &sh(r#"echo two > "$TENURE_CHECKPOINT_OUT/a"; read _"#, &[]),
-    );
-    child_pid(&env, r.pid());
-    env.wait_status("phase recovering", |s| {
-        s["phase"] == "recovering" && s["owner"]["epoch"] == 2
-    });
+    let gate = env.fifo("verify-gate");
+    let mut c = tenure();
+    c.arg("run")
+        .arg("--dir")
+        .arg(&env.dir)
+        .args(["--ready", "notify", "--"])
+        .args(sh("read _", &[]))
+        .env(
+            "TENURE_FAILPOINTS",
+            format!("recover.verify=gate:{}", gate.display()),
+        );
+    let mut r = env.start(c);
+    env.wait_event("owned", Some(r.pid()));
     r.signal(Signal::TERM);
+    let trace = r.trace().expect("a traced run").to_owned();
+    wait_for(
+        "the stop to be decided while the worker is held",
+        DEADLINE,
+        || {
+            read(&trace)
+                .lines()
+                .find_map(|l| match serde_json::from_str(l) {
+                    Ok(TraceLine::Step(s))
+                        if s.event == Event::Stop(Sig::Term)
+                            && s.before == "recovering(verifying)" =>
+                    {
+                        Some(())
+                    }
+                    _ => None,
+                })
+        },
+        || read(&trace),
+    );
+    assert!(r.running(), "the run ended before the worker was let go");
+    release_fifo(&gate);
     let f = r.wait();
     f.expect_code(143);
-    assert!(
-        f.stderr.contains("stopped by SIGTERM in phase recovering"),
-        "the message names the phase: {}",
-        f.stderr
-    );
-    assert!(!f.stderr.contains("tenure: ready"), "{}", f.stderr);
-    assert!(!f.stderr.contains("released"), "{}", f.stderr);
+    assert_eq!(f.end()["summary"], "refused/SIGTERM");
     let ks = kinds(&env, f.pid);
     assert!(
-        !ks.iter().any(|k| k == "ready" || k == "released"),
-        "{ks:?}"
+        !ks.iter().any(|k| k == "recovered" || k == "spawned"),
+        "the stop was not handled while verifying: {ks:?}"
     );
-    assert!(ks.iter().any(|k| k == "refused"), "{ks:?}");
-    assert_eq!(f.end()["summary"], "refused/SIGTERM");
-    assert_eq!(env.current_bytes().unwrap(), current, "CURRENT changed");
-    assert_same_tree(&store, &env.checkpoint_tree());
-    env.tool("verify", &[]).expect_code(0);
-    // A successor can take over immediately: try once, no waiting.
+    assert!(f.stderr.contains("in phase recovering"), "{}", f.stderr);
+    assert_nothing_published(&env, &current, &store, None, "verifying");
+    let next = env.run_to_end(&["-n"], &["true"]);
+    next.expect_code(0);
+    assert_eq!(next.end()["epoch"], 3);
+    assert_eq!(env.scratch_left(), Vec::<std::path::PathBuf>::new());
+}
+
+/// Exit 74, `refused/io` (spec/lifecycle.md): an I/O error while recovering — an `EIO`
+/// injected at the named point `recover.verify`, as a failing disk would give it — refuses the
+/// run before any child starts: the message names the dir, nothing is published, CURRENT is
+/// unchanged, and the lease is released (a successor owns at once and recovers the checkpoint).
+#[cfg(feature = "failpoints")]
+#[test]
+fn refused_io_while_recovering_exits_74() {
+    let env = Env::new();
+    let current = seed_checkpoint(&env);
+    let store = env.checkpoint_tree();
+    let mut c = tenure();
+    c.arg("run")
+        .arg("--dir")
+        .arg(&env.dir)
+        .arg("--")
+        .args(sh(r#"echo two > "$TENURE_CHECKPOINT_OUT/a""#, &[]))
+        .env("TENURE_FAILPOINTS", "recover.verify=eio");
+    let mut r = env.start(c);
+    r.close_stdin();
+    let f = r.wait();
+    f.expect_code(74);
+    assert_eq!(f.end()["summary"], "refused/io", "{}", f.stderr);
+    assert!(
+        f.stderr.contains(
+            &std::fs::canonicalize(&env.dir)
+                .unwrap()
+                .display()
+                .to_string()
+        ),
+        "the message names the dir: {}",
+        f.stderr
+    );
+    assert!(!kinds(&env, f.pid).contains(&"spawned".to_owned()));
+    assert_nothing_published(&env, &current, &store, Some(b"two\n"), "refused/io");
     let next = env.run_to_end(&["-n"], &["true"]);
     next.expect_code(0);
     assert_eq!(next.end()["epoch"], 3);
     assert_eq!(env.checkpoint_file("a").as_deref(), Some("one\n"));
 }
 
-/// Card G4: SIGTERM when ready drains, publishes the checkpoint, then releases: exit 143; the
-/// final line says the checkpoint was published and the owner released; CURRENT names the new
-/// checkpoint, which verifies; the registry holds no entry of this owner; the event log shows
-/// the order draining → forwarded → child exited → published → released → end.
+/// Card G4 (and D4's `--ready start`, invariant I8): a stop signal when ready drains, publishes
+/// the checkpoint, then releases — exit 128 + N for SIGTERM, SIGINT and SIGHUP, and the
+/// forwarded signal is the one received. The owner is ready as soon as its child is spawned;
+/// the final line says the checkpoint was published and the owner released; the event log
+/// shows exactly owned → recovered → spawned → ready → signal → draining → forwarded → child
+/// exited → published → released → end; CURRENT names the new checkpoint, which verifies and
+/// holds what the child staged; the registry holds no entry of this owner.
 #[test]
-fn g4_checkpoint_before_release() {
-    let env = Env::new();
-    let r = env.run(&[], &sh(TERM_CHILD, &[]));
-    env.wait_event("ready", Some(r.pid()));
-    env.wait_status("phase ready", |s| s["phase"] == "ready");
-    r.signal(Signal::TERM);
-    let f = r.wait();
-    f.expect_code(143);
-    let last = f.stderr.lines().last().unwrap_or_default();
-    assert!(
-        last.contains("checkpoint 1 published; released"),
-        "final line: {last:?}"
-    );
-    let ks = kinds(&env, f.pid);
-    let order = [
-        "owned",
-        "recovered",
-        "spawned",
-        "ready",
-        "signal",
-        "draining",
-        "signal-forwarded",
-        "child-exited",
-        "checkpoint-published",
-        "released",
-        "end",
-    ];
-    assert_eq!(ks, order, "event order");
-    assert_eq!(f.end()["summary"], "stopped/SIGTERM");
-    let v = env.tool("verify", &[]);
-    v.expect_code(0);
-    assert!(v.stdout.contains("checkpoint 1 is valid"), "{}", v.stdout);
-    let st = env.status();
-    assert_eq!(st["checkpoint"]["id"], 1);
-    assert_eq!(st["phase"], "released");
-    assert_eq!(
-        st["registry"],
-        Value::Array(vec![]),
-        "registry entries left"
-    );
-    assert_eq!(env.checkpoint_file("stopped").as_deref(), Some("1\n"));
-}
-
-/// Card G4 with the other stop signals: SIGINT → 130, SIGHUP (with `--hup stop`) → 129, and the
-/// forwarded signal is the one received.
-#[test]
-fn g4_other_stop_signals_drain_with_their_code() {
+fn g4_stop_when_ready_publishes_before_release() {
+    // HUP is a stop signal with `--hup stop` (the default forwards it, card T3).
     for (sig, code, name, args) in [
+        (Signal::TERM, 143, "SIGTERM", vec![]),
         (Signal::INT, 130, "SIGINT", vec![]),
         (Signal::HUP, 129, "SIGHUP", vec!["--hup", "stop"]),
     ] {
         let env = Env::new();
         let trap = format!(
-            r#"trap 'echo {name} > "$TENURE_CHECKPOINT_OUT/got"; exit 0' {}
-read _"#,
+            r#"trap 'echo "{name} $TENURE_EPOCH" > "$TENURE_CHECKPOINT_OUT/got"; exit 0' {}
+read _
+exit 3"#,
             &name[3..]
         );
         let r = env.run(&args, &sh(&trap, &[]));
         env.wait_event("ready", Some(r.pid()));
+        env.wait_status("phase ready", |s| s["phase"] == "ready");
         r.signal(sig);
         let f = r.wait();
         f.expect_code(code);
+        let last = f.stderr.lines().last().unwrap_or_default();
+        assert!(
+            last.contains("checkpoint 1 published; released"),
+            "{name}: final line: {last:?}"
+        );
+        let order = [
+            "owned",
+            "recovered",
+            "spawned",
+            "ready",
+            "signal",
+            "draining",
+            "signal-forwarded",
+            "child-exited",
+            "checkpoint-published",
+            "released",
+            "end",
+        ];
+        assert_eq!(kinds(&env, f.pid), order, "{name}: event order");
         assert_eq!(f.end()["summary"], format!("stopped/{name}"));
-        let fwd = env.wait_event("signal-forwarded", Some(f.pid));
-        assert_eq!(fwd["signal"], name);
-        assert_eq!(env.checkpoint_file("got"), Some(format!("{name}\n")));
+        assert_eq!(f.end()["killed"], false);
+        assert_eq!(env.forwarded(f.pid), [name]);
+        let v = env.tool("verify", &[]);
+        v.expect_code(0);
+        assert!(v.stdout.contains("checkpoint 1 is valid"), "{}", v.stdout);
+        let st = env.status();
+        assert_eq!(st["checkpoint"]["id"], 1);
+        assert_eq!(st["phase"], "released");
+        assert_eq!(
+            st["registry"],
+            Value::Array(vec![]),
+            "registry entries left"
+        );
+        assert_eq!(env.checkpoint_file("got"), Some(format!("{name} 1\n")));
     }
 }
 
-/// Card G5: after SIGTERM the owner keeps its record (same bytes, phase draining) and the lock
+// Card G5: after SIGTERM the owner keeps its record (same bytes, phase draining) and the lock
 /// until the supervised child has exited; contenders meanwhile get `busy`; then the runner exits
 /// 143 and a successor acquires at once with the next epoch.
 #[test]
@@ -318,180 +484,172 @@ exit 3"#;
     assert_eq!(env.checkpoint_file("late").as_deref(), Some("late\n"));
 }
 
-/// Card G6: a child that ignores SIGTERM is killed after the grace period: exit 137, the event
-/// log says `killed`, the end record is `killed/SIGKILL`.
-///
-/// The card's second half — a child that cannot be reaped even after SIGKILL keeps the lease
-/// and the runner says `did not stop` — runs end to end in `tests/runner_g6.rs` (a FUSE request
-/// that is read and never answered leaves the child in uninterruptible sleep). Here it is also
-/// checked at the machine level from this real run: the `--trace` is replayed up to the SIGKILL,
-/// and from that very state the kill-wait expiring must give `did not stop` and no release,
-/// and only the child's exit may release.
+/// Card D1 (with G4 and G6, invariant I8): SIGTERM to a ready owner is forwarded, and a child
+/// that has not stopped when the grace ends gets SIGKILL — TERM, then KILL, in that order —
+/// after at least the grace; the state is cleaned only once the child really stopped: during
+/// the grace the phase is draining, the lock held and the child's registry entry present, and
+/// `released` comes after the child's exit. What a stopped child staged is published only if
+/// it exits 0: one that dies of the forwarded signal, exits non-zero, or is SIGKILLed after the
+/// grace leaves CURRENT's bytes and the store as they were, and its staged bytes reach no blob.
+/// The first row (exit 0 when told) is published, so the check is seen to notice a publish.
 #[test]
-fn g6_bounded_stop_kills_after_grace() {
-    let env = Env::new();
-    let trace = env.path("trace.jsonl");
-    let r = env.run(
-        &["--grace", "0.5", "--trace", trace.to_str().unwrap()],
-        &sh(STUBBORN_CHILD, &[]),
-    );
-    let child = child_pid(&env, r.pid());
-    env.wait_event("ready", Some(r.pid()));
-    let signalled = Instant::now();
-    r.signal(Signal::TERM);
-    let f = r.wait();
-    f.expect_code(137);
-    assert!(
-        signalled.elapsed() >= Duration::from_millis(500),
-        "the grace was not waited"
-    );
-    assert!(!alive(child));
-    assert!(
-        f.stderr.contains("did not stop within the grace period"),
-        "{}",
-        f.stderr
-    );
-    assert_eq!(f.end()["summary"], "killed/SIGKILL");
-    assert_eq!(f.end()["killed"], true);
-    assert_eq!(f.end()["child"], "killed by signal 9");
-    let ks = kinds(&env, f.pid);
-    before(&ks, "killed", "child-exited");
-    before(&ks, "child-exited", "released");
-
-    // Machine level: replay the real trace up to the SIGKILL, then let the kill wait expire.
-    let lines: Vec<TraceLine> = read(&trace)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("trace line"))
-        .collect();
-    let TraceLine::Header { config, .. } = lines[0] else {
-        panic!("no header")
-    };
-    let mut m = Machine::new(config);
-    for line in &lines[1..] {
-        let TraceLine::Step(s) = line else {
-            panic!("header twice")
-        };
-        let replayed = TraceStep::record(&mut m, s.seq, s.at_ms, s.event);
-        assert_eq!(&replayed, s, "the trace replays");
-        if s.actions.contains(&Action::Kill) {
-            break;
+fn d1_a_stopped_child_is_published_only_after_exit_0() {
+    let cases = [
+        (
+            Hostile::StagesThenExits(0),
+            143,
+            "stopped/SIGTERM",
+            false,
+            "exited 0",
+            &["SIGTERM"][..],
+            true,
+        ),
+        (
+            Hostile::StagesThenDiesBySignal,
+            143,
+            "stopped/SIGTERM",
+            false,
+            "killed by signal 15",
+            &["SIGTERM"][..],
+            false,
+        ),
+        (
+            Hostile::StagesThenExits(3),
+            143,
+            "stopped/SIGTERM",
+            false,
+            "exited 3",
+            &["SIGTERM"][..],
+            false,
+        ),
+        (
+            Hostile::StagesThenIgnoresTerm,
+            137,
+            "killed/SIGKILL",
+            true,
+            "killed by signal 9",
+            &["SIGTERM", "SIGKILL"][..],
+            false,
+        ),
+    ];
+    let grace = Duration::from_millis(1500);
+    for (kind, code, summary, killed, status, forwarded, published) in cases {
+        let what = format!("{kind:?}");
+        let env = Env::new();
+        let current = seed_checkpoint(&env);
+        let store = env.checkpoint_tree();
+        let fx = Fixture::new(&env, kind);
+        let r = env.run(&["--grace", "1.5"], &fx.command());
+        let child = child_pid(&env, r.pid());
+        env.wait_event("ready", Some(r.pid()));
+        fx.wait("staged");
+        let signalled = Instant::now();
+        r.signal(Signal::TERM);
+        env.wait_event("signal-forwarded", Some(r.pid()));
+        if killed {
+            // Inside the grace: the runner is frozen right after it forwarded SIGTERM, so the
+            // state can be read before the grace can end (a stopped process's timers cannot
+            // fire); SIGCONT lets the grace run out.
+            r.signal(Signal::STOP);
+            wait_for(
+                "the runner to stop",
+                DEADLINE,
+                || (proc_state(r.pid()) == Some('T')).then_some(()),
+                String::new,
+            );
+            assert!(
+                !kinds(&env, r.pid()).contains(&"killed".to_owned()),
+                "{what}: the grace of 1.5 s ended before the runner could be frozen"
+            );
+            let st = env.status();
+            assert_eq!(st["phase"], "draining", "{what}: {st}");
+            assert_eq!(st["lock_held"], true, "{what}: {st}");
+            let instances: Vec<&Value> = st["registry"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["kind"] == "instances")
+                .collect();
+            assert_eq!(
+                instances.len(),
+                1,
+                "{what}: the child's registry entry: {st}"
+            );
+            assert_eq!(instances[0]["pid"], child);
+            assert!(alive(child));
+            r.signal(Signal::CONT);
+        }
+        let f = r.wait();
+        f.expect_code(code);
+        let end = f.end();
+        assert_eq!(end["summary"], summary, "{what}: {end}");
+        assert_eq!(end["killed"], killed, "{what}: {end}");
+        assert_eq!(end["child"], status, "{what}: {end}");
+        assert_eq!(env.forwarded(f.pid), forwarded, "{what}: TERM, then KILL");
+        if killed {
+            assert!(
+                signalled.elapsed() >= grace,
+                "{what}: the grace was not waited"
+            );
+            assert!(
+                f.stderr.contains("did not stop within the grace period"),
+                "{what}: {}",
+                f.stderr
+            );
+            before(&kinds(&env, f.pid), "killed", "child-exited");
+        }
+        assert!(!alive(child), "{what}");
+        let ks = kinds(&env, f.pid);
+        before(&ks, "child-exited", "released");
+        let st = env.status();
+        assert_eq!(st["registry"], Value::Array(vec![]), "{what}");
+        assert_eq!(st["owner"]["phase"], "released", "{what}");
+        if published {
+            assert_ne!(
+                env.current_bytes().unwrap(),
+                current,
+                "{what}: not published"
+            );
+            assert!(store_holds(&env.dir, fx.staged()), "{what}");
+            assert_eq!(
+                env.checkpoint_file(STAGED).as_deref().map(str::as_bytes),
+                Some(fx.staged()),
+                "{what}"
+            );
+        } else {
+            assert_nothing_published(&env, &current, &store, Some(fx.staged()), &what);
+            assert_eq!(env.checkpoint_file("a").as_deref(), Some("one\n"), "{what}");
         }
     }
-    let mut stuck = m;
-    let h = stuck
-        .handle(Event::TimerExpired(Timer::KillWait))
-        .expect("kill wait accepted");
-    assert_eq!(h.actions, vec![Action::Note(Note::DidNotStop)]);
-    assert!(
-        stuck.kind().owns(),
-        "the lease must be kept while the child may run"
-    );
-    // Another stop signal changes nothing: only the child's end may release.
-    let h = stuck
-        .handle(Event::Stop(tenure::machine::Signal::Term))
-        .expect("stop accepted");
-    assert!(!h.actions.contains(&Action::ReleaseLease));
-    let h = stuck
-        .handle(Event::ChildExited(ChildStatus::Signaled(9)))
-        .unwrap();
-    assert!(h.actions.contains(&Action::ReleaseLease));
 }
 
-/// Card D1: TERM, then KILL, in that order; the state is cleaned only once the child really
-/// stopped: during the grace the owner record says draining, the lock is held and the child's
-/// registry entry is present; `released` comes after the child's exit.
-#[test]
-fn d1_term_then_kill_and_cleanup_after_stop() {
-    let env = Env::new();
-    let r = env.run(&["--grace", "1.5"], &sh(STUBBORN_CHILD, &[]));
-    let child = child_pid(&env, r.pid());
-    env.wait_event("ready", Some(r.pid()));
-    r.signal(Signal::TERM);
-    env.wait_event("signal-forwarded", Some(r.pid()));
-    let st = env.wait_status("phase draining", |s| s["phase"] == "draining");
-    assert_eq!(st["lock_held"], true);
-    let instances: Vec<&Value> = st["registry"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["kind"] == "instances")
-        .collect();
-    assert_eq!(instances.len(), 1, "the child's registry entry: {st}");
-    assert_eq!(instances[0]["pid"], child);
-    let f = r.wait();
-    f.expect_code(137);
-    let fwd: Vec<String> = env
-        .events()
-        .iter()
-        .filter(|e| e["pid"] == f.pid && e["kind"] == "signal-forwarded")
-        .map(|e| e["signal"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(fwd, ["SIGTERM", "SIGKILL"], "TERM then KILL");
-    let ks = kinds(&env, f.pid);
-    before(&ks, "child-exited", "released");
-    let st = env.status();
-    assert_eq!(st["registry"], Value::Array(vec![]));
-    assert_eq!(st["owner"]["phase"], "released");
-    assert!(
-        env.current_bytes().is_none(),
-        "a killed child's files are not published"
-    );
-}
-
-/// Card D4: `--ready start` is ready when spawned; `--ready notify` stays recovering until the
-/// child's `READY=1`.
-#[test]
-fn d4_readiness_start_and_notify() {
-    let env = Env::new();
-    let r = env.run(&[], &sh(TERM_CHILD, &[]));
-    env.wait_status("ready at spawn", |s| s["phase"] == "ready");
-    r.signal(Signal::TERM);
-    r.wait().expect_code(143);
-
-    let gate = env.fifo("gate");
-    let r = env.run(
-        &["--ready", "notify"],
-        &sh(
-            r#"read _ < "$1"; exec "$2" demo-child"#,
-            &[gate.to_str().unwrap(), bin()],
-        ),
-    );
-    let child = child_pid(&env, r.pid());
-    wait_blocked_in_fifo_open(child);
-    let st = env.status();
-    assert_eq!(st["phase"], "recovering", "not ready before READY=1: {st}");
-    release_fifo(&gate);
-    env.wait_status("ready after READY=1", |s| s["phase"] == "ready");
-    r.signal(Signal::TERM);
-    r.wait().expect_code(143);
-    // demo-child staged counter 0 + 1 (it recovered the first run's checkpoint, which had no
-    // counter).
-    assert_eq!(env.checkpoint_file("counter").as_deref(), Some("1\n"));
-}
-
-/// Card D4: a readiness timeout stops the child (TERM, then KILL for one that ignores TERM),
-/// reports `readiness timed out`, exits 69 and publishes nothing.
+/// Card D4: a readiness timeout stops the child — SIGTERM, then SIGKILL for one that swallows
+/// it — reports `readiness timed out`, exits 69 (a refusal keeps its code when SIGKILL was
+/// needed; the end record's `killed` says whether it was) and publishes nothing of what the
+/// child staged.
 #[test]
 fn d4_readiness_timeout_stops_the_child() {
-    // A child that needed SIGKILL does not change the refusal's code (69); the end record says
-    // `refused` with `killed` set.
-    for (script, signals, code, summary) in [
+    for (kind, forwarded, killed, status) in [
         (
-            TERM_CHILD,
-            vec!["SIGTERM"],
-            69,
-            "refused/readiness-timed-out",
+            Hostile::StagesThenDiesBySignal,
+            &["SIGTERM"][..],
+            false,
+            "killed by signal 15",
         ),
         (
-            STUBBORN_CHILD,
-            vec!["SIGTERM", "SIGKILL"],
-            69,
-            "refused/readiness-timed-out",
+            Hostile::StagesThenIgnoresTerm,
+            &["SIGTERM", "SIGKILL"][..],
+            true,
+            "killed by signal 9",
         ),
     ] {
+        let what = format!("{kind:?}");
         let env = Env::new();
-        let f = {
-            let r = env.run(
+        let current = seed_checkpoint(&env);
+        let store = env.checkpoint_tree();
+        let fx = Fixture::new(&env, kind);
+        let f = env
+            .run(
                 &[
                     "--ready",
                     "notify",
@@ -500,32 +658,28 @@ fn d4_readiness_timeout_stops_the_child() {
                     "--grace",
                     "0.3",
                 ],
-                &sh(script, &[]),
-            );
-            r.wait()
-        };
-        f.expect_code(code);
+                &fx.command(),
+            )
+            .wait();
+        f.expect_code(69);
         assert!(f.stderr.contains("readiness timed out"), "{}", f.stderr);
-        assert_eq!(f.end()["summary"], summary);
-        assert_eq!(f.end()["reason"], "refused");
+        let end = f.end();
+        assert_eq!(end["summary"], "refused/readiness-timed-out", "{what}");
+        assert_eq!(end["reason"], "refused");
+        assert_eq!(end["killed"], killed, "{what}: {end}");
+        assert_eq!(end["child"], status, "{what}: {end}");
         let ks = kinds(&env, f.pid);
-        assert!(ks.iter().any(|k| k == "readiness-timed-out"), "{ks:?}");
         before(&ks, "readiness-timed-out", "child-exited");
-        let fwd: Vec<String> = env
-            .events()
-            .iter()
-            .filter(|e| e["pid"] == f.pid && e["kind"] == "signal-forwarded")
-            .map(|e| e["signal"].as_str().unwrap().to_owned())
-            .collect();
-        assert_eq!(fwd, signals);
-        assert!(env.current_bytes().is_none(), "nothing may be published");
+        assert_eq!(env.forwarded(f.pid), forwarded, "{what}");
+        assert_nothing_published(&env, &current, &store, Some(fx.staged()), &what);
     }
 }
 
 /// Card D4 from the other side: a systemd-style parent. The test binds a unix datagram socket
 /// and starts `tenure run --ready notify` with `NOTIFY_SOCKET` pointing at it. The child waits on
-/// a FIFO the test controls before it sends its own `READY=1`; nothing may reach the parent
-/// before that, `READY=1` must reach it after, and `STOPPING=1` follows a SIGTERM.
+/// a FIFO the test controls before it sends its own `READY=1`; until then the owner is
+/// `recovering` and nothing reaches the parent; `READY=1` reaches it after, the owner is
+/// `ready`, and `STOPPING=1` follows a SIGTERM.
 #[test]
 fn d4_systemd_parent_hears_ready_only_after_the_child() {
     let env = Env::new();
@@ -547,6 +701,8 @@ read _ < "$1"; exec "$2" demo-child"#,
     let r = env.start(c);
     let child = child_pid(&env, r.pid());
     wait_blocked_in_fifo_open(child);
+    let st = env.status();
+    assert_eq!(st["phase"], "recovering", "not ready before READY=1: {st}");
     // Nothing may arrive while the child has not notified; the short window gives a wrong
     // early READY=1 the chance to show up (a sleep proving something does NOT happen).
     std::thread::sleep(Duration::from_millis(300));
@@ -555,20 +711,91 @@ read _ < "$1"; exec "$2" demo-child"#,
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
         other => panic!("the parent heard something before the child was ready: {other:?}"),
     }
-    let released = common_now_ms();
+    let released = now_ms();
     release_fifo(&gate);
     let msg = recv_within(&sock, DEADLINE);
     assert_eq!(msg, "READY=1");
     let ready = env.wait_event("ready", Some(r.pid()));
     assert!(ready["at_ms"].as_u64().unwrap() >= released);
+    env.wait_status("ready after READY=1", |s| s["phase"] == "ready");
     r.signal(Signal::TERM);
     assert_eq!(recv_within(&sock, DEADLINE), "STOPPING=1");
     let f = r.wait();
     f.expect_code(143);
+    // demo-child staged counter 0 + 1 (there was no checkpoint to recover).
     assert_eq!(env.checkpoint_file("counter").as_deref(), Some("1\n"));
 }
 
-fn common_now_ms() -> u64 {
+/// Card D4 (`STOPPING=1`, issue 15): a notify-mode child may announce its own stop. The owner
+/// then drains without signalling it: phase draining with the lock held while the child still
+/// runs, `STOPPING=1` relayed to the runner's own supervisor, nothing forwarded. If the child
+/// then exits 0 its staged file is published and its code passes through (`exited/0`); if a
+/// stop signal comes first, it is forwarded, the child dies of it, its end passes through
+/// (`exited/143`) and nothing is published.
+#[test]
+fn d4_child_announces_its_own_stop() {
+    for signal_after in [false, true] {
+        let env = Env::new();
+        let current = seed_checkpoint(&env);
+        let store = env.checkpoint_tree();
+        let sock_path = env.path("notify.sock");
+        let sock = UnixDatagram::bind(&sock_path).unwrap();
+        sock.set_nonblocking(true).unwrap();
+        let fx = Fixture::new(&env, Hostile::SendsStopping);
+        let mut c = tenure();
+        c.arg("run")
+            .arg("--dir")
+            .arg(&env.dir)
+            .args(["--ready", "notify", "--grace", "30", "--"])
+            .args(fx.command())
+            .env("NOTIFY_SOCKET", &sock_path);
+        let r = env.start(c);
+        let child = child_pid(&env, r.pid());
+        assert_eq!(recv_within(&sock, DEADLINE), "READY=1");
+        env.wait_event("ready", Some(r.pid()));
+        fx.open_gate();
+        fx.wait("stopping-sent");
+        assert_eq!(recv_within(&sock, DEADLINE), "STOPPING=1");
+        let draining = env.wait_event("draining", Some(r.pid()));
+        assert_eq!(draining["cause"], "child-stopping", "{draining}");
+        let st = env.wait_status("draining", |s| s["phase"] == "draining");
+        assert_eq!(st["lock_held"], true);
+        assert!(alive(child), "the child still runs");
+        assert!(env.forwarded(r.pid()).is_empty(), "nothing is forwarded");
+        if signal_after {
+            r.signal(Signal::TERM);
+        } else {
+            fx.open_gate();
+        }
+        let f = r.wait();
+        let end = f.end();
+        if signal_after {
+            assert_eq!(env.forwarded(f.pid), ["SIGTERM"]);
+            assert_eq!(end["child"], "killed by signal 15", "{end}");
+            // The workload's own end passes through (spec/lifecycle.md, `exited/N`).
+            f.expect_code(143);
+            assert_eq!(end["summary"], "exited/143", "{end}");
+            assert_nothing_published(
+                &env,
+                &current,
+                &store,
+                Some(fx.staged()),
+                "TERM after STOPPING=1",
+            );
+        } else {
+            f.expect_code(0);
+            assert_eq!(end["summary"], "exited/0", "{end}");
+            assert!(env.forwarded(f.pid).is_empty());
+            assert_eq!(
+                env.checkpoint_file(STAGED).as_deref().map(str::as_bytes),
+                Some(fx.staged())
+            );
+        }
+        assert_eq!(end["killed"], false, "{end}");
+    }
+}
+
+fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -586,6 +813,55 @@ fn recv_within(sock: &UnixDatagram, deadline: Duration) -> String {
         },
         String::new,
     )
+}
+
+/// Card H7 through the runner: an owner whose state dir is moved away stops with exit 65 and
+/// creates nothing at the old path. When ready it drains (the child is asked to stop with
+/// SIGTERM, the lease is released): `stopped/root-lost`; while recovering it refuses:
+/// `refused/root-lost`, and nothing the child staged is published in the moved dir.
+#[test]
+fn h7_moved_root_stops_the_owner() {
+    for (ready, summary) in [(true, "stopped/root-lost"), (false, "refused/root-lost")] {
+        let env = Env::new();
+        let current = seed_checkpoint(&env);
+        let fx = Fixture::new(&env, Hostile::StagesThenExits(0));
+        let args: &[&str] = if ready { &[] } else { &["--ready", "notify"] };
+        let mut r = env.run(args, &fx.command());
+        env.wait_event("spawned", Some(r.pid()));
+        fx.wait("staged");
+        let phase = if ready { "ready" } else { "recovering" };
+        env.wait_status(phase, |s| s["phase"] == phase);
+        let moved = env.path("moved");
+        std::fs::rename(&env.dir, &moved).unwrap();
+        r.log_moved_to(&moved);
+        let f = r.wait();
+        f.expect_code(65);
+        assert!(f.stderr.contains("was moved or replaced"), "{}", f.stderr);
+        assert!(!env.dir.exists(), "nothing was recreated at the old path");
+        let end = f.end();
+        assert_eq!(end["summary"], summary, "{end}");
+        let log = read(&moved.join(".tenure/events.jsonl"));
+        let ks: Vec<String> = log
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["pid"] == f.pid)
+            .map(|e| e["kind"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        for k in ["root-lost", "signal-forwarded", "child-exited", "end"] {
+            assert!(ks.iter().any(|x| x == k), "no `{k}` in {ks:?}");
+        }
+        assert_eq!(ks.contains(&"released".to_owned()), ready, "{ks:?}");
+        let cur = std::fs::read(moved.join("checkpoints/CURRENT")).unwrap();
+        if ready {
+            assert_ne!(
+                cur, current,
+                "a drained owner publishes what its child left"
+            );
+        } else {
+            assert_eq!(cur, current, "a refused owner publishes nothing");
+            assert!(!store_holds(&moved, fx.staged()));
+        }
+    }
 }
 
 /// Card R1, deterministic race: the runner is frozen (SIGSTOP) while its child exits by itself
@@ -664,138 +940,6 @@ fn r1_stop_racing_exit_many_times() {
     }
 }
 
-/// `--trace FILE`: every line parses as a `TraceLine`; replaying the events through a fresh
-/// `Machine` with the header's configuration reproduces every step exactly (phase labels,
-/// actions, ignored/rejected flags). Checked on a drained run, a notify-mode refusal and a
-/// killed child.
-#[test]
-fn trace_replays_through_the_machine() {
-    let env = Env::new();
-    let mut traces = Vec::new();
-    for (i, (args, script)) in [
-        (vec![], TERM_CHILD),
-        (vec!["--ready", "notify"], TERM_CHILD),
-        (vec!["--grace", "0.3"], STUBBORN_CHILD),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let trace = env.path(&format!("trace{i}.jsonl"));
-        let mut a = args.clone();
-        a.extend(["--trace", trace.to_str().unwrap()]);
-        let r = env.run(&a, &sh(script, &[]));
-        child_pid(&env, r.pid());
-        env.wait_status("an owner", |s| {
-            s["lock_held"] == true && s["owner"]["pid"] == r.pid()
-        });
-        r.signal(Signal::TERM);
-        r.wait();
-        traces.push(trace);
-    }
-    for trace in traces {
-        let text = read(&trace);
-        let mut lines = text.lines();
-        let header: TraceLine = serde_json::from_str(lines.next().unwrap()).unwrap();
-        let TraceLine::Header {
-            config, version, ..
-        } = header
-        else {
-            panic!("first line is not a header")
-        };
-        assert_eq!(version, tenure::machine::trace::TRACE_VERSION);
-        let mut m = Machine::new(config);
-        let mut n = 0;
-        for l in lines {
-            let TraceLine::Step(s) = serde_json::from_str::<TraceLine>(l).unwrap() else {
-                panic!("a second header")
-            };
-            let replayed = TraceStep::record(&mut m, s.seq, s.at_ms, s.event);
-            assert_eq!(
-                replayed,
-                s,
-                "step {} of {} diverges",
-                s.seq,
-                trace.display()
-            );
-            n += 1;
-        }
-        assert!(n >= 5, "too short a trace: {text}");
-        assert!(m.is_terminal(), "the trace ends in a terminal phase");
-    }
-}
-
-/// Card G3 in the verifying step: SIGTERM while the recovery worker is still reading and
-/// verifying a 16 MB checkpoint. The runner is frozen (SIGSTOP) as soon as it says it owns, so
-/// the signal lands before the verification can finish even on a fast machine; on SIGCONT the
-/// stop is handled at once: refused, exit 143, no child ever spawned, CURRENT and the store's
-/// bytes unchanged, the checkpoint still verifies, and the scratch the interrupted worker left
-/// is swept by the next owner, which takes over at once.
-#[test]
-fn g3_refuse_while_verifying_the_checkpoint() {
-    let env = Env::new();
-    env.run_to_end(
-        &[],
-        &sh(
-            r#"head -c 16000000 /dev/urandom > "$TENURE_CHECKPOINT_OUT/big""#,
-            &[],
-        ),
-    )
-    .expect_code(0);
-    let store = env.checkpoint_tree();
-    let r = env.run(&["--ready", "notify"], &sh("read _", &[]));
-    env.wait_event("owned", Some(r.pid()));
-    r.signal(Signal::STOP);
-    wait_for(
-        "the runner to stop",
-        DEADLINE,
-        || (proc_state(r.pid()) == Some('T')).then_some(()),
-        String::new,
-    );
-    r.signal(Signal::TERM);
-    r.signal(Signal::CONT);
-    let f = r.wait();
-    f.expect_code(143);
-    assert_eq!(f.end()["summary"], "refused/SIGTERM");
-    let ks = kinds(&env, f.pid);
-    assert!(
-        !ks.iter().any(|k| k == "recovered" || k == "spawned"),
-        "the stop was not handled while verifying: {ks:?}"
-    );
-    assert!(f.stderr.contains("in phase recovering"), "{}", f.stderr);
-    assert_same_tree(&store, &env.checkpoint_tree());
-    env.tool("verify", &[]).expect_code(0);
-    let next = env.run_to_end(&["-n"], &["true"]);
-    next.expect_code(0);
-    assert_eq!(next.end()["epoch"], 3);
-    for scratch in ["views", "staging"] {
-        let left = std::fs::read_dir(env.dir.join("checkpoints").join(scratch))
-            .map(|d| d.count())
-            .unwrap_or(0);
-        assert_eq!(left, 0, "scratch left in {scratch}");
-    }
-}
-
-/// Card H7 through the runner: a ready owner whose state dir is moved away drains (the child is
-/// asked to stop with SIGTERM, the lease is released) and exits 65 with `stopped/root-lost`;
-/// nothing is created at the old path.
-#[test]
-fn h7_moved_root_drains_the_owner() {
-    let env = Env::new();
-    let r = env.run(&[], &sh(TERM_CHILD, &[]));
-    env.wait_event("ready", Some(r.pid()));
-    let moved = env.path("moved");
-    std::fs::rename(&env.dir, &moved).unwrap();
-    let f = r.wait();
-    f.expect_code(65);
-    assert!(f.stderr.contains("was moved or replaced"), "{}", f.stderr);
-    assert!(!env.dir.exists(), "nothing was recreated at the old path");
-    let log = read(&moved.join(".tenure/events.jsonl"));
-    assert!(log.contains("\"root-lost\""), "{log}");
-    assert!(log.contains("\"summary\":\"stopped/root-lost\""), "{log}");
-    assert!(log.contains("\"kind\":\"signal-forwarded\""), "{log}");
-    assert!(log.contains("\"kind\":\"released\""), "{log}");
-}
-
 /// Exit codes pass through like flock(1): a child killed by someone else's SIGKILL makes the
 /// runner exit 137 with `exited/137` (not `killed`: the runner did not kill it), and nothing is
 /// published.
@@ -843,4 +987,66 @@ fn i3_publish_with_a_stale_epoch_is_rejected() {
     assert_eq!(env.current_bytes().unwrap(), current);
     assert!(env.kinds_of(f.pid).contains(&"released".to_owned()));
     env.tool("verify", &[]).expect_code(0);
+}
+
+/// The hostile-children harness itself (tests/common/hostile.rs): the grandchild fixture is a
+/// real process whose parent is the supervised child, it reports itself, and it never outlives
+/// its fixture (dropping the fixture SIGKILLs it if nothing else stopped it). Card T1: the
+/// runner stops the grandchild with the child — the stop signal reaches the whole tree; one
+/// that swallows it is SIGKILLed after the grace, and then nothing is published.
+#[test]
+fn hostile_grandchild_fixture_is_real_and_never_leaks() {
+    for (setsid, ignores_term) in [(false, false), (true, true)] {
+        let env = Env::new();
+        let fx = Fixture::new(
+            &env,
+            Hostile::ForksGrandchild {
+                setsid,
+                ignores_term,
+            },
+        );
+        let r = env.run(&["--grace", "0.5"], &fx.command());
+        let child = child_pid(&env, r.pid());
+        assert_eq!(fx.pid(), child, "the fixture is the runner's child");
+        let g = fx.grandchild();
+        let stat = std::fs::read_to_string(format!("/proc/{g}/stat")).unwrap();
+        let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        assert_eq!(
+            fields[1],
+            child.to_string(),
+            "the grandchild's parent is the child"
+        );
+        let (pgid, sid) = (fields[2], fields[3]);
+        assert_eq!(
+            pgid == g.to_string() && sid == g.to_string(),
+            setsid,
+            "setsid={setsid}: pgid {pgid}, sid {sid}"
+        );
+        env.wait_event("ready", Some(r.pid()));
+        r.signal(Signal::TERM);
+        let f = r.wait();
+        assert!(!alive(g), "card T1: the grandchild outlived the run");
+        assert_eq!(f.end()["descendants_stopped"], 1, "{}", f.end());
+        if ignores_term {
+            f.expect_code(137);
+            assert_eq!(f.end()["summary"], "killed/SIGKILL");
+            assert!(
+                !store_holds(&env.dir, fx.staged()),
+                "a killed tree publishes nothing"
+            );
+        } else {
+            f.expect_code(143);
+            assert_eq!(
+                env.checkpoint_file(STAGED).as_deref(),
+                Some(std::str::from_utf8(fx.staged()).unwrap())
+            );
+        }
+        drop(fx);
+        wait_for(
+            "the grandchild to be gone",
+            DEADLINE,
+            || (!alive(g)).then_some(()),
+            String::new,
+        );
+    }
 }

@@ -6,8 +6,9 @@
 //!
 //! Both containment mechanisms are checked where the machine allows: `--cgroup off` (subreaper
 //! and the inherited lock descriptor) always; the cgroup where cgroup v2 is writable. Without
-//! it, the cgroup cases print a notice and skip, unless `TENURE_REQUIRE_CGROUP=1` (set by
-//! `.ci/run`), which turns the skip into a failure.
+//! it, the cgroup cases follow the one skip rule (tests/common/skip.rs): a `SKIPPED:` line, or a
+//! failure under `TENURE_REQUIRE_SERVERS=1`, which `.ci/run` sets. Every run's trace is checked
+//! against the models by the harness, so these process trees conform too.
 
 mod common;
 
@@ -60,17 +61,16 @@ fn cgroup_available() -> bool {
     })
 }
 
-/// The modes to check: both, or the lock descriptor alone with a notice when no cgroup can be
-/// made (a failure with `TENURE_REQUIRE_CGROUP=1`).
+/// The modes to check: both, or the lock descriptor alone when no cgroup can be made (the
+/// cgroup case then skips by the one rule: a `SKIPPED:` line, a failure in CI).
 fn modes(test: &str) -> Vec<Mode> {
     if cgroup_available() {
         return vec![Mode::Cgroup, Mode::LockFd];
     }
-    let why = "cgroup v2 is not writable here (run as root, or in a delegated subtree)";
-    if std::env::var_os("TENURE_REQUIRE_CGROUP").is_some_and(|v| v == "1") {
-        panic!("{test}: {why}, and TENURE_REQUIRE_CGROUP=1");
-    }
-    eprintln!("NOTICE: {test}: the cgroup case is skipped: {why}");
+    common::skip::skip(
+        &format!("{test} (its cgroup case)"),
+        "cgroup v2 is not writable here (run as root, or in a subtree delegated by systemd)",
+    );
     vec![Mode::LockFd]
 }
 
@@ -164,8 +164,17 @@ exit 0"#;
         let mut args = vec!["--grace", "0.5"];
         args.extend(mode.args());
         let r = env.run(&args, &sh(script, &[pidfile.to_str().unwrap()]));
+        let trace = r.trace().expect("traced").to_path_buf();
         let gc = read_pid(&pidfile);
         let f = r.wait();
+        // The harness checked the trace against the models; it went through the tree.
+        let text = read(&trace);
+        for ev in ["main-exited", "tree-empty"] {
+            assert!(
+                text.contains(ev),
+                "{mode:?}: {ev} missing from the trace:\n{text}"
+            );
+        }
         assert!(
             !alive(gc),
             "{mode:?}: the grandchild outlived the run: {:?}",
@@ -477,8 +486,8 @@ exit 0"#;
 
 /// Card T4 with a real daemon: `redis-server --daemonize yes --pidfile F` under
 /// `--type forking --pidfile F`: ready, `status`, `stop`, port closed. Needs the apt package
-/// `redis-server`: without it the test prints a notice and skips, unless
-/// `TENURE_REQUIRE_SERVERS=1` (set by `.ci/run`).
+/// `redis-server`: without it the test skips by the one rule (a `SKIPPED:` line; a failure under
+/// `TENURE_REQUIRE_SERVERS=1`, which `.ci/run` sets, after installing it).
 #[test]
 fn t4_redis_daemonize_under_type_forking() {
     let Some(redis) = which("redis-server") else {

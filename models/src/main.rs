@@ -202,7 +202,11 @@ fn check(o: &Opts) -> Result<ExitCode, Usage> {
         }
         println!(
             "== lease, tree world ({contain:?}{}), Bfs, {} thread(s)",
-            if o.close_fd { ", descendants close fds" } else { "" },
+            if o.close_fd {
+                ", descendants close fds"
+            } else {
+                ""
+            },
             o.threads.max(1)
         );
         let r = run::check(m, Search::Bfs, o.threads, None, None);

@@ -31,8 +31,11 @@ pub struct SpawnSpec {
     pub remove: Vec<OsString>,
     /// Variables set for the child (tenure's own, `NOTIFY_SOCKET`).
     pub set: Vec<(OsString, OsString)>,
-    /// `cgroup.procs` of the workload's cgroup, open for writing: the child enters the cgroup
-    /// (writes `0`) before it execs, so nothing it starts is ever outside.
+    /// The workload's cgroup directory: the child is created inside it
+    /// (`clone3(CLONE_INTO_CGROUP)`), so nothing it starts is ever outside.
+    pub cgroup_dir: Option<RawFd>,
+    /// `cgroup.procs` of the same cgroup, open for writing: where the kernel has no
+    /// `CLONE_INTO_CGROUP`, the forked child enters the cgroup (writes `0`) before it execs.
     pub cgroup_procs: Option<RawFd>,
     /// A descriptor the child keeps across exec (the shared lock descriptor); the parent's copy
     /// is `O_CLOEXEC`, the child clears the flag on its own.
@@ -82,26 +85,57 @@ pub fn errno_name(e: &io::Error) -> &'static str {
     }
 }
 
+/// The child's whole environment: the inherited variables (all, or the allowlist), minus
+/// `remove`, plus `set`.
+fn child_env(spec: &SpawnSpec) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = match &spec.allow {
+        Some(allow) => allow
+            .iter()
+            .filter_map(|n| std::env::var_os(n).map(|v| (n.clone(), v)))
+            .collect(),
+        None => std::env::vars_os().collect(),
+    };
+    env.retain(|(k, _)| !spec.remove.contains(k) && !spec.set.iter().any(|(s, _)| s == k));
+    env.extend(spec.set.iter().cloned());
+    env
+}
+
+fn spawn_error(spec: &SpawnSpec, source: io::Error) -> SpawnError {
+    let failure = match source.kind() {
+        io::ErrorKind::NotFound => ExecFailure::NotFound,
+        _ if source.raw_os_error() == Some(20) => ExecFailure::NotFound,
+        _ => ExecFailure::NotExecutable,
+    };
+    SpawnError {
+        program: spec.program.clone(),
+        failure,
+        errno: errno_name(&source),
+        source,
+    }
+}
+
 impl Child {
     /// Starts the child. It gets SIGKILL if this process dies first (so a crashed runner never
-    /// leaves an unsupervised child behind while a successor takes the lease).
+    /// leaves an unsupervised child behind while a successor takes the lease). With a cgroup it
+    /// is created inside it by `clone3(CLONE_INTO_CGROUP)`: moving a forked child in through
+    /// `cgroup.procs` costs the kernel an RCU grace period (about 10 ms on a busy machine, a
+    /// third of a whole `tenure run -- true`), creating it there costs nothing.
     pub fn spawn(spec: &SpawnSpec) -> Result<Child, SpawnError> {
+        if let Some(dir) = spec.cgroup_dir
+            && let Some(child) = clone3::spawn_into_cgroup(spec, dir)?
+        {
+            return Ok(child);
+        }
+        Child::spawn_forked(spec)
+    }
+
+    /// `fork` + `exec` through `std::process::Command`, entering the cgroup (if any) through
+    /// `cgroup.procs`.
+    fn spawn_forked(spec: &SpawnSpec) -> Result<Child, SpawnError> {
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args);
-        if let Some(allow) = &spec.allow {
-            cmd.env_clear();
-            for name in allow {
-                if let Some(v) = std::env::var_os(name) {
-                    cmd.env(name, v);
-                }
-            }
-        }
-        for name in &spec.remove {
-            cmd.env_remove(name);
-        }
-        for (k, v) in &spec.set {
-            cmd.env(k, v);
-        }
+        cmd.env_clear();
+        cmd.envs(child_env(spec));
         cmd.stdin(Stdio::inherit())
             .stdout(Stdio::inherit())
             .stderr(Stdio::piped());
@@ -135,19 +169,7 @@ impl Child {
                 Ok(())
             });
         }
-        let mut child = cmd.spawn().map_err(|source| {
-            let failure = match source.kind() {
-                io::ErrorKind::NotFound => ExecFailure::NotFound,
-                _ if source.raw_os_error() == Some(20) => ExecFailure::NotFound,
-                _ => ExecFailure::NotExecutable,
-            };
-            SpawnError {
-                program: spec.program.clone(),
-                failure,
-                errno: errno_name(&source),
-                source,
-            }
-        })?;
+        let mut child = cmd.spawn().map_err(|source| spawn_error(spec, source))?;
         let pid = child.id();
         // We are the parent and have not reaped it, so the pid cannot have been recycled.
         let raw = Pid::from_raw(pid as i32).expect("a spawned child has a positive pid");
@@ -170,14 +192,18 @@ impl Child {
         }
         // The std handle is not needed any more: the pidfd reaps. Forget it without waiting.
         drop(child);
-        Ok(Child {
+        Ok(Child::started(pid, pidfd, stderr))
+    }
+
+    fn started(pid: u32, pidfd: OwnedFd, stderr: Option<ChildStderr>) -> Child {
+        Child {
             pid,
             pidfd,
             stderr,
             tail: VecDeque::with_capacity(STDERR_TAIL),
             dropped: false,
             status: None,
-        })
+        }
     }
 
     /// The child's pid (for records and messages; never used to signal it).
@@ -298,4 +324,270 @@ pub fn valid_env_name(name: &OsStr) -> bool {
     !b.is_empty()
         && !b[0].is_ascii_digit()
         && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+}
+
+/// Spawning straight into a cgroup with `clone3(CLONE_INTO_CGROUP | CLONE_PIDFD)` (Linux ≥ 5.7).
+///
+/// The child of `clone3` without `CLONE_VM` is a copy of this process, as after `fork`: until it
+/// execs it may only make async-signal-safe calls. Everything it needs (argv, envp, every
+/// candidate path of the `PATH` search, the `/bin/sh` fallback for a script without `#!`) is
+/// built here first; the child then does what `std::process::Command` does for the other path —
+/// its own process group, an empty signal mask, SIGPIPE back to its default, stderr onto the
+/// pipe — plus the parent-death signal, and reports an `exec` failure's errno through a
+/// close-on-exec pipe before `_exit(127)`.
+mod clone3 {
+    use super::{Child, SpawnError, SpawnSpec, child_env, spawn_error};
+    use std::ffi::{CString, OsStr, OsString};
+    use std::io::{self, Read};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+    use std::os::unix::ffi::OsStrExt;
+    use std::process::ChildStderr;
+
+    const CLONE_PIDFD: u64 = 0x1000;
+    const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+    /// `struct clone_args` up to `cgroup` (`CLONE_ARGS_SIZE_VER2`).
+    #[repr(C)]
+    #[derive(Default)]
+    struct CloneArgs {
+        flags: u64,
+        pidfd: u64,
+        child_tid: u64,
+        parent_tid: u64,
+        exit_signal: u64,
+        stack: u64,
+        stack_size: u64,
+        tls: u64,
+        set_tid: u64,
+        set_tid_size: u64,
+        cgroup: u64,
+    }
+
+    fn cstring(s: &OsStr) -> io::Result<CString> {
+        CString::new(s.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+    }
+
+    /// A null-terminated array of pointers into `strings` (which must outlive it).
+    fn pointers(strings: &[CString]) -> Vec<*const libc::c_char> {
+        strings
+            .iter()
+            .map(|c| c.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect()
+    }
+
+    /// Where `execvp` would look for `program`, in order.
+    fn candidates(program: &OsStr, env: &[(OsString, OsString)]) -> Vec<OsString> {
+        if program.as_bytes().contains(&b'/') {
+            return vec![program.to_owned()];
+        }
+        let path = env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var_os("PATH"))
+            .unwrap_or_else(|| "/bin:/usr/bin".into());
+        path.as_bytes()
+            .split(|b| *b == b':')
+            .map(|dir| {
+                let dir = if dir.is_empty() { b"." as &[u8] } else { dir };
+                let mut p = dir.to_vec();
+                p.push(b'/');
+                p.extend_from_slice(program.as_bytes());
+                OsString::from(std::ffi::OsStr::from_bytes(&p))
+            })
+            .collect()
+    }
+
+    /// Spawns the child inside the cgroup whose directory is `cgroup`; `Ok(None)` when the
+    /// kernel has no `clone3` or no `CLONE_INTO_CGROUP` (the caller forks instead).
+    pub(super) fn spawn_into_cgroup(
+        spec: &SpawnSpec,
+        cgroup: RawFd,
+    ) -> Result<Option<Child>, SpawnError> {
+        let fail = |e: io::Error| spawn_error(spec, e);
+        let env = child_env(spec);
+        let envp_strings = env
+            .iter()
+            .map(|(k, v)| {
+                let mut kv = k.as_bytes().to_vec();
+                kv.push(b'=');
+                kv.extend_from_slice(v.as_bytes());
+                cstring(OsStr::from_bytes(&kv))
+            })
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(fail)?;
+        let mut argv_strings = vec![cstring(&spec.program).map_err(fail)?];
+        for a in &spec.args {
+            argv_strings.push(cstring(a).map_err(fail)?);
+        }
+        let paths = candidates(&spec.program, &env)
+            .iter()
+            .map(|p| cstring(p))
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(fail)?;
+        // `execvp` runs a file without `#!` with /bin/sh; so do we.
+        let sh = c"/bin/sh";
+        let sh_argv_strings: Vec<Vec<CString>> = paths
+            .iter()
+            .map(|p| {
+                let mut v = vec![CString::from(sh), p.clone()];
+                v.extend(argv_strings[1..].iter().cloned());
+                v
+            })
+            .collect();
+        let envp = pointers(&envp_strings);
+        let argv = pointers(&argv_strings);
+        let sh_argvs: Vec<Vec<*const libc::c_char>> =
+            sh_argv_strings.iter().map(|v| pointers(v)).collect();
+        let path_ptrs: Vec<*const libc::c_char> = paths.iter().map(|p| p.as_ptr()).collect();
+        let (err_r, err_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| fail(e.into()))?;
+        let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| fail(e.into()))?;
+        let parent = std::process::id() as libc::pid_t;
+        let inherit = spec.inherit;
+        let (err_w_raw, status_w_raw) = (err_w.as_raw_fd(), status_w.as_raw_fd());
+        let mut pidfd: libc::c_int = -1;
+        let args = CloneArgs {
+            flags: CLONE_PIDFD | CLONE_INTO_CGROUP,
+            pidfd: &mut pidfd as *mut libc::c_int as u64,
+            exit_signal: libc::SIGCHLD as u64,
+            cgroup: cgroup as u64,
+            ..CloneArgs::default()
+        };
+        // SAFETY: `clone3` without `CLONE_VM` duplicates this process like `fork`; `args` and
+        // the `pidfd` slot it points to live across the call. In the child (return value 0)
+        // only async-signal-safe system call wrappers run, on memory prepared above, and it
+        // never returns: it execs or `_exit`s.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_clone3,
+                &args as *const CloneArgs,
+                std::mem::size_of::<CloneArgs>(),
+            )
+        };
+        if ret == 0 {
+            // SAFETY: see above; every pointer is into memory this copy of the process owns.
+            unsafe {
+                child_exec(
+                    parent,
+                    inherit,
+                    err_w_raw,
+                    status_w_raw,
+                    &path_ptrs,
+                    &argv,
+                    &sh_argvs,
+                    &envp,
+                )
+            }
+        }
+        if ret < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                // No clone3, or no CLONE_INTO_CGROUP / CLONE_PIDFD here: fork instead.
+                Some(libc::ENOSYS | libc::EINVAL | libc::E2BIG | libc::EOPNOTSUPP) => Ok(None),
+                _ => Err(fail(e)),
+            };
+        }
+        let pid = ret as u32;
+        // SAFETY: the kernel stored a new pidfd in `pidfd` for the child it created.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+        drop(err_w);
+        drop(status_w);
+        // End of file: the exec succeeded (the pipe was close-on-exec); four bytes: its errno.
+        let mut buf = [0u8; 4];
+        let mut got = 0;
+        let mut status = std::fs::File::from(status_r);
+        while got < 4 {
+            match status.read(&mut buf[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        if got == 4 {
+            // Reap the child that could not exec, then report why.
+            let _ = rustix::process::waitid(
+                rustix::process::WaitId::PidFd(std::os::fd::AsFd::as_fd(&pidfd)),
+                rustix::process::WaitIdOptions::EXITED,
+            );
+            return Err(fail(io::Error::from_raw_os_error(i32::from_ne_bytes(buf))));
+        }
+        let stderr = ChildStderr::from(err_r);
+        let _ = rustix::io::ioctl_fionbio(&stderr, true);
+        Ok(Some(Child::started(pid, pidfd, Some(stderr))))
+    }
+
+    /// The child's side: never returns.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn child_exec(
+        parent: libc::pid_t,
+        inherit: Option<RawFd>,
+        err_w: RawFd,
+        status_w: RawFd,
+        paths: &[*const libc::c_char],
+        argv: &[*const libc::c_char],
+        sh_argvs: &[Vec<*const libc::c_char>],
+        envp: &[*const libc::c_char],
+    ) -> ! {
+        unsafe {
+            let report = |errno: libc::c_int| -> ! {
+                let b = errno.to_ne_bytes();
+                libc::write(status_w, b.as_ptr().cast(), b.len());
+                libc::_exit(127)
+            };
+            // A process group of its own (card T3), as `Command::process_group(0)`.
+            if libc::setpgid(0, 0) != 0 {
+                report(*libc::__errno_location());
+            }
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            // The Rust runtime ignores SIGPIPE; a program started from it must not.
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            if let Some(fd) = inherit
+                && libc::fcntl(fd, libc::F_SETFD, 0) != 0
+            {
+                report(*libc::__errno_location());
+            }
+            if libc::dup2(err_w, 2) < 0 {
+                report(*libc::__errno_location());
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                report(*libc::__errno_location());
+            }
+            // The parent may have died before the prctl: then nobody would kill us.
+            if libc::getppid() != parent {
+                report(libc::ESRCH);
+            }
+            let mut eacces = false;
+            let mut last = libc::ENOENT;
+            for (i, path) in paths.iter().enumerate() {
+                libc::execve(*path, argv.as_ptr(), envp.as_ptr());
+                let mut e = *libc::__errno_location();
+                if e == libc::ENOEXEC {
+                    libc::execve(sh_argvs[i][0], sh_argvs[i].as_ptr(), envp.as_ptr());
+                    e = *libc::__errno_location();
+                }
+                match e {
+                    // As `execvp`: remember a permission problem, keep looking.
+                    libc::EACCES => eacces = true,
+                    libc::ENOENT
+                    | libc::ENOTDIR
+                    | libc::ESTALE
+                    | libc::ENODEV
+                    | libc::ETIMEDOUT => {}
+                    other => {
+                        last = other;
+                        eacces = false;
+                        break;
+                    }
+                }
+                last = e;
+            }
+            report(if eacces { libc::EACCES } else { last })
+        }
+    }
 }

@@ -411,22 +411,28 @@ impl<'a> Runner<'a> {
         };
         let mut contended = false;
         let mut log = None;
-        let result = lease::acquire(&dir, &opts, &mut |c| {
-            eprintln!("tenure: {c}");
-            contended = true;
-            // The dir passed the read-only inspection and its control folder exists: the
-            // `waiting` line is written now, while we wait (card D6, L1), not once the wait is
-            // over.
-            log = EventLog::open(&dir);
-            if let Some(l) = &mut log {
-                let (pid, epoch) = c.owner.as_ref().map(|o| (o.identity.pid, o.epoch)).unzip();
-                l.write(
-                    "waiting",
-                    None,
-                    json!({"owner_pid": pid, "owner_epoch": epoch}),
-                );
-            }
-        });
+        let want_cgroup = matches!(self.opts.cgroup, CgroupMode::Auto);
+        let result = lease::acquire_for_workload(
+            &dir,
+            &opts,
+            &mut |c| {
+                eprintln!("tenure: {c}");
+                contended = true;
+                // The dir passed the read-only inspection and its control folder exists: the
+                // `waiting` line is written now, while we wait (card D6, L1), not once the wait is
+                // over.
+                log = EventLog::open(&dir);
+                if let Some(l) = &mut log {
+                    let (pid, epoch) = c.owner.as_ref().map(|o| (o.identity.pid, o.epoch)).unzip();
+                    l.write(
+                        "waiting",
+                        None,
+                        json!({"owner_pid": pid, "owner_epoch": epoch}),
+                    );
+                }
+            },
+            want_cgroup,
+        );
         // A dir whose state was refused is left byte-for-byte as it was (cards L8–L10): not
         // even the event log is created or appended to.
         let refused = matches!(&result, Err(e) if e.is_refusal());
@@ -623,17 +629,14 @@ impl<'a> Runner<'a> {
         // Containment (card T1, T2): a cgroup of this ownership where one can be made,
         // recorded in the owner record before the child enters it; otherwise the workload keeps
         // a duplicate of the lock descriptor, so the dir stays locked while any of it runs.
-        let mut cgroup = None;
-        let mut why_no_cgroup = None;
-        if let Some(l) = &mut self.lease {
-            match self.opts.cgroup {
-                CgroupMode::Auto => match l.create_cgroup() {
-                    Ok(cg) => cgroup = Some(cg),
-                    Err(e) => why_no_cgroup = Some(e.to_string()),
-                },
-                CgroupMode::Off => why_no_cgroup = Some("--cgroup off".to_string()),
-            }
-        }
+        let cgroup = self.lease.as_mut().and_then(Lease::take_cgroup);
+        let why_no_cgroup = match self.opts.cgroup {
+            CgroupMode::Auto => self
+                .lease
+                .as_ref()
+                .and_then(|l| l.cgroup_error().map(str::to_owned)),
+            CgroupMode::Off => Some("--cgroup off".to_string()),
+        };
         let shared_lock = match (&cgroup, &mut self.lease) {
             (None, Some(l)) => match l.share_lock() {
                 Ok(fd) => Some(fd),
@@ -659,6 +662,7 @@ impl<'a> Runner<'a> {
             allow: self.opts.env_allow.clone(),
             remove,
             set,
+            cgroup_dir: cgroup.as_ref().map(|c| c.dir_fd().as_raw_fd()),
             cgroup_procs: cgroup.as_ref().map(|c| c.procs_fd().as_raw_fd()),
             inherit: shared_lock.as_ref().map(|fd| fd.as_raw_fd()),
         };
@@ -1393,6 +1397,17 @@ fn recover(
         (fault, e.to_string())
     };
     let store = CheckpointStore::open_owned(dir, StoreOptions { keep }).map_err(fail)?;
+    // A named point before the checkpoint is read and verified: tests hold the worker here
+    // (`gate`) to stop a run deterministically while it verifies, or fail it (`eio`).
+    crate::failpoint::hit("recover.verify").map_err(|e| {
+        (
+            Fault::Io,
+            format!(
+                "cannot verify the checkpoint of {}: {e}",
+                dir.path().display()
+            ),
+        )
+    })?;
     let current = store.load().map_err(fail)?;
     if cancelled() {
         return Err(abandoned());

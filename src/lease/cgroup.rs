@@ -226,6 +226,11 @@ impl Cgroup {
         cgroup_of(pid).is_some_and(|c| c.starts_with(&self.rel))
     }
 
+    /// The cgroup's directory, for `clone3(CLONE_INTO_CGROUP)`.
+    pub fn dir_fd(&self) -> BorrowedFd<'_> {
+        self.dir.as_fd()
+    }
+
     /// `cgroup.procs`, open for writing: a child writes `0` to it before it execs to enter.
     pub fn procs_fd(&self) -> BorrowedFd<'_> {
         self.procs.as_fd()

@@ -475,6 +475,20 @@ pub fn acquire(
     opts: &AcquireOptions<'_>,
     on_wait: &mut dyn FnMut(&Contention),
 ) -> Result<Lease, LeaseError> {
+    acquire_for_workload(dir, opts, on_wait, false)
+}
+
+/// [`acquire`] for an owner that will run a workload of processes (the runner). With `cgroup`,
+/// the ownership's cgroup (`tenure-<root id>-<epoch>`) is created under the lock and named in
+/// the owner record the acquisition writes, so it is recorded before any process can enter it
+/// and costs no record write of its own (take it with [`Lease::take_cgroup`]); where no cgroup
+/// can be made, [`Lease::cgroup_error`] says why and the lease is returned without one.
+pub fn acquire_for_workload(
+    dir: &StateDir,
+    opts: &AcquireOptions<'_>,
+    on_wait: &mut dyn FnMut(&Contention),
+    cgroup: bool,
+) -> Result<Lease, LeaseError> {
     let dir_path = dir.path().to_path_buf();
     let cancelled = || LeaseError::Cancelled {
         dir: dir_path.clone(),
@@ -538,7 +552,7 @@ pub fn acquire(
         }
     }
     let guard = lock::LockGuard::new(lock_file, lock_path.clone());
-    let lease = become_owner(dir, &control, guard, me, opts.phase)?;
+    let lease = become_owner(dir, &control, guard, me, opts.phase, cgroup)?;
     drop(waiter);
     Ok(lease)
 }
@@ -550,6 +564,7 @@ fn become_owner(
     guard: lock::LockGuard,
     me: Identity,
     phase: PhaseKind,
+    want_cgroup: bool,
 ) -> Result<Lease, LeaseError> {
     let found = inspect(dir)?;
     // Card T2: a crashed owner's workload may outlive it in the cgroup its record names. It is
@@ -570,6 +585,23 @@ fn become_owner(
         })?;
     let mut token = [0u8; 16];
     crate::privfs::random_bytes(&mut token)?;
+    let (marker, new_marker) = match found.marker {
+        Some(m) => (m, false),
+        None => (new_marker(dir)?, true),
+    };
+    // The workload's cgroup exists, and is named in the record, before the record is published.
+    let mut cgroup_error = None;
+    let cgroup = if want_cgroup {
+        match cgroup::Cgroup::create(&cgroup::cgroup_name(&marker.root_id.to_string(), epoch)) {
+            Ok(cg) => Some(CgroupGuard(Some(cg))),
+            Err(e) => {
+                cgroup_error = Some(e.to_string());
+                None
+            }
+        }
+    } else {
+        None
+    };
     let record = OwnerRecord {
         version: RECORD_VERSION,
         token: Token(token),
@@ -577,20 +609,20 @@ fn become_owner(
         acquired_at: now_ms(),
         phase,
         identity: me,
-        containment: None,
+        containment: cgroup
+            .as_ref()
+            .and_then(|g| g.0.as_ref())
+            .map(|cg| Containment::Cgroup(cg.record())),
     };
     // Every file of the acquisition is written and fsynced first, then all are renamed into
     // place and the control folder is fsynced once: the same guarantees as one durable replace
     // per file, with one directory fsync instead of three. The epoch is renamed first, so a
     // crash can leave a bumped epoch with an older record (harmless), never the reverse.
     let epoch_tmp = durable_temp(control, &epoch::encode(epoch), "epoch")?;
-    let (marker, marker_tmp) = match found.marker {
-        Some(m) => (m, None),
-        None => {
-            let m = new_marker(dir)?;
-            let tmp = durable_temp(control, &to_json(&m), "lease.marker")?;
-            (m, Some(tmp))
-        }
+    let marker_tmp = if new_marker {
+        Some(durable_temp(control, &to_json(&marker), "lease.marker")?)
+    } else {
+        None
     };
     let owner_tmp = durable_temp(control, &to_json(&record), "lease.owner")?;
     epoch_tmp.rename_into(epoch::EPOCH_FILE)?;
@@ -629,7 +661,20 @@ fn become_owner(
         previous,
         root_id: marker.root_id,
         leftovers,
+        cgroup: cgroup.and_then(|mut g| g.0.take()),
+        cgroup_error,
     })
+}
+
+/// Removes a cgroup created for an acquisition that then failed (nothing entered it).
+struct CgroupGuard(Option<cgroup::Cgroup>);
+
+impl Drop for CgroupGuard {
+    fn drop(&mut self) {
+        if let Some(cg) = self.0.take() {
+            let _ = cg.remove();
+        }
+    }
 }
 
 /// Ends the workload a crashed owner left in the cgroup its record names (if that cgroup still
@@ -791,6 +836,8 @@ pub struct Lease {
     previous: Option<OwnerRecord>,
     root_id: Token,
     leftovers: Vec<u32>,
+    cgroup: Option<cgroup::Cgroup>,
+    cgroup_error: Option<String>,
 }
 
 fn valid_instance_name(name: &str) -> bool {
@@ -970,7 +1017,8 @@ impl Lease {
     /// child clears the flag on its copy before it execs. From now on only [`Lease::release`]
     /// unlocks — dropping the lease merely closes this process's descriptor — since `LOCK_UN`
     /// through any copy would unlock every copy while the workload may still run. The owner
-    /// record says so ([`Containment::LockFd`]).
+    /// record says so ([`Containment::LockFd`]) from its next rewrite on (the next phase): it is
+    /// evidence for `status` only, since a successor needs nothing from it.
     pub fn share_lock(&mut self) -> Result<OwnedFd, LeaseError> {
         let path = self.control.child_path(LOCK_FILE);
         let dup = match self.guard.as_mut() {
@@ -978,18 +1026,18 @@ impl Lease {
             None => Err(io::Error::other("the lease was already released")),
         }
         .map_err(|source| LeaseError::Lock { path, source })?;
-        self.record_containment(Containment::LockFd)?;
+        self.record.containment = Some(Containment::LockFd);
         Ok(dup)
     }
 
-    /// Rewrites the owner record with how the workload is contained (fsynced, like a phase
-    /// change).
-    fn record_containment(&mut self, c: Containment) -> Result<(), LeaseError> {
-        let mut next = self.record.clone();
-        next.containment = Some(c);
-        durable_temp(&self.control, &to_json(&next), "lease.owner")?.rename_into(OWNER_FILE)?;
-        self.record = next;
-        Ok(())
+    /// The cgroup [`acquire_for_workload`] created and recorded (once; the caller owns it).
+    pub fn take_cgroup(&mut self) -> Option<cgroup::Cgroup> {
+        self.cgroup.take()
+    }
+
+    /// Why [`acquire_for_workload`] could not create a cgroup, when it was asked to.
+    pub fn cgroup_error(&self) -> Option<&str> {
+        self.cgroup_error.as_deref()
     }
 
     /// The state dir's root id (from its identity marker), which names this ownership's cgroup.
@@ -1000,19 +1048,6 @@ impl Lease {
     /// The owner record of the ownership before this one, as found at acquisition.
     pub fn previous(&self) -> Option<&OwnerRecord> {
         self.previous.as_ref()
-    }
-
-    /// Creates this ownership's cgroup (`tenure-<root id>-<epoch>`) and records it in the owner
-    /// record (fsynced, like a phase change) before any process is put in it, so that a
-    /// successor always knows what to end (card T2).
-    pub fn create_cgroup(&mut self) -> Result<cgroup::Cgroup, LeaseError> {
-        let name = cgroup::cgroup_name(&self.root_id.to_string(), self.record.epoch);
-        let cg = cgroup::Cgroup::create(&name)?;
-        if let Err(e) = self.record_containment(Containment::Cgroup(cg.record())) {
-            let _ = cg.remove();
-            return Err(e);
-        }
-        Ok(cg)
     }
 
     /// The processes of a crashed owner's workload this acquisition ended (card T2), before it

@@ -1,6 +1,7 @@
 //! Unit tests of the private filesystem layer against real files in temp dirs. Hostile inputs are
-//! planted with real syscalls (symlink, mkfifo, link, chmod, chown: the tests run as root, and
-//! where they do not, the chown cases are skipped with a message).
+//! planted with real syscalls (symlink, mkfifo, link, chmod, chown). The chown cases need root;
+//! without it they follow the integration tests' rule (tests/common/skip.rs): a visible
+//! `SKIPPED:` line, or a failure under `TENURE_REQUIRE_SERVERS=1`, which `.ci/run` sets.
 
 use super::*;
 use std::collections::BTreeMap;
@@ -42,14 +43,9 @@ fn write_private(path: &Path, bytes: &[u8]) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
-fn can_chown() -> bool {
-    if rustix::process::geteuid().is_root() {
-        true
-    } else {
-        eprintln!("skipping the chown case: it needs root to give a file to another uid");
-        false
-    }
-}
+// One rule for tests that need what the machine may lack, shared with the integration tests.
+#[path = "../../tests/common/skip.rs"]
+mod skip;
 
 fn chown(path: &Path, uid: u32) {
     std::os::unix::fs::lchown(path, Some(uid), None).unwrap();
@@ -126,7 +122,7 @@ fn permissive_state_dir_refused() {
 
 #[test]
 fn foreign_state_dir_refused() {
-    if !can_chown() {
+    if !skip::have_root("privfs foreign_state_dir_refused") {
         return;
     }
     let t = private_tempdir();
@@ -217,7 +213,7 @@ fn world_readable_record_refused() {
 
 #[test]
 fn foreign_record_refused() {
-    if !can_chown() {
+    if !skip::have_root("privfs foreign_record_refused") {
         return;
     }
     let t = private_tempdir();
@@ -440,10 +436,11 @@ mod with_failpoints {
         sd.root()
             .replace_durable("rec", b"old", "privfs-test-eio")
             .unwrap();
-        // The label is unique to this test, so the global configuration cannot hit other tests.
-        crate::failpoint::configure(Some("privfs-test-eio2.fsync=eio"));
+        // The label is unique to this test, so the armed fault cannot hit other tests, and the
+        // scope keeps other tests from replacing it meanwhile (issue 15).
+        let armed = crate::failpoint::scoped("privfs-test-eio2.fsync=eio");
         let res = sd.root().replace_durable("rec", b"new", "privfs-test-eio2");
-        crate::failpoint::configure(None);
+        drop(armed);
         let err = res.unwrap_err();
         assert!(matches!(err, FsError::Fsync { .. }), "{err}");
         assert_eq!(sd.root().read("rec", 64).unwrap(), b"old");
@@ -459,9 +456,9 @@ mod with_failpoints {
         let t = private_tempdir();
         let sd = StateDir::open(t.path(), false).unwrap();
         let d = sd.root().ensure_dir("d", "privfs-test-poison").unwrap();
-        crate::failpoint::configure(Some("privfs-test-poison2.dirfsync=eio"));
+        let armed = crate::failpoint::scoped("privfs-test-poison2.dirfsync=eio");
         let res = d.sync("privfs-test-poison2");
-        crate::failpoint::configure(None);
+        drop(armed);
         assert!(matches!(res, Err(FsError::Fsync { .. })));
         assert!(matches!(
             d.sync("privfs-test-poison"),

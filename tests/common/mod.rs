@@ -6,12 +6,19 @@
 //! blocked in a FIFO open, a process exit. A bare sleep is used only to show that something does
 //! *not* happen within a window, and says so where it is used.
 //!
-//! Every finished run is checked for run accounting (card R1, invariant I10): at most one `end`
-//! line per runner pid, and when there is one its `code` is the process's exit code.
+//! Every finished run is checked for run accounting (card R1, invariant I10) and against the
+//! models, whatever the test itself asserts:
+//! - every `tenure run` is started with `--trace` (unless the test passes its own), and its trace
+//!   must conform to the models' step relation (`tenure_models::trace`); a run that exited by
+//!   itself must have reached `Exit` with exactly the process's exit code;
+//! - a `tenure run` that wrote any event-log line wrote exactly one `end` line, as its last
+//!   line, with the exit code and the trace's outcome; a process killed by a signal wrote none.
 
 #![allow(dead_code)]
 
 pub mod fuse;
+pub mod hostile;
+pub mod skip;
 
 use rustix::process::{Pid, Signal};
 use serde_json::Value;
@@ -88,16 +95,16 @@ pub fn alive(pid: u32) -> bool {
     !matches!(proc_state(pid), None | Some('Z') | Some('X'))
 }
 
-/// Field 22 of `/proc/PID/stat`.
+/// Field 22 of `/proc/PID/stat` (the start time in clock ticks since boot).
 pub fn start_time(pid: u32) -> u64 {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("process exists");
-    let after = &stat[stat.rfind(')').expect("stat has a comm") + 2..];
-    after
-        .split(' ')
-        .nth(19)
-        .expect("field 22")
-        .parse()
-        .expect("a number")
+    try_start_time(pid).unwrap_or_else(|| panic!("process {pid} does not exist"))
+}
+
+/// Field 22 of `/proc/PID/stat`, `None` when the process is gone.
+pub fn try_start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split(' ').nth(19)?.parse().ok()
 }
 
 /// Waits until `pid` is blocked opening a FIFO (the kernel's `wait_for_partner`), which is how
@@ -270,11 +277,13 @@ impl Env {
         self.start(c)
     }
 
-    /// Starts any prepared `tenure` command with captured stdio.
-    pub fn start(&self, mut c: Command) -> Running {
+    /// Starts any prepared `tenure` command with captured stdio. A `tenure run` without a
+    /// `--trace` of its own gets one, which [`Running::wait`] checks.
+    pub fn start(&self, c: Command) -> Running {
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let out = self.path(&format!("run{n}.out"));
         let err = self.path(&format!("run{n}.err"));
+        let (mut c, trace) = with_trace(c, &self.path(&format!("run{n}.trace")));
         c.stdin(Stdio::piped())
             .stdout(File::create(&out).unwrap())
             .stderr(File::create(&err).unwrap());
@@ -285,6 +294,7 @@ impl Env {
             stdin,
             out,
             err,
+            trace,
             dir: self.dir.clone(),
             started: Instant::now(),
         }
@@ -392,6 +402,37 @@ impl Env {
             .collect()
     }
 
+    /// The signals run `pid` forwarded to its child, in order (`signal-forwarded` lines).
+    pub fn forwarded(&self, pid: u32) -> Vec<String> {
+        self.events()
+            .iter()
+            .filter(|e| e["pid"] == pid && e["kind"] == "signal-forwarded")
+            .map(|e| e["signal"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// Every file (not directory) the checkpoint store holds outside its durable part (CURRENT,
+    /// manifests, blobs): what runs left in views, staging or any other scratch area. Fails if
+    /// the store itself is missing, so a renamed directory cannot make the answer vacuous.
+    pub fn scratch_left(&self) -> Vec<PathBuf> {
+        let store = self.dir.join("checkpoints");
+        assert!(
+            store.join("CURRENT").is_file(),
+            "no checkpoint store with a CURRENT at {}",
+            store.display()
+        );
+        snapshot(&store)
+            .into_iter()
+            .filter(|(p, n)| {
+                let durable = ["CURRENT", "manifests", "blobs"]
+                    .iter()
+                    .any(|d| p.starts_with(d));
+                !durable && !matches!(n, Node::Dir(_))
+            })
+            .map(|(p, _)| p)
+            .collect()
+    }
+
     /// Reads a file of the current checkpoint by running a child that copies it out of its
     /// read-only view (through the runner, so the read goes through the real recovery).
     pub fn checkpoint_file(&self, name: &str) -> Option<String> {
@@ -420,6 +461,58 @@ impl Env {
 
 static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
+/// For a `tenure run` command: the same command with `--trace PATH` added unless it has a
+/// `--trace` already, and the trace file it writes. Other commands are returned unchanged.
+fn with_trace(c: Command, path: &Path) -> (Command, Option<PathBuf>) {
+    let args: Vec<&OsStr> = c.get_args().collect();
+    if args.first() != Some(&OsStr::new("run")) {
+        return (c, None);
+    }
+    let options = args.iter().take_while(|a| **a != "--");
+    if let Some(i) = options.clone().position(|a| *a == "--trace") {
+        let own = args.get(i + 1).map(PathBuf::from);
+        return (c, own);
+    }
+    let mut t = Command::new(c.get_program());
+    t.arg("run").arg("--trace").arg(path).args(&args[1..]);
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => t.env(k, v),
+            None => t.env_remove(k),
+        };
+    }
+    if let Some(d) = c.get_current_dir() {
+        t.current_dir(d);
+    }
+    (t, Some(path.to_path_buf()))
+}
+
+/// Checks a run's trace against the models' step relation and returns its summary; the run
+/// ended with `status`. A run killed by a signal may have been cut mid-line: only a complete
+/// line counts.
+pub fn check_trace(path: &Path, status: ExitStatus) -> tenure_models::trace::Summary {
+    let mut text = fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("the run wrote no trace {}: {e}", path.display()));
+    if status.signal().is_some() && !text.ends_with('\n') {
+        text.truncate(text.rfind('\n').map_or(0, |i| i + 1));
+    }
+    let summary = tenure_models::trace::check_str(&text).unwrap_or_else(|v| {
+        panic!(
+            "the run's trace {} does not conform to the models: {v}\n{text}",
+            path.display()
+        )
+    });
+    if let Some(code) = status.code() {
+        assert_eq!(
+            summary.exit_code().map(i32::from),
+            Some(code),
+            "invariant I10: the trace's outcome is the exit code ({}): {text}",
+            path.display()
+        );
+    }
+    summary
+}
+
 /// A running `tenure` process. Dropping it SIGKILLs the runner if it still runs (its child dies
 /// with it: the runner sets the parent-death signal), so a failed test leaves nothing behind.
 pub struct Running {
@@ -427,6 +520,7 @@ pub struct Running {
     stdin: Option<ChildStdin>,
     out: PathBuf,
     err: PathBuf,
+    trace: Option<PathBuf>,
     dir: PathBuf,
     pub started: Instant,
 }
@@ -465,8 +559,19 @@ impl Running {
         fs::read_to_string(&self.err).unwrap_or_default()
     }
 
+    /// The run's trace file (`--trace`), if it is a `tenure run`.
+    pub fn trace(&self) -> Option<&Path> {
+        self.trace.as_deref()
+    }
+
+    /// Where the run's event log is to be read when it ends: the state dir it was started on
+    /// was moved there meanwhile (card H7).
+    pub fn log_moved_to(&mut self, dir: &Path) {
+        self.dir = dir.to_path_buf();
+    }
+
     /// Waits for the exit (failing the test after [`EXIT_DEADLINE`]) and checks the run's
-    /// accounting: at most one `end` line for this pid, carrying the exit code.
+    /// accounting and trace (see the module docs).
     pub fn wait(mut self) -> Finished {
         let pid = self.pid();
         let (err, dir) = (self.err.clone(), self.dir.clone());
@@ -483,24 +588,51 @@ impl Running {
                 )
             },
         );
-        let ends: Vec<Value> = read_events(&self.dir)
+        let stderr = fs::read_to_string(&self.err).unwrap_or_default();
+        // A usage error (64) stops before the trace is created.
+        let summary = self
+            .trace
+            .as_deref()
+            .filter(|t| status.code() != Some(64) || t.exists())
+            .map(|t| check_trace(t, status));
+        let mine: Vec<Value> = read_events(&self.dir)
             .into_iter()
-            .filter(|e| e["kind"] == "end" && e["pid"] == pid)
+            .filter(|e| e["pid"] == pid)
             .collect();
+        let ends: Vec<&Value> = mine.iter().filter(|e| e["kind"] == "end").collect();
         assert!(
             ends.len() <= 1,
             "card R1: run {pid} has {} end records: {ends:?}",
             ends.len()
         );
-        let end = ends.into_iter().next();
+        // `up` writes a `launching` line and no end (it is not a run); every `tenure run` that
+        // opened the log ends it.
+        let is_run = self.trace.is_some();
+        if status.signal().is_some() {
+            assert!(ends.is_empty(), "run {pid} was killed yet wrote {ends:?}");
+        } else if is_run && !mine.is_empty() {
+            assert_eq!(
+                mine.last().map(|e| &e["kind"]),
+                Some(&Value::from("end")),
+                "invariant I10: run {pid} wrote event-log lines but no end record last: {mine:?}\n{stderr}"
+            );
+        }
+        let end = ends.first().map(|e| (*e).clone());
         if let Some(e) = &end {
             assert_eq!(
                 e["code"].as_i64(),
                 status.code().map(i64::from),
                 "invariant I10: the end record's code is the exit code: {e}"
             );
-            for field in ["reason", "summary", "code", "signal"] {
+            for field in ["reason", "summary", "code", "signal", "killed", "child"] {
                 assert!(e.get(field).is_some(), "card R1: end lacks {field}: {e}");
+            }
+            if let Some(o) = summary.as_ref().and_then(|s| s.outcome) {
+                assert_eq!(
+                    e["summary"].as_str(),
+                    Some(o.summary().as_str()),
+                    "the end record says what the machine decided: {e}"
+                );
             }
         }
         Finished {
@@ -509,20 +641,27 @@ impl Running {
             code: status.code(),
             elapsed: self.started.elapsed(),
             stdout: fs::read_to_string(&self.out).unwrap_or_default(),
-            stderr: fs::read_to_string(&self.err).unwrap_or_default(),
+            stderr,
             end,
+            trace: summary,
         }
     }
 }
 
+/// The event log's lines, the rotated generation first (an owner rotates the log at its end).
 fn read_events(dir: &Path) -> Vec<Value> {
-    fs::read(dir.join(".tenure/events.jsonl"))
-        .map(|b| {
-            b.split(|c| *c == b'\n')
-                .filter_map(|l| serde_json::from_slice(l).ok())
-                .collect()
+    ["events.jsonl.1", "events.jsonl"]
+        .iter()
+        .flat_map(|name| {
+            fs::read(dir.join(".tenure").join(name))
+                .map(|b| {
+                    b.split(|c| *c == b'\n')
+                        .filter_map(|l| serde_json::from_slice::<Value>(l).ok())
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 impl Drop for Running {
@@ -547,6 +686,8 @@ pub struct Finished {
     pub stderr: String,
     /// The run's `end` line, if it wrote one.
     pub end: Option<Value>,
+    /// What the run's trace showed (a `tenure run` only), already checked against the models.
+    pub trace: Option<tenure_models::trace::Summary>,
 }
 
 impl Finished {

@@ -5,6 +5,9 @@
 #![allow(dead_code)]
 
 pub mod probe;
+// The rule for tests that need what the machine may lack (root here), shared with tests/common.
+#[path = "../common/skip.rs"]
+pub mod skip;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -18,6 +21,24 @@ use std::time::{Duration, Instant};
 
 /// Generous deadline for anything a child must do on a loaded 2-core machine.
 pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The first line any of `probes` says (those marked in `skip` are not asked), with its
+/// index, within [`DEADLINE`]: an event wait over several probes at once.
+pub fn first_line(probes: &[Probe], skip: &[bool]) -> Option<(usize, String)> {
+    let end = Instant::now() + DEADLINE;
+    while Instant::now() < end {
+        for (i, p) in probes.iter().enumerate() {
+            if skip.get(i) == Some(&true) {
+                continue;
+            }
+            if let Ok(line) = p.lines.try_recv() {
+                return Some((i, line));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    None
+}
 
 /// A probe child process.
 pub struct Probe {

@@ -14,7 +14,8 @@
 //!   create `LOGDIR/inside` exclusively (an existing one means two owners at once: `OVERLAP` is
 //!   logged), append `B pid epoch` and `E pid epoch` lines to `LOGDIR/log`, remove `inside`,
 //!   release. In `try` mode the winner holds until stdin says `release`, so a round has exactly
-//!   one owner.
+//!   one owner; in `waithold` mode every contender waits its turn, says `acquired <epoch>` and
+//!   holds until stdin says `release`, so the test decides when each ownership ends.
 //! - `sigwatch FILE`: record every TERM, INT, HUP, USR1 and USR2 it receives into FILE (it never
 //!   dies of them), print `PROBE ready`, and exit 0 when stdin closes.
 //! - `raw DIR`: the floor for the handoff benchmark: open `DIR/.tenure/lock`, block in a plain
@@ -183,7 +184,7 @@ fn stress(dir: &Path, logdir: &Path, mode: &str) -> ! {
         append(&logdir.join("log"), &format!("OVERLAP {pid} {epoch}"));
     }
     append(&logdir.join("log"), &format!("B {pid} {epoch}"));
-    if mode == "try" {
+    if mode == "try" || mode == "waithold" {
         say(&format!("acquired {epoch}"));
         read_line();
     }

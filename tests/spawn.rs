@@ -1,0 +1,151 @@
+//! The two ways the runner starts a child (issue 9, cards D3, T1): `clone3(CLONE_INTO_CGROUP)`
+//! straight into the ownership's cgroup, and `fork` + `exec` (std) entering it through
+//! `cgroup.procs` where the kernel cannot. Both must behave the same: the same `execvp`
+//! lookup (a script without `#!` runs with /bin/sh), the same errors (`ENOENT` → 127,
+//! `EACCES` → 126), a process group of its own, the cgroup, the inherited descriptor.
+//!
+//! The cgroup cases need a writable cgroup v2 hierarchy: without one they skip by the one rule
+//! (tests/common/skip.rs: a `SKIPPED:` line, a failure under `TENURE_REQUIRE_SERVERS=1`).
+
+mod common;
+
+use std::ffi::OsString;
+use std::fs;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tenure::driver::child::{Child, SpawnSpec};
+use tenure::lease::cgroup::Cgroup;
+use tenure::machine::{ChildStatus, ExecFailure};
+
+fn spec(program: &Path, args: &[&str]) -> SpawnSpec {
+    SpawnSpec {
+        program: program.into(),
+        args: args.iter().map(OsString::from).collect(),
+        allow: None,
+        remove: Vec::new(),
+        set: vec![("SPAWN_TEST".into(), "yes".into())],
+        cgroup_dir: None,
+        cgroup_procs: None,
+        inherit: None,
+    }
+}
+
+fn wait_exit(c: &mut Child) -> ChildStatus {
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        c.pump_stderr();
+        if let Some(s) = c.try_reap().unwrap() {
+            return s;
+        }
+        assert!(Instant::now() < end, "the child did not exit");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A cgroup for the test, or `None` after the skip rule.
+fn cgroup(name: &str) -> Option<Cgroup> {
+    match Cgroup::create(&format!("tenure-test-{}-{name}", std::process::id())) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            common::skip::skip(&format!("spawn {name} (needs a cgroup)"), &e.to_string());
+            None
+        }
+    }
+}
+
+/// Runs the checks with `configure` applied to every spec (one way of spawning).
+fn same_behaviour(dir: &Path, configure: &dyn Fn(&mut SpawnSpec), cg: Option<&Cgroup>) {
+    let out = dir.join("out");
+    // A script without `#!`: `execvp` runs it with /bin/sh.
+    let script = dir.join("no-shebang");
+    fs::write(
+        &script,
+        "echo \"$SPAWN_TEST $$ $(cut -d' ' -f5 /proc/$$/stat) $(grep ^0:: /proc/$$/cgroup)\" > \"$1\"\n",
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o700)).unwrap();
+    let mut s = spec(&script, &[out.to_str().unwrap()]);
+    configure(&mut s);
+    let mut c = Child::spawn(&s).expect("spawn a script without #!");
+    let pid = c.pid();
+    assert_eq!(wait_exit(&mut c), ChildStatus::Exited(0));
+    let line = fs::read_to_string(&out).unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        fields[0], "yes",
+        "the environment reached the child: {line}"
+    );
+    assert_eq!(fields[1], pid.to_string());
+    assert_eq!(
+        fields[2],
+        pid.to_string(),
+        "a process group of its own: {line}"
+    );
+    if let Some(cg) = cg {
+        let name = cg.path().file_name().unwrap().to_str().unwrap();
+        assert!(line.contains(name), "the child was in the cgroup: {line}");
+    }
+
+    let mut s = spec(&dir.join("missing"), &[]);
+    configure(&mut s);
+    let e = Child::spawn(&s).err().expect("a missing program fails");
+    assert_eq!((e.failure, e.errno), (ExecFailure::NotFound, "ENOENT"));
+
+    let not_exec = dir.join("not-executable");
+    fs::write(&not_exec, "true\n").unwrap();
+    fs::set_permissions(&not_exec, fs::Permissions::from_mode(0o600)).unwrap();
+    let mut s = spec(&not_exec, &[]);
+    configure(&mut s);
+    let e = Child::spawn(&s).err().expect("a file without x fails");
+    assert_eq!((e.failure, e.errno), (ExecFailure::NotExecutable, "EACCES"));
+
+    // `PATH` lookup and the inherited descriptor (kept across exec, at the same number).
+    let held = fs::File::open(&script).unwrap();
+    let dup = rustix::io::fcntl_dupfd_cloexec(held.as_fd(), 3).unwrap();
+    let mut s = spec(
+        Path::new("sh"),
+        &["-c", r#"[ -e /proc/$$/fd/$1 ] && echo kept > "$2""#, "sh"],
+    );
+    s.args.push(dup.as_raw_fd().to_string().into());
+    s.args.push(out.clone().into());
+    s.inherit = Some(dup.as_raw_fd());
+    configure(&mut s);
+    let mut c = Child::spawn(&s).expect("spawn sh from PATH");
+    assert_eq!(wait_exit(&mut c), ChildStatus::Exited(0));
+    assert_eq!(fs::read_to_string(&out).unwrap(), "kept\n");
+}
+
+#[test]
+fn fork_and_exec_without_a_cgroup() {
+    let tmp = tempfile::tempdir().unwrap();
+    same_behaviour(tmp.path(), &|_| {}, None);
+}
+
+#[test]
+fn clone3_into_the_cgroup() {
+    let Some(cg) = cgroup("clone3") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = cg.dir_fd().as_raw_fd();
+    let procs = cg.procs_fd().as_raw_fd();
+    same_behaviour(
+        tmp.path(),
+        &|s| {
+            s.cgroup_dir = Some(dir);
+            s.cgroup_procs = Some(procs);
+        },
+        Some(&cg),
+    );
+    cg.remove().unwrap();
+}
+
+/// The fallback where the kernel has no `CLONE_INTO_CGROUP`: fork, then `cgroup.procs`.
+#[test]
+fn fork_into_the_cgroup_through_cgroup_procs() {
+    let Some(cg) = cgroup("procs") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let procs = cg.procs_fd().as_raw_fd();
+    same_behaviour(tmp.path(), &|s| s.cgroup_procs = Some(procs), Some(&cg));
+    cg.remove().unwrap();
+}
