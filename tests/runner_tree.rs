@@ -311,7 +311,7 @@ read _"#;
     assert_eq!(read(&out), "clean\n", "the successor's workload overlapped");
 }
 
-/// Card T3: USR1, USR2, WINCH, QUIT, ALRM, CONT, PWR and a real-time signal reach the workload
+/// Card T3: USR1, USR2, WINCH, QUIT, ALRM, PWR and a real-time signal reach the workload
 /// and the runner survives them all; HUP is forwarded too by default. The same signals while
 /// the runner waits for a lease change nothing.
 #[test]
@@ -340,7 +340,6 @@ fn t3_stray_signals_reach_the_child_and_the_runner_survives() {
         (Signal::WINCH, "WINCH"),
         (Signal::QUIT, "QUIT"),
         (Signal::ALARM, "ALRM"),
-        (Signal::CONT, "CONT"),
         (Signal::POWER, "PWR"),
         (Signal::HUP, "HUP"),
     ];
@@ -421,7 +420,11 @@ trap 'exit 0' TERM
 echo > "$2"
 while :; do sleep 0.02; done"#;
     let mut c = tenure();
+    // Its own `--trace`: the harness then starts the command as built here (it rebuilds a
+    // command to add one, which would drop the process group).
     c.arg("run")
+        .arg("--trace")
+        .arg(env.path("group.trace"))
         .arg("--dir")
         .arg(&env.dir)
         .args(["--grace", "1", "--"])

@@ -4,8 +4,8 @@
 //!
 //! - **Stop signals** (TERM, INT, HUP) go to the *stop pipe*. The lease wait watches it as its
 //!   cancel descriptor, so a stop signal ends a wait at once (card G1); nothing else does.
-//! - **Every other catchable signal** (QUIT, USR1, USR2, ALRM, WINCH, CONT, the real-time
-//!   signals, ...) and SIGCHLD go to the *other pipe*: the former are relayed to the workload,
+//! - **Every other catchable signal** (QUIT, USR1, USR2, ALRM, WINCH, the real-time signals, ...)
+//!   and SIGCHLD go to the *other pipe*: the former are relayed to the workload,
 //!   SIGCHLD says that a child (the main process or an orphan the runner adopted as subreaper)
 //!   changed state.
 //!
@@ -13,7 +13,8 @@
 //! fault signals ILL, TRAP, BUS, FPE, SEGV and SYS (they report a bug in the runner itself, and a
 //! handler that returns would re-run the faulting instruction forever); SIGPIPE (ignored by the
 //! Rust runtime, so a closed stderr is an `EPIPE` error, not a signal to forward); and the job
-//! control signals TSTP, TTIN and TTOU (they suspend, they do not end).
+//! control signals TSTP, TTIN, TTOU and CONT (they suspend and resume the runner, never end it;
+//! SIGSTOP, their uncatchable partner, could not be relayed either).
 //!
 //! The flags are `std` atomics, not `crate::sync` ones: they are written from a signal handler,
 //! which only `std`'s lock-free atomics are safe for. The handler sets the flag before it writes
@@ -31,10 +32,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 const SIGCHLD: u8 = 17;
 
 /// The signals relayed to the workload, by number (Linux): QUIT, ABRT, USR1, USR2, ALRM, STKFLT,
-/// CONT, URG, XCPU, XFSZ, VTALRM, PROF, WINCH, IO, PWR and SIGRTMIN (34) to SIGRTMAX (64).
-pub const RELAYED: [u8; 46] = {
-    let mut v = [0u8; 46];
-    let classic = [3, 6, 10, 12, 14, 16, 18, 23, 24, 25, 26, 27, 28, 29, 30];
+/// URG, XCPU, XFSZ, VTALRM, PROF, WINCH, IO, PWR and SIGRTMIN (34) to SIGRTMAX (64).
+pub const RELAYED: [u8; 45] = {
+    let mut v = [0u8; 45];
+    let classic = [3, 6, 10, 12, 14, 16, 23, 24, 25, 26, 27, 28, 29, 30];
     let mut i = 0;
     while i < classic.len() {
         v[i] = classic[i];

@@ -171,7 +171,8 @@ pub enum LeaseError {
     Cgroup(#[from] cgroup::CgroupError),
     /// Processes of a crashed owner's workload survived SIGKILL in its cgroup.
     #[error(
-        "{dir}: processes {pids:?} of the workload of epoch {epoch} (cgroup {cgroup}) survived SIGKILL; refusing to start another workload beside them: find out why they cannot die (a process stuck in the kernel, e.g. on a dead FUSE or NFS mount), then run again"
+        "{dir}: {} of the workload of epoch {epoch} (cgroup {cgroup}) survived SIGKILL; refusing to start another workload beside it: find out why it cannot die (a process stuck in the kernel, e.g. on a dead FUSE or NFS mount), then run again",
+        PidList(.pids)
     )]
     LeftoversSurvived {
         dir: PathBuf,
@@ -220,6 +221,17 @@ impl LeaseError {
             | LeaseError::Lock { .. }
             | LeaseError::Wait { .. } => false,
         }
+    }
+}
+
+/// Formats pids for messages: `pid 7`, `pids 7, 9`.
+struct PidList<'a>(&'a [u32]);
+
+impl fmt::Display for PidList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list: Vec<String> = self.0.iter().map(u32::to_string).collect();
+        let word = if self.0.len() == 1 { "pid" } else { "pids" };
+        write!(f, "{word} {}", list.join(", "))
     }
 }
 
