@@ -81,6 +81,8 @@ pub mod failpoint;
 pub mod host;
 pub mod lease;
 pub mod machine;
+#[doc(hidden)]
+pub mod mutant;
 pub mod privfs;
 pub mod sync;
 mod typestate;

@@ -18,7 +18,7 @@ use serde_json::Value;
 use std::fs;
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixDatagram;
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -731,4 +731,103 @@ while :; do systemd-notify WATCHDOG=1; sleep 0.05; done"#;
     assert!(r.running(), "a pinging workload was stopped");
     r.signal(Signal::TERM);
     r.wait().expect_code(143);
+}
+
+/// The workload has a process group of its own (card T3), yet with a terminal it behaves as a
+/// shell's foreground job: the runner hands the terminal's foreground to the workload's group,
+/// so the child reads the terminal (instead of being stopped by SIGTTIN) — here a real pty from
+/// `script(1)` — and takes it back when the workload is gone.
+#[test]
+fn t3_the_workload_reads_the_terminal() {
+    let Some(script) = which("script") else {
+        common::skip::skip(
+            "t3_the_workload_reads_the_terminal",
+            "script(1) is not installed (util-linux)",
+        );
+        return;
+    };
+    let env = Env::new();
+    let out = env.path("read");
+    let trace = env.path("tty.trace");
+    let inner = format!(
+        "{} run --trace {} --dir {} --cgroup off -- sh -c 'read x; echo got:$x > {}; sleep 0.2; echo back; exit 0'",
+        bin(),
+        trace.display(),
+        env.dir.display(),
+        out.display()
+    );
+    /// SIGKILLs `script` (and so the runner and its child, through the pty's hangup and the
+    /// parent-death signal) if the test fails before it ended.
+    struct Guard(std::process::Child);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            if let Ok(None) = self.0.try_wait() {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+    }
+    let mut guard = Guard(
+        std::process::Command::new(script)
+            .args(["-qec", &inner, "/dev/null"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("script(1)"),
+    );
+    let child = &mut guard.0;
+    use std::io::Write;
+    child.stdin.as_mut().unwrap().write_all(b"hello\n").unwrap();
+    let status = wait_for(
+        "the run on a terminal to end",
+        DEADLINE,
+        || child.try_wait().unwrap(),
+        || format!("read so far: {:?}", fs::read_to_string(&out).ok()),
+    );
+    assert_eq!(read(&out), "got:hello\n", "the child read the terminal");
+    assert_eq!(status.code(), Some(0));
+    check_trace(&trace, status);
+}
+
+/// Card T1 through `tenure stop`'s escalation: an owner that does not stop (frozen here with
+/// SIGSTOP) is SIGKILLed after `stop`'s grace, and so is the rest of its workload — its cgroup,
+/// or without one the processes still holding the lock through the descriptor they inherited —
+/// so when `stop` reports the lease free, the detached grandchild is gone too.
+#[test]
+fn t1_stop_escalation_ends_the_whole_workload() {
+    for mode in modes("t1_stop_escalation_ends_the_whole_workload") {
+        let env = Env::new();
+        let pidfile = env.path("gc.pid");
+        let script = r#"setsid sh -c 'trap "" TERM; echo $$ > "$1"; exec sleep 1000' sh "$1" &
+read _"#;
+        let r = env.run(&mode.args(), &sh(script, &[pidfile.to_str().unwrap()]));
+        let gc = read_pid(&pidfile);
+        env.wait_event("ready", Some(r.pid()));
+        r.signal(Signal::STOP);
+        wait_for(
+            "the runner to be frozen",
+            DEADLINE,
+            || (proc_state(r.pid()) == Some('T')).then_some(()),
+            String::new,
+        );
+        let stop = env.tool("stop", &["--grace", "0.5"]);
+        stop.expect_code(0);
+        assert!(
+            stop.stdout.contains("the lease is free"),
+            "{mode:?}: {}",
+            stop.stdout
+        );
+        assert!(
+            !alive(gc),
+            "{mode:?}: the grandchild outlived `stop`: {}",
+            stop.stdout
+        );
+        let f = r.wait();
+        assert_eq!(
+            f.status.signal(),
+            Some(9),
+            "{mode:?}: the runner was SIGKILLed"
+        );
+    }
 }

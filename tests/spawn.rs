@@ -29,6 +29,7 @@ fn spec(program: &Path, args: &[&str]) -> SpawnSpec {
         cgroup_dir: None,
         cgroup_procs: None,
         inherit: None,
+        foreground: false,
     }
 }
 

@@ -1,6 +1,6 @@
 //! The supervised child: spawned with a restricted environment in a process group of its own
-//! (so a signal to the runner's group reaches it only through the runner, once: card T3), moved
-//! into the ownership's cgroup before it execs (card T1), held by a pidfd (so it is signalled and
+//! (so a signal to the runner's group reaches it only through the runner, once: card T3), inside
+//! the ownership's cgroup from before it execs (card T1), held by a pidfd (so it is signalled and
 //! reaped by identity, never by a pid that may have been recycled), its stderr teed to ours with
 //! the last 4 KiB kept (card D5).
 
@@ -40,6 +40,40 @@ pub struct SpawnSpec {
     /// A descriptor the child keeps across exec (the shared lock descriptor); the parent's copy
     /// is `O_CLOEXEC`, the child clears the flag on its own.
     pub inherit: Option<RawFd>,
+    /// The runner's process group has the terminal on stdin in the foreground: the child's own
+    /// group takes it over, as a shell's foreground job does (so the workload can read the
+    /// terminal and Ctrl-C reaches it).
+    pub foreground: bool,
+}
+
+/// Whether stdin is a terminal whose foreground process group is this process's.
+pub fn holds_terminal() -> bool {
+    // SAFETY: plain queries of this process's own descriptor 0 and process group.
+    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
+}
+
+/// Makes this process's group the foreground of the terminal on stdin again, after the
+/// workload's group had it. A background process group may do so only while it ignores
+/// SIGTTOU, so it is ignored for the call.
+pub fn take_terminal_back() {
+    // SAFETY: the disposition of SIGTTOU is changed for the duration of one `tcsetpgrp` on the
+    // thread that runs the event loop; no handler of ours is involved.
+    unsafe {
+        let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+        libc::tcsetpgrp(0, libc::getpgrp());
+        libc::signal(libc::SIGTTOU, old);
+    }
+}
+
+/// In the child, after it has a process group of its own: take the terminal's foreground.
+/// Async-signal-safe (system call wrappers only).
+fn take_terminal_in_child() {
+    // SAFETY: see above; runs in the forked child before exec.
+    unsafe {
+        libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+        libc::tcsetpgrp(0, libc::getpid());
+        libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+    }
 }
 
 /// Why the child could not be started.
@@ -143,12 +177,18 @@ impl Child {
         // KillMode=control-group) reaches the child only through the runner, once.
         cmd.process_group(0);
         let parent = rustix::process::getpid();
-        let (procs, inherit) = (spec.cgroup_procs, spec.inherit);
+        let (procs, inherit, foreground) = (spec.cgroup_procs, spec.inherit, spec.foreground);
         // SAFETY: the closure runs in the forked child before exec and only makes raw system
         // calls (write, fcntl, prctl, getppid) on descriptors the parent keeps open until the
         // spawn returns; they are async-signal-safe, and it allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
+                if foreground {
+                    // The group exists already (`process_group` runs first); setpgid is
+                    // idempotent and makes that independent of std's order.
+                    rustix::process::setpgid(None, None)?;
+                    take_terminal_in_child();
+                }
                 if let Some(fd) = procs {
                     // Into the workload's cgroup before anything else can fork.
                     rustix::io::write(BorrowedFd::borrow_raw(fd), b"0")?;
@@ -447,6 +487,7 @@ mod clone3 {
             .map_err(|e| fail(e.into()))?;
         let parent = std::process::id() as libc::pid_t;
         let inherit = spec.inherit;
+        let foreground = spec.foreground;
         let (err_w_raw, status_w_raw) = (err_w.as_raw_fd(), status_w.as_raw_fd());
         let mut pidfd: libc::c_int = -1;
         let args = CloneArgs {
@@ -473,6 +514,7 @@ mod clone3 {
                 child_exec(
                     parent,
                     inherit,
+                    foreground,
                     err_w_raw,
                     status_w_raw,
                     &path_ptrs,
@@ -525,6 +567,7 @@ mod clone3 {
     unsafe fn child_exec(
         parent: libc::pid_t,
         inherit: Option<RawFd>,
+        foreground: bool,
         err_w: RawFd,
         status_w: RawFd,
         paths: &[*const libc::c_char],
@@ -541,6 +584,9 @@ mod clone3 {
             // A process group of its own (card T3), as `Command::process_group(0)`.
             if libc::setpgid(0, 0) != 0 {
                 report(*libc::__errno_location());
+            }
+            if foreground {
+                super::take_terminal_in_child();
             }
             let mut empty: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut empty);

@@ -216,6 +216,8 @@ struct Runner<'a> {
     tree_remains: bool,
     /// Senders of rejected notifications already warned about (one line each, card T5).
     rejected: BTreeSet<u32>,
+    /// The workload's process group was given the terminal (taken back when it is gone).
+    terminal_handed: bool,
     /// The last pid-file problem reported (so a waiting owner says it once, not every 20 ms).
     pid_file_problem: Option<String>,
     next_pid_file_check: Instant,
@@ -277,6 +279,7 @@ impl<'a> Runner<'a> {
             tree: None,
             tree_remains: false,
             rejected: BTreeSet::new(),
+            terminal_handed: false,
             pid_file_problem: None,
             next_pid_file_check: Instant::now(),
         })
@@ -364,12 +367,12 @@ impl<'a> Runner<'a> {
             Action::NotifyStopping => self.tell_supervisor("STOPPING=1"),
             // The runner has no in-process hook: the child is told by the forwarded signal.
             Action::BeginDrain => {}
-            Action::Forward(s, t) => self.signal_workload(to_rustix(s), t),
+            Action::Forward(s, t) => self.signal_workload(to_rustix(s), t, true),
             Action::Relay(n, t) => match signal_from_number(n) {
-                Some(sig) => self.signal_workload(sig, t),
+                Some(sig) => self.signal_workload(sig, t, false),
                 None => eprintln!("tenure: cannot relay {}", signal_name(n)),
             },
-            Action::Kill => self.signal_workload(rustix::process::Signal::KILL, Target::Tree),
+            Action::Kill => self.signal_workload(rustix::process::Signal::KILL, Target::Tree, true),
             Action::Publish => self.publish(),
             Action::ReleaseLease => self.release(),
             Action::Note(n) => self.note(n),
@@ -665,7 +668,9 @@ impl<'a> Runner<'a> {
             cgroup_dir: cgroup.as_ref().map(|c| c.dir_fd().as_raw_fd()),
             cgroup_procs: cgroup.as_ref().map(|c| c.procs_fd().as_raw_fd()),
             inherit: shared_lock.as_ref().map(|fd| fd.as_raw_fd()),
+            foreground: child::holds_terminal(),
         };
+        self.terminal_handed = spec.foreground;
         let spawned = Child::spawn(&spec);
         // The child has its copy; ours would only keep the lock past our own release.
         drop(shared_lock);
@@ -706,8 +711,8 @@ impl<'a> Runner<'a> {
     }
 
     /// Sends `sig` to the main process (through its pidfd) and, for [`Target::Tree`], to every
-    /// other process of the workload.
-    fn signal_workload(&mut self, sig: rustix::process::Signal, target: Target) {
+    /// other process of the workload; a `stop` signal counts the descendants it reached.
+    fn signal_workload(&mut self, sig: rustix::process::Signal, target: Target, stop: bool) {
         let name = signal_name(sig.as_raw() as u8);
         let main = self.main_pid();
         let main_sent = match (&self.child, main) {
@@ -722,7 +727,7 @@ impl<'a> Runner<'a> {
         };
         let descendants = match (target, &mut self.tree) {
             (Target::Tree, Some(t)) if sig == rustix::process::Signal::KILL => t.kill(main),
-            (Target::Tree, Some(t)) => t.signal(sig, main),
+            (Target::Tree, Some(t)) => t.signal(sig, main, stop),
             (Target::Main | Target::Tree, _) => 0,
         };
         if main_sent || descendants > 0 {
@@ -1179,6 +1184,7 @@ impl<'a> Runner<'a> {
         };
         if empty {
             self.notify = None;
+            self.give_terminal_back();
             self.queue.push_back(Event::ChildExited(status));
         } else {
             self.tree_remains = true;
@@ -1193,11 +1199,19 @@ impl<'a> Runner<'a> {
             Ok(true) => {
                 self.tree_remains = false;
                 self.notify = None;
+                self.give_terminal_back();
                 self.log("tree-empty", json!({}));
                 self.queue.push_back(Event::TreeEmpty);
             }
             Ok(false) => {}
             Err(e) => eprintln!("tenure: warning: {e}"),
+        }
+    }
+
+    /// The workload is gone: the terminal it was given comes back to the runner's group.
+    fn give_terminal_back(&mut self) {
+        if std::mem::take(&mut self.terminal_handed) {
+            child::take_terminal_back();
         }
     }
 

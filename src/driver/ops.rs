@@ -47,8 +47,8 @@ pub struct ContainmentView {
     pub mechanism: Option<String>,
     /// The recorded cgroup.
     pub cgroup: Option<String>,
-    /// Processes of that workload that still run: the cgroup's members, or the processes other
-    /// than the owner that hold the lock.
+    /// Processes of that workload that still run: the cgroup's members, or the processes that
+    /// hold the lock through the descriptor they inherited.
     pub processes: Vec<u32>,
 }
 
@@ -71,10 +71,7 @@ fn containment_view(dir: &StateDir, owner: Option<&lease::OwnerRecord>) -> Conta
             ContainmentView {
                 mechanism: Some("lock-fd".into()),
                 cgroup: None,
-                processes: crate::driver::tree::lock_holders(&lock)
-                    .into_iter()
-                    .filter(|p| *p != o.identity.pid)
-                    .collect(),
+                processes: crate::driver::tree::inherited_lock_holders(&lock),
             }
         }
     }
@@ -517,12 +514,50 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
             }
         }
     }
+    // The rest of its workload too (card T1): what its cgroup holds, if the record names one
+    // that still carries the recorded identity.
+    if let (Some(lease::Containment::Cgroup(rec)), Some(marker)) =
+        (&owner.containment, st.identity.as_ref())
+    {
+        match lease::cgroup::end_recorded(
+            rec,
+            &marker.root_id.to_string(),
+            owner.epoch,
+            Duration::from_secs(10),
+        ) {
+            Ok(lease::cgroup::EndedCgroup::Ended { killed }) if !killed.is_empty() => println!(
+                "sent SIGKILL to the {} process(es) of the owner's workload (cgroup {})",
+                killed.len(),
+                rec.path.display()
+            ),
+            Ok(lease::cgroup::EndedCgroup::Survived { pids }) => eprintln!(
+                "tenure: processes {pids:?} of the owner's workload survived SIGKILL in {}",
+                rec.path.display()
+            ),
+            Ok(_) => {}
+            Err(e) => eprintln!("tenure: {e}"),
+        }
+    }
     match lease::signal_owner(&id, rustix::process::Signal::KILL) {
         Ok(SignalOutcome::Delivered) => {}
         Ok(_) => {}
         Err(e) => eprintln!("tenure: {e}"),
     }
-    // The kernel drops the lock when the owner dies.
+    // Without a cgroup the workload keeps a copy of the lock descriptor: whoever still holds
+    // the lock once the owner is dead is a process of that workload.
+    if owner.containment == Some(lease::Containment::LockFd)
+        && !wait_released(&d, owner.epoch, Instant::now() + Duration::from_secs(1))
+    {
+        let lock = d.path().join(lease::CONTROL_DIR).join(lease::LOCK_FILE);
+        let killed = crate::driver::tree::kill_lock_holders(&lock);
+        if !killed.is_empty() {
+            println!(
+                "sent SIGKILL to {} process(es) of the owner's workload still holding the lock: {killed:?}",
+                killed.len()
+            );
+        }
+    }
+    // The kernel drops the lock when the owner (and, without a cgroup, its workload) is dead.
     if wait_released(&d, owner.epoch, Instant::now() + Duration::from_secs(10)) {
         println!("owner pid {} was killed; the lease is free", id.pid);
         0

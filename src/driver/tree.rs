@@ -140,28 +140,31 @@ impl Tree {
     }
 
     /// Sends `sig` to every live process of the workload except `main` (which the caller
-    /// signals through its own pidfd). Returns how many were signalled.
-    pub fn signal(&mut self, sig: Signal, main: Option<u32>) -> usize {
-        let mut sent = 0;
+    /// signals through its own pidfd), each once. With `stop`, the processes signalled count as
+    /// stopped descendants (a stop signal or SIGKILL; not a relayed signal). Returns how many
+    /// were signalled.
+    pub fn signal(&mut self, sig: Signal, main: Option<u32>, stop: bool) -> usize {
+        let mut sent: BTreeSet<(u32, u64)> = BTreeSet::new();
         // A second pass catches processes forked by the ones signalled in the first.
         for _ in 0..2 {
-            let members = self.members(main);
             let mut new = 0;
-            for (pid, start) in members {
-                if self.stopped.contains(&(pid, start)) && sig != Signal::KILL {
+            for (pid, start) in self.members(main) {
+                if sent.contains(&(pid, start)) {
                     continue;
                 }
                 if signal_checked(pid, start, sig) {
-                    sent += 1;
+                    sent.insert((pid, start));
                     new += 1;
-                    self.stopped.insert((pid, start));
                 }
             }
             if new == 0 {
                 break;
             }
         }
-        sent
+        if stop {
+            self.stopped.extend(sent.iter().copied());
+        }
+        sent.len()
     }
 
     /// SIGKILLs every process of the workload except `main`: `cgroup.kill` where there is a
@@ -177,7 +180,7 @@ impl Tree {
         for (pid, start) in &listed {
             self.stopped.insert((*pid, *start));
         }
-        self.signal(Signal::KILL, main);
+        self.signal(Signal::KILL, main, true);
         listed.len()
     }
 
@@ -277,11 +280,13 @@ pub fn is_descendant(pid: u32, ancestor: u32) -> bool {
     false
 }
 
-/// The processes that hold a `flock` on the file at `path` through some descriptor (the owner and
-/// every process of its workload that kept the shared lock descriptor), from `/proc/*/fd` and
-/// the lock lines of `/proc/*/fdinfo`. Processes that merely have the file open (waiters, a
-/// `status` probe) are not holders. Only what this user may inspect is seen.
-pub fn lock_holders(path: &std::path::Path) -> Vec<u32> {
+/// The processes that hold the `flock` on the file at `path` through a descriptor they
+/// inherited — a lock some other process took (the owner whose workload kept the shared lock
+/// descriptor) — from `/proc/*/fd` and the lock lines of `/proc/*/fdinfo`. The process that
+/// took a lock itself (an owner, a successor) is not listed, and neither are processes that
+/// merely have the file open (waiters, a `status` probe). Only what this user may inspect is
+/// seen.
+pub fn inherited_lock_holders(path: &std::path::Path) -> Vec<u32> {
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -299,10 +304,7 @@ pub fn lock_holders(path: &std::path::Path) -> Vec<u32> {
                     "/proc/{pid}/fdinfo/{}",
                     fd.file_name().to_string_lossy()
                 ))
-                .is_ok_and(|info| {
-                    info.lines()
-                        .any(|l| l.starts_with("lock:") && l.contains("FLOCK"))
-                })
+                .is_ok_and(|info| flock_taken_by(&info).is_some_and(|locker| locker != pid))
         });
         if holds {
             out.push(pid);
@@ -310,6 +312,42 @@ pub fn lock_holders(path: &std::path::Path) -> Vec<u32> {
     }
     out.sort_unstable();
     out
+}
+
+/// The pid a `flock` line of an fdinfo names: the process that took the lock (0 once it is
+/// gone).
+fn flock_taken_by(fdinfo: &str) -> Option<u32> {
+    fdinfo.lines().find_map(|l| {
+        let t: Vec<&str> = l.split_whitespace().collect();
+        // `lock:  1: FLOCK  ADVISORY  WRITE 2643 00:2a:1234 0 EOF`
+        (t.first() == Some(&"lock:") && t.get(2) == Some(&"FLOCK"))
+            .then(|| t.get(5)?.parse::<i64>().ok())
+            .flatten()
+            .map(|p| p.max(0) as u32)
+    })
+}
+
+/// SIGKILLs the processes that hold the lock on `path` through an inherited descriptor (a
+/// killed owner's workload that kept the shared lock descriptor; never a process that took the
+/// lock itself, such as a successor), each through a pidfd opened before its hold is checked
+/// again, so a recycled pid is never signalled. Returns the pids killed.
+pub fn kill_lock_holders(path: &std::path::Path) -> Vec<u32> {
+    let mut killed = Vec::new();
+    for pid in inherited_lock_holders(path) {
+        let Some(p) = Pid::from_raw(pid as i32) else {
+            continue;
+        };
+        let Ok(fd) = rustix::process::pidfd_open(p, PidfdFlags::empty()) else {
+            continue;
+        };
+        // The pidfd pins the process; if it still holds the lock, it is the one listed.
+        if inherited_lock_holders(path).contains(&pid)
+            && rustix::process::pidfd_send_signal(&fd, Signal::KILL).is_ok()
+        {
+            killed.push(pid);
+        }
+    }
+    killed
 }
 
 /// The live descendants of `pid` other than itself (for tests and `status`), by the process
@@ -339,6 +377,16 @@ mod tests {
             "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1 2";
         let p = parse_stat(line).unwrap();
         assert_eq!((p.pid, p.ppid, p.state, p.start), (4242, 1, 'S', 987_654));
+    }
+
+    #[test]
+    fn flock_lines_name_the_locker() {
+        let info =
+            "pos:\t0\nflags:\t02100002\nlock:\t1: FLOCK  ADVISORY  WRITE 2643 00:2a:1234 0 EOF\n";
+        assert_eq!(flock_taken_by(info), Some(2643));
+        assert_eq!(flock_taken_by("pos:\t0\n"), None);
+        let posix = "lock:\t1: POSIX  ADVISORY  WRITE 7 00:2a:1234 0 EOF\n";
+        assert_eq!(flock_taken_by(posix), None);
     }
 
     #[test]

@@ -9,9 +9,12 @@ use serde::{Deserialize, Serialize};
 
 use super::cgroup::CgroupRecord;
 use super::identity::Identity;
+use crate::machine::PhaseKind;
 
 /// How an ownership contains its workload (spec/runner.md, "Containment"), as its owner record
-/// says. Recorded before the workload starts, so that a successor knows what to end (card T2).
+/// says. A cgroup is named by the record the acquisition writes, before any process can enter
+/// it, so that a successor knows what to end (card T2); the inherited lock descriptor is
+/// recorded with the next phase change, for `status` only.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "mechanism")]
 pub enum Containment {
@@ -21,7 +24,6 @@ pub enum Containment {
     /// dir locked while any process of it holds one.
     LockFd,
 }
-use crate::machine::PhaseKind;
 
 /// The format version written into every record.
 pub const RECORD_VERSION: u32 = 1;
@@ -93,9 +95,9 @@ pub struct OwnerRecord {
     pub phase: PhaseKind,
     /// The owner process.
     pub identity: Identity,
-    /// How this ownership contains its workload, once it started one (for a cgroup, recorded
-    /// before any process enters it, so that a successor can end what a crashed owner left
-    /// running, card T2).
+    /// How this ownership contains its workload (a cgroup: from the acquisition on, before any
+    /// process can enter it, so that a successor can end what a crashed owner left running,
+    /// card T2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub containment: Option<Containment>,
 }
