@@ -959,8 +959,9 @@ impl Rules {
             | Event::ChildStopping
             | Event::ChildWatchdog
             | Event::MainAdopted => context.ignore(),
-            // The leaves handle the end of the whole workload; what reaches here does not fit
-            // what runs.
+            // The leaves handle the end of the whole workload and the stop signals they act
+            // on; owning ignores a repeated stop, drain request or moved root; the rest does
+            // not fit what runs.
             Event::MainExited(_)
             | Event::ChildExited(_)
             | Event::TreeEmpty
