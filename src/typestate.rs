@@ -398,7 +398,7 @@ impl Tenure<Draining> {
 
     fn unsettled(self) -> Unsettled {
         let cause = match self.core.host.machine().phase() {
-            Phase::Draining { cause, .. } => *cause,
+            Phase::Draining { cause, .. } => cause,
             _ => DrainCause::Requested,
         };
         Unsettled {

@@ -13,11 +13,18 @@ use tenure::host::Host;
 use tenure::host::mutation::{self, Mutation};
 use tenure::machine::{
     Config, Event, Machine, OpClass, Phase, PhaseKind, RecoveryStep, ResidencyKind, RetireMode,
+    Running,
 };
 
 fn ready(mode: RetireMode) -> Host {
     Host::detached(
-        Machine::with_phase(Config::in_process(), Phase::Ready { epoch: 1 }),
+        Machine::with_phase(
+            Config::in_process(),
+            Phase::Ready {
+                epoch: 1,
+                running: Running::Main,
+            },
+        ),
         mode,
     )
 }

@@ -8,7 +8,12 @@
 //! typed [`Rejected`] error naming both; events the spec calls "ignored" return an empty
 //! [`Handled`] with `ignored` set. Nothing here panics.
 //!
-//! Why a plain enum and not statig: see spec/lifecycle.md, "Why not statig".
+//! The rules are a hierarchical state machine written with statig (`rules`): leaf states are
+//! the steps of the phases, superstates decide what their steps share (cold, owning,
+//! recovering, stopping, closing, terminal) and a root rejects whatever no state acted on. A
+//! [`Machine`] is the configuration plus the generated state enum, so it stays `Copy + Eq +
+//! Hash`; [`Phase`] is the public view of that state. The state tree and why each superstate
+//! holds what it holds: spec/lifecycle.md, "How statig carries the rules".
 
 mod action;
 mod admission;
@@ -495,12 +500,46 @@ pub(crate) const fn child_stop_name(c: ChildStop) -> &'static str {
     }
 }
 
-/// The lifecycle machine of one owner: its configuration and its phase. Cheap to clone, `Eq` and
-/// `Hash`, so the models can keep many of them in a state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// The lifecycle machine of one owner: its configuration and its state (a state of the statig
+/// machine in `rules`, seen from outside as a [`Phase`]). Cheap to copy, `Eq` and `Hash`, so the
+/// models can keep many of them in a state. It serialises as its configuration and phase.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(into = "MachineView", from = "MachineView")]
 pub struct Machine {
     config: Config,
+    state: rules::State,
+}
+
+/// How a machine is written and read: the configuration and the phase.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(rename = "Machine")]
+struct MachineView {
+    config: Config,
     phase: Phase,
+}
+
+impl From<Machine> for MachineView {
+    fn from(m: Machine) -> MachineView {
+        MachineView {
+            config: m.config,
+            phase: m.phase(),
+        }
+    }
+}
+
+impl From<MachineView> for Machine {
+    fn from(v: MachineView) -> Machine {
+        Machine::with_phase(v.config, v.phase)
+    }
+}
+
+impl fmt::Debug for Machine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Machine")
+            .field("config", &self.config)
+            .field("phase", &self.phase())
+            .finish()
+    }
 }
 
 /// An event that is illegal in the current phase. The machine is left unchanged.
@@ -530,16 +569,19 @@ impl Machine {
     pub const fn new(config: Config) -> Machine {
         Machine {
             config,
-            phase: Phase::Cold {
-                step: ColdStep::Idle,
-                drain_pending: false,
-            },
+            state: rules::INITIAL,
         }
     }
 
     /// A machine in an arbitrary phase; for renderers and models that enumerate states.
+    /// A recovering phase keeps its outcome only once recovery was abandoned; an abandoned
+    /// recovery without an outcome (which the rules never produce) is read as refused with no
+    /// recorded cause.
     pub const fn with_phase(config: Config, phase: Phase) -> Machine {
-        Machine { config, phase }
+        Machine {
+            config,
+            state: rules::state_of(&phase, config.busy_code),
+        }
     }
 
     /// The configuration.
@@ -548,38 +590,40 @@ impl Machine {
     }
 
     /// The current phase with its data.
-    pub const fn phase(&self) -> &Phase {
-        &self.phase
+    pub const fn phase(&self) -> Phase {
+        rules::phase_of(&self.state)
     }
 
     /// The current phase's name.
     pub const fn kind(&self) -> PhaseKind {
-        self.phase.kind()
+        rules::kind_of(&self.state)
     }
 
     /// Whether the machine has ended.
     pub const fn is_terminal(&self) -> bool {
-        self.phase.kind().is_terminal()
+        self.kind().is_terminal()
     }
 
     /// Feed one event. On success the phase may have changed and the actions must be executed in
     /// order; on rejection nothing changed.
     pub fn handle(&mut self, event: Event) -> Result<Handled, Rejected> {
-        match rules::next(&self.config, &self.phase, event) {
-            rules::Decision::Move(phase, actions) => {
-                self.phase = phase;
+        let mut reply = rules::reply();
+        let next = rules::step(self.config, self.state, &event, &mut reply);
+        match reply.verdict {
+            rules::Verdict::Moved => {
+                self.state = next;
                 Ok(Handled {
-                    actions,
+                    actions: reply.actions,
                     ignored: false,
                 })
             }
-            rules::Decision::Ignore => Ok(Handled {
+            rules::Verdict::Ignored => Ok(Handled {
                 actions: Vec::new(),
                 ignored: true,
             }),
-            rules::Decision::Reject => Err(Rejected {
-                phase: self.phase.kind(),
-                label: self.phase.label(),
+            rules::Verdict::Rejected => Err(Rejected {
+                phase: self.kind(),
+                label: self.phase().label(),
                 event,
             }),
         }

@@ -1,7 +1,53 @@
-//! The transition rules: `next(config, phase, event)`. This is the only place a phase changes.
+//! The transition rules, carried by statig: the only place a phase changes.
 //!
-//! Every match on the phase lists every phase, and every match on the event lists every event,
-//! so adding either breaks the build exactly where a decision is missing (as rustls does).
+//! The lifecycle is a hierarchical state machine. Leaf states are the steps of a phase and keep
+//! the data of that step (epoch, pending drain, outcome, how far a stop went, what of the
+//! workload runs); superstates hold what their children have in common and receive their
+//! children's fields by reference:
+//!
+//! ```text
+//! root                          every event nobody handled: a typed rejection
+//! ├── cold {drain_pending}      stop → cancelled; drain requested → pending (H2); strays ignored
+//! │   ├── idle                  start → acquiring
+//! │   └── locking               lease granted / wait expired / lease failed; a stop abandons the wait
+//! │       ├── acquiring         entry: acquire-lease
+//! │       └── waiting           entry: note(waiting)
+//! ├── owning {epoch}            entry: note(owned); a stop, drain request or moved root nobody
+//! │   │                         narrower acts on is ignored (the end already began); strays that
+//! │   │                         reach no workload are ignored
+//! │   ├── recovering {drain_pending}  drain requested → pending (H2); stop or moved root → refused
+//! │   │   ├── verifying         entry: recover
+//! │   │   ├── spawning          entry: spawn-child; nothing else can arrive
+//! │   │   └── awaiting {running}  entry: arm(readiness); readiness, forking daemons (T4)
+//! │   ├── ready {running}       entry: set-phase, note, notify-ready, arm(watchdog)
+//! │   ├── stopping {outcome, stop, running}  grace → SIGKILL → kill wait, the rest of a tree (T1),
+//! │   │   │                     strays relayed (T3), extend-timeout, late notifications
+//! │   │   ├── aborting {drain_pending}  entry: the stop step; gone → abort-releasing
+//! │   │   └── drain-stopping {cause}    entry: the stop step; gone → publish only after exit 0
+//! │   ├── abort-releasing {drain_pending, outcome}  entry: release-lease; released → refused
+//! │   └── closing               notifications of a workload that no longer runs are ignored
+//! │       │                     (its steps keep the drain's cause and outcome)
+//! │       ├── settling          entry: arm(grace) (in-process, H4)
+//! │       ├── unsettled
+//! │       ├── publishing        entry: publish
+//! │       └── drain-releasing   entry: release-lease; released → released
+//! └── terminal {outcome}        entry: exit(outcome), always the last action
+//!     ├── released
+//!     ├── cancelled
+//!     └── refused
+//! ```
+//!
+//! Entry actions issue the request a state waits for, so every way into a state issues it the
+//! same way. An event goes to the leaf first; a handler that does not act on it returns `Super`
+//! and its superstate decides. The root handles every event and never returns `Super`: an event
+//! nobody acted on is rejected, recorded in the [`Reply`] and returned by
+//! [`super::Machine::handle`] as a typed [`super::Rejected`], never dropped. Every handler that
+//! matches on the event lists every event (no `_ =>`), so adding an event breaks the build
+//! wherever a decision is missing (as rustls does).
+//!
+//! [`step`] runs one event the way the api notes record: the stored state is put into a fresh
+//! statig machine, which is initialised (statig enters the state again, see [`Reply`]), handles
+//! the event and is read back. Nothing here reads a clock, does I/O or panics.
 
 use super::action::{Action, DrainCause, Note, Outcome, Reason, Refusal, Target};
 use super::event::{ChildStatus, Event, Fault, Signal, Timer};
@@ -9,610 +55,101 @@ use super::{
     ChildStop, ColdStep, Config, DrainStep, HupPolicy, KillMode, Phase, PhaseKind, ReadyMode,
     RecoveryStep, Running, Workload,
 };
+use statig::Outcome::{Handled, Super, Transition};
+use statig::blocking::IntoStateMachineExt as _;
+
+/// What a handler returns: handled here, deferred to the superstate, or a transition.
+type Response = statig::Outcome<State>;
 
 /// What the rules decided for one event.
-pub(crate) enum Decision {
-    /// Go to this phase and do these actions.
-    Move(Phase, Vec<Action>),
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The state moved (possibly to itself) and the collected actions are to be executed.
+    Moved,
     /// The spec says: ignored here.
-    Ignore,
-    /// Illegal here.
-    Reject,
+    Ignored,
+    /// Illegal here: nobody handled the event.
+    Rejected,
 }
 
-use Decision::{Ignore, Move, Reject};
+/// The statig context of one step: the actions the handlers and entry actions emit, in order,
+/// and the verdict.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    /// What the driver must do, in order.
+    pub(crate) actions: Vec<Action>,
+    /// What the rules decided.
+    pub(crate) verdict: Verdict,
+    /// The machine is being restored, not stepped. statig initialises a machine by entering its
+    /// state (every entry action from the root down); those actions were emitted when the state
+    /// was first entered, so a restore emits nothing.
+    restoring: bool,
+}
 
-pub(crate) fn next(cfg: &Config, phase: &Phase, ev: Event) -> Decision {
-    match *phase {
-        Phase::Cold {
-            step,
-            drain_pending,
-        } => cold(cfg, step, drain_pending, ev),
-        Phase::Recovering {
-            epoch,
-            step,
-            drain_pending,
-            outcome,
-        } => recovering(cfg, epoch, step, drain_pending, outcome, ev),
-        Phase::Ready { epoch, running } => ready(cfg, epoch, running, ev),
-        Phase::Draining {
-            epoch,
-            cause,
-            step,
-            outcome,
-        } => draining(cfg, epoch, cause, step, outcome, ev),
-        // Terminal phases accept nothing: the run is over and the driver has exited.
-        Phase::Released(_) | Phase::Cancelled(_) | Phase::Refused(_) => Reject,
+impl Reply {
+    fn new(restoring: bool) -> Reply {
+        Reply {
+            actions: Vec::new(),
+            verdict: Verdict::Moved,
+            restoring,
+        }
+    }
+
+    fn emit(&mut self, action: Action) {
+        if !self.restoring {
+            self.actions.push(action);
+        }
+    }
+
+    /// The spec ignores this event here: accepted, nothing changes.
+    fn ignore(&mut self) -> Response {
+        self.verdict = Verdict::Ignored;
+        Handled
+    }
+
+    /// The event is illegal here.
+    fn reject(&mut self) -> Response {
+        self.verdict = Verdict::Rejected;
+        Handled
     }
 }
 
-fn outcome(cfg: &Config, reason: Reason) -> Outcome {
-    Outcome::new(reason, cfg.busy_code)
+/// Feed one event to the machine in `state` under `config`: the next state and what was
+/// decided, in `reply`. On [`Verdict::Ignored`] and [`Verdict::Rejected`] the caller keeps the
+/// state it had.
+pub(crate) fn step(config: Config, state: State, event: &Event, reply: &mut Reply) -> State {
+    let mut sm = Rules { config }.uninitialized_state_machine();
+    *sm.state_mut() = state;
+    let mut sm = sm.init_with_context(&mut Reply::new(true));
+    sm.handle_with_context(event, reply);
+    *sm.state()
 }
 
-fn cold(cfg: &Config, step: ColdStep, drain_pending: bool, ev: Event) -> Decision {
-    let waiting = !matches!(step, ColdStep::Idle);
-    let stay = |step| Phase::Cold {
-        step,
-        drain_pending,
-    };
-    match ev {
-        Event::Start => match step {
-            ColdStep::Idle => Move(stay(ColdStep::Acquiring), vec![Action::AcquireLease]),
-            ColdStep::Acquiring | ColdStep::Waiting => Reject,
-        },
-        Event::LeaseBusy => match step {
-            ColdStep::Acquiring => Move(stay(ColdStep::Waiting), vec![Action::Note(Note::Waiting)]),
-            // The lease reports contention once; a repeat changes nothing.
-            ColdStep::Waiting => Ignore,
-            ColdStep::Idle => Reject,
-        },
-        Event::LeaseGranted { epoch } if waiting => Move(
-            Phase::Recovering {
-                epoch,
-                step: RecoveryStep::Verifying,
-                drain_pending,
-                outcome: None,
-            },
-            vec![Action::Note(Note::Owned(epoch)), Action::Recover],
-        ),
-        Event::WaitExpired if waiting => {
-            let o = outcome(cfg, Reason::Busy);
-            Move(
-                Phase::Cancelled(o),
-                vec![Action::Note(Note::Busy), Action::Exit(o)],
-            )
-        }
-        Event::LeaseFailed(fault) if waiting => {
-            let mut o = outcome(cfg, Reason::Refused);
-            o.refusal = Some(refusal_of(fault));
-            Move(
-                Phase::Refused(o),
-                vec![Action::Note(Note::Refused), Action::Exit(o)],
-            )
-        }
-        Event::Stop(sig) => {
-            let mut o = outcome(cfg, Reason::Cancelled);
-            o.signal = Some(sig);
-            let mut actions = Vec::with_capacity(3);
-            if waiting {
-                actions.push(Action::AbandonAcquire);
-            }
-            actions.extend([Action::Note(Note::Cancelled), Action::Exit(o)]);
-            Move(Phase::Cancelled(o), actions)
-        }
-        // Card H2: a drain requested before the lease begins now; the owner then recovers and
-        // closes.
-        Event::DrainRequested => {
-            if drain_pending {
-                Ignore
-            } else {
-                Move(
-                    Phase::Cold {
-                        step,
-                        drain_pending: true,
-                    },
-                    vec![Action::BeginDrain],
-                )
-            }
-        }
-        // Nothing of a workload runs before the lease: the signal has nobody to reach, and the
-        // owner survives it (card T3).
-        Event::Stray(_) => Ignore,
-        Event::LeaseGranted { .. } | Event::WaitExpired | Event::LeaseFailed(_) => Reject,
-        Event::RecoveryDone
-        | Event::RecoveryFailed(_)
-        | Event::ChildSpawned
-        | Event::SpawnFailed(_)
-        | Event::ChildReady
-        | Event::ChildStopping
-        | Event::ChildWatchdog
-        | Event::ChildExtendTimeout(_)
-        | Event::ChildExited(_)
-        | Event::MainExited(_)
-        | Event::TreeEmpty
-        | Event::MainAdopted
-        | Event::RootLost
-        | Event::ResidenciesSettled
-        | Event::TimerExpired(_)
-        | Event::CheckpointPublished
-        | Event::CheckpointSkipped
-        | Event::CheckpointFailed
-        | Event::LeaseReleased => Reject,
-    }
+/// A fresh reply for one step.
+pub(crate) fn reply() -> Reply {
+    Reply::new(false)
 }
 
-fn refusal_of(fault: Fault) -> Refusal {
-    match fault {
-        Fault::State => Refusal::State,
-        Fault::Io => Refusal::Io,
-    }
+/// The shared storage of the statig machine: the configuration, the same in every state.
+struct Rules {
+    config: Config,
 }
 
-/// Where a stop signal goes while `running` runs: the main process first under
-/// `--kill-mode main`, otherwise (and once the main process has exited) every process of the
-/// workload at once.
-fn stop_target(cfg: &Config, running: Running) -> Target {
-    match (running, cfg.kill_mode) {
-        (Running::Main, KillMode::Main) => Target::Main,
-        (Running::Main, KillMode::Tree) | (Running::Tree, KillMode::Main | KillMode::Tree) => {
-            Target::Tree
-        }
-    }
-}
+#[statig::state_machine(
+    initial = "State::idle(false)",
+    state(derive(Debug, Clone, Copy, PartialEq, Eq, Hash)),
+    visibility = "pub(crate)"
+)]
+// statig passes each field of a state to its handler as an argument of its own.
+#[allow(clippy::too_many_arguments)]
+impl Rules {
+    // ----- root -----
 
-/// Where a signal the owner does not act on goes: the main process, as if it had been sent to
-/// it; every process of the workload once there is no main process to speak for the tree.
-fn relay_target(running: Running) -> Target {
-    match running {
-        Running::Main => Target::Main,
-        Running::Tree => Target::Tree,
-    }
-}
-
-/// Whether `sig` is a HUP that this configuration forwards instead of stopping on (while ready
-/// or draining; waiting and recovering keep the cards' behaviour).
-fn hup_forwarded(cfg: &Config, sig: Signal) -> bool {
-    matches!(sig, Signal::Hup)
-        && matches!(cfg.hup, HupPolicy::Forward)
-        && matches!(cfg.workload, Workload::Child(_))
-}
-
-/// Recovery is abandoned with this outcome: stop the workload if one runs (`running`), then
-/// release. Nothing is ever published from here (card G3).
-fn abandon_recovery(
-    cfg: &Config,
-    epoch: u64,
-    drain_pending: bool,
-    o: Outcome,
-    running: Option<Running>,
-    forward: Signal,
-    mut actions: Vec<Action>,
-) -> Decision {
-    let step = match running {
-        Some(r) => {
-            actions.extend([
-                Action::Forward(forward, stop_target(cfg, r)),
-                Action::ArmTimer(Timer::Grace, cfg.grace),
-            ]);
-            RecoveryStep::Aborting(ChildStop::Signalled, r)
-        }
-        None => {
-            actions.push(Action::ReleaseLease);
-            RecoveryStep::Releasing
-        }
-    };
-    Move(
-        Phase::Recovering {
-            epoch,
-            step,
-            drain_pending,
-            outcome: Some(o),
-        },
-        actions,
-    )
-}
-
-/// The bookkeeping every drain starts with: the outcome it is heading for, `BeginDrain` (unless
-/// `begun`: a drain requested before recovery completed already emitted it, so it happens
-/// exactly once per ownership), the registration and the notifications.
-fn drain_prefix(
-    cfg: &Config,
-    cause: DrainCause,
-    begun: bool,
-    mut actions: Vec<Action>,
-) -> (Outcome, Vec<Action>) {
-    let mut o = outcome(cfg, Reason::Stopped);
-    match cause {
-        DrainCause::Signal(s) => o.signal = Some(s),
-        DrainCause::RootLost => o.refusal = Some(Refusal::RootLost),
-        DrainCause::ChildStopping | DrainCause::ChildExited => o.reason = Reason::Exited,
-        DrainCause::Watchdog => o.reason = Reason::Watchdog,
-        DrainCause::Requested => {}
-    }
-    if !begun {
-        actions.push(Action::BeginDrain);
-    }
-    actions.extend([
-        Action::SetPhase(PhaseKind::Draining),
-        Action::Note(Note::Draining(cause)),
-        Action::NotifyStopping,
-    ]);
-    (o, actions)
-}
-
-/// Enter the drain while the workload still runs (`running` is `None` only when a drain was
-/// requested before any child was started).
-fn enter_drain(
-    cfg: &Config,
-    epoch: u64,
-    cause: DrainCause,
-    begun: bool,
-    running: Option<Running>,
-    pre: Vec<Action>,
-) -> Decision {
-    let (o, mut actions) = drain_prefix(cfg, cause, begun, pre);
-    let forward = match cause {
-        DrainCause::Signal(s) => Some(s),
-        DrainCause::Requested | DrainCause::RootLost | DrainCause::Watchdog => Some(Signal::Term),
-        DrainCause::ChildStopping | DrainCause::ChildExited => None,
-    };
-    let step = match (cfg.workload, running, forward) {
-        (Workload::InProcess, _, _) => {
-            actions.push(Action::ArmTimer(Timer::Grace, cfg.grace));
-            DrainStep::Settling
-        }
-        // No child was ever started, so nothing runs and nothing was staged.
-        (Workload::Child(_), None, _) => {
-            actions.push(Action::ReleaseLease);
-            DrainStep::Releasing
-        }
-        (Workload::Child(_), Some(r), Some(s)) => {
-            actions.extend([
-                Action::Forward(s, stop_target(cfg, r)),
-                Action::ArmTimer(Timer::Grace, cfg.grace),
-            ]);
-            DrainStep::Stopping(ChildStop::Signalled, r)
-        }
-        (Workload::Child(_), Some(r), None) => DrainStep::Stopping(ChildStop::Announced, r),
-    };
-    Move(
-        Phase::Draining {
-            epoch,
-            cause,
-            step,
-            outcome: o,
-        },
-        actions,
-    )
-}
-
-/// The whole workload ended by itself while recovering or ready: drain, publish only after
-/// exit 0, pass its exit code through.
-fn child_ended_by_itself(
-    cfg: &Config,
-    epoch: u64,
-    begun: bool,
-    status: ChildStatus,
-    pre: Vec<Action>,
-) -> Decision {
-    let (mut o, mut actions) = drain_prefix(cfg, DrainCause::ChildExited, begun, pre);
-    o.child = Some(status);
-    let step = finish_child(&mut actions, status.success());
-    Move(
-        Phase::Draining {
-            epoch,
-            cause: DrainCause::ChildExited,
-            step,
-            outcome: o,
-        },
-        actions,
-    )
-}
-
-/// The main process exited by itself but left processes behind (card T1): drain, and stop what
-/// remains as any stop does (TERM, grace, SIGKILL) before anything is published or released.
-/// The main process's exit code is the run's, unless the rest had to be killed.
-fn main_ended_by_itself(
-    cfg: &Config,
-    epoch: u64,
-    begun: bool,
-    status: ChildStatus,
-    pre: Vec<Action>,
-) -> Decision {
-    let (mut o, mut actions) = drain_prefix(cfg, DrainCause::ChildExited, begun, pre);
-    o.child = Some(status);
-    actions.extend([
-        Action::Note(Note::TreeRemains),
-        Action::Forward(Signal::Term, Target::Tree),
-        Action::ArmTimer(Timer::Grace, cfg.grace),
-    ]);
-    Move(
-        Phase::Draining {
-            epoch,
-            cause: DrainCause::ChildExited,
-            step: DrainStep::Stopping(ChildStop::Signalled, Running::Tree),
-            outcome: o,
-        },
-        actions,
-    )
-}
-
-/// A forking daemon with no known main process ended by itself: nothing reports an exit status,
-/// so nothing vouches for what it staged; the lease is released without publishing.
-fn tree_ended_by_itself(cfg: &Config, epoch: u64, pre: Vec<Action>) -> Decision {
-    let (o, mut actions) = drain_prefix(cfg, DrainCause::ChildExited, false, pre);
-    let step = finish_child(&mut actions, false);
-    Move(
-        Phase::Draining {
-            epoch,
-            cause: DrainCause::ChildExited,
-            step,
-            outcome: o,
-        },
-        actions,
-    )
-}
-
-/// After the workload is gone: publish if the drain may (exit 0, stopped in order), otherwise
-/// release at once.
-fn finish_child(actions: &mut Vec<Action>, publish: bool) -> DrainStep {
-    if publish {
-        actions.push(Action::Publish);
-        DrainStep::Publishing
-    } else {
-        actions.push(Action::ReleaseLease);
-        DrainStep::Releasing
-    }
-}
-
-/// What an event does to a workload that is being stopped, the same while recovery is
-/// abandoned and while draining.
-enum StopStep {
-    /// Still stopping: the next step, what runs, the main process's status if this event
-    /// reported it, and the actions.
-    Go(ChildStop, Running, Option<ChildStatus>, Vec<Action>),
-    /// The whole workload is gone; the main process's status if this event reported it, and the
-    /// actions (disarming the stop's timer).
-    Gone(Option<ChildStatus>, Vec<Action>),
-    /// Accepted, nothing changes.
-    Ignore,
-    /// Illegal here.
-    Reject,
-    /// Not about the workload: the phase decides.
-    Other,
-}
-
-/// The stop of a workload: its main process exiting with or without leftovers, the rest of the
-/// tree ending, the grace and kill-wait timers, and signals for the workload meanwhile. `sig` is
-/// the stop signal in use (for the rest of the tree under `--kill-mode main`).
-fn stopping(cfg: &Config, stop: ChildStop, running: Running, sig: Signal, ev: Event) -> StopStep {
-    match ev {
-        Event::ChildExited(status) => match running {
-            Running::Main => StopStep::Gone(Some(status), stop_timer(stop)),
-            Running::Tree => StopStep::Reject,
-        },
-        Event::MainExited(status) => match running {
-            Running::Tree => StopStep::Reject,
-            // The main process is gone but its tree is not: the lease stays until it is, and the
-            // rest gets the same stop (invariant I7, card T1).
-            Running::Main => {
-                let mut actions = vec![Action::Note(Note::TreeRemains)];
-                match (stop, cfg.kill_mode) {
-                    // Nothing was sent yet (`STOPPING=1`), or the stop signal reached only the
-                    // main process: now the rest gets it, with a grace of its own.
-                    (ChildStop::Announced, KillMode::Tree | KillMode::Main) => actions.extend([
-                        Action::Forward(Signal::Term, Target::Tree),
-                        Action::ArmTimer(Timer::Grace, cfg.grace),
-                    ]),
-                    (ChildStop::Signalled, KillMode::Main) => actions.extend([
-                        Action::Forward(sig, Target::Tree),
-                        Action::ArmTimer(Timer::Grace, cfg.grace),
-                    ]),
-                    // The whole tree already got the stop signal (or SIGKILL): once is enough,
-                    // and the running timer goes on.
-                    (ChildStop::Signalled, KillMode::Tree)
-                    | (
-                        ChildStop::Killed | ChildStop::Unreapable,
-                        KillMode::Tree | KillMode::Main,
-                    ) => {}
-                }
-                let next = match stop {
-                    ChildStop::Announced | ChildStop::Signalled => ChildStop::Signalled,
-                    ChildStop::Killed => ChildStop::Killed,
-                    ChildStop::Unreapable => ChildStop::Unreapable,
-                };
-                StopStep::Go(next, Running::Tree, Some(status), actions)
-            }
-        },
-        Event::TreeEmpty => match running {
-            Running::Tree => StopStep::Gone(None, stop_timer(stop)),
-            Running::Main => StopStep::Reject,
-        },
-        Event::TimerExpired(t) => match escalate(cfg, stop, t) {
-            Some((next, actions)) => StopStep::Go(next, running, None, actions),
-            None => StopStep::Reject,
-        },
-        // The workload still runs: a signal for it reaches it (card T3).
-        Event::Stray(n) => StopStep::Go(
-            stop,
-            running,
-            None,
-            vec![Action::Relay(n, relay_target(running))],
-        ),
-        Event::ChildExtendTimeout(d) => match stop {
-            ChildStop::Signalled => StopStep::Go(
-                stop,
-                running,
-                None,
-                vec![Action::ExtendTimer(Timer::Grace, d)],
-            ),
-            ChildStop::Announced | ChildStop::Killed | ChildStop::Unreapable => StopStep::Ignore,
-        },
-        // Late notifications change nothing: the stop runs to its end.
-        Event::ChildReady | Event::ChildStopping | Event::ChildWatchdog | Event::MainAdopted => {
-            StopStep::Ignore
-        }
-        Event::Start
-        | Event::LeaseBusy
-        | Event::LeaseGranted { .. }
-        | Event::WaitExpired
-        | Event::LeaseFailed(_)
-        | Event::RecoveryDone
-        | Event::RecoveryFailed(_)
-        | Event::ChildSpawned
-        | Event::SpawnFailed(_)
-        | Event::Stop(_)
-        | Event::DrainRequested
-        | Event::RootLost
-        | Event::ResidenciesSettled
-        | Event::CheckpointPublished
-        | Event::CheckpointSkipped
-        | Event::CheckpointFailed
-        | Event::LeaseReleased => StopStep::Other,
-    }
-}
-
-fn recovering(
-    cfg: &Config,
-    epoch: u64,
-    step: RecoveryStep,
-    drain_pending: bool,
-    abandoned: Option<Outcome>,
-    ev: Event,
-) -> Decision {
-    let at = |step| Phase::Recovering {
-        epoch,
-        step,
-        drain_pending,
-        outcome: abandoned,
-    };
-    let refused = |refusal: Refusal| {
-        let mut o = outcome(cfg, Reason::Refused);
-        o.refusal = Some(refusal);
-        if let Refusal::Signal(s) = refusal {
-            o.signal = Some(s);
-        }
-        o
-    };
-    let became_ready = |running: Running, pre: Vec<Action>| {
-        if drain_pending {
-            enter_drain(cfg, epoch, DrainCause::Requested, true, Some(running), pre)
-        } else {
-            let mut actions = pre;
-            actions.extend([
-                Action::SetPhase(PhaseKind::Ready),
-                Action::Note(Note::Ready),
-                Action::NotifyReady,
-            ]);
-            if let (Workload::Child(_), Some(d)) = (cfg.workload, cfg.watchdog) {
-                actions.push(Action::ArmTimer(Timer::Watchdog, d));
-            }
-            Move(Phase::Ready { epoch, running }, actions)
-        }
-    };
-    let readiness_armed = matches!(
-        step,
-        RecoveryStep::AwaitingReady | RecoveryStep::AwaitingMain
-    ) && cfg.ready_timeout.is_some();
-    let disarm_readiness = || {
-        if readiness_armed {
-            vec![Action::DisarmTimer(Timer::Readiness)]
-        } else {
-            Vec::new()
-        }
-    };
-    let extend_readiness = |d| {
-        if readiness_armed {
-            Move(at(step), vec![Action::ExtendTimer(Timer::Readiness, d)])
-        } else {
-            Ignore
-        }
-    };
-    let forking = matches!(cfg.workload, Workload::Child(ReadyMode::Forking));
-    match step {
-        RecoveryStep::Verifying => match ev {
-            Event::RecoveryDone => match cfg.workload {
-                Workload::InProcess => became_ready(Running::Main, Vec::new()),
-                // A drain requested before recovery: no child was started, so close at once.
-                Workload::Child(_) if drain_pending => {
-                    enter_drain(cfg, epoch, DrainCause::Requested, true, None, Vec::new())
-                }
-                Workload::Child(_) => Move(at(RecoveryStep::Spawning), vec![Action::SpawnChild]),
-            },
-            Event::RecoveryFailed(fault) => abandon_recovery(
-                cfg,
-                epoch,
-                drain_pending,
-                refused(refusal_of(fault)),
-                None,
-                Signal::Term,
-                vec![Action::Note(Note::Refused)],
-            ),
-            Event::Stop(sig) => abandon_recovery(
-                cfg,
-                epoch,
-                drain_pending,
-                refused(Refusal::Signal(sig)),
-                None,
-                sig,
-                Vec::new(),
-            ),
-            Event::RootLost => abandon_recovery(
-                cfg,
-                epoch,
-                drain_pending,
-                refused(Refusal::RootLost),
-                None,
-                Signal::Term,
-                Vec::new(),
-            ),
-            Event::DrainRequested => drain_request(epoch, step, drain_pending, abandoned),
-            // No workload was started yet: nobody to forward to.
-            Event::Stray(_) => Ignore,
-            Event::Start
-            | Event::LeaseBusy
-            | Event::LeaseGranted { .. }
-            | Event::WaitExpired
-            | Event::LeaseFailed(_)
-            | Event::ChildSpawned
-            | Event::SpawnFailed(_)
-            | Event::ChildReady
-            | Event::ChildStopping
-            | Event::ChildWatchdog
-            | Event::ChildExtendTimeout(_)
-            | Event::ChildExited(_)
-            | Event::MainExited(_)
-            | Event::TreeEmpty
-            | Event::MainAdopted
-            | Event::ResidenciesSettled
-            | Event::TimerExpired(_)
-            | Event::CheckpointPublished
-            | Event::CheckpointSkipped
-            | Event::CheckpointFailed
-            | Event::LeaseReleased => Reject,
-        },
-        RecoveryStep::Spawning => match ev {
-            Event::ChildSpawned => match cfg.workload {
-                Workload::Child(ReadyMode::Start) => {
-                    became_ready(Running::Main, vec![Action::Note(Note::Spawned)])
-                }
-                Workload::Child(ReadyMode::Notify | ReadyMode::Forking) => {
-                    let mut actions = vec![Action::Note(Note::Spawned)];
-                    if let Some(t) = cfg.ready_timeout {
-                        actions.push(Action::ArmTimer(Timer::Readiness, t));
-                    }
-                    Move(at(RecoveryStep::AwaitingReady), actions)
-                }
-                Workload::InProcess => Reject,
-            },
-            Event::SpawnFailed(exec) => {
-                let mut o = outcome(cfg, Reason::SpawnFailed);
-                o.exec = Some(exec);
-                abandon_recovery(cfg, epoch, drain_pending, o, None, Signal::Term, Vec::new())
-            }
-            // The driver starts the child synchronously and delivers signals between steps,
-            // so nothing else can arrive while spawning.
+    /// Every event reaches the root unless a state below acted on it; what reaches it is
+    /// illegal in the current state. The root never defers.
+    #[superstate]
+    fn root(context: &mut Reply, event: &Event) -> Response {
+        match event {
             Event::Start
             | Event::LeaseBusy
             | Event::LeaseGranted { .. }
@@ -620,6 +157,8 @@ fn recovering(
             | Event::LeaseFailed(_)
             | Event::RecoveryDone
             | Event::RecoveryFailed(_)
+            | Event::ChildSpawned
+            | Event::SpawnFailed(_)
             | Event::ChildReady
             | Event::ChildStopping
             | Event::ChildWatchdog
@@ -637,66 +176,32 @@ fn recovering(
             | Event::CheckpointPublished
             | Event::CheckpointSkipped
             | Event::CheckpointFailed
-            | Event::LeaseReleased => Reject,
-        },
-        RecoveryStep::AwaitingReady => match ev {
-            // A forking daemon is ready when its first process exits, not when it says so.
-            Event::ChildReady if forking => Ignore,
-            Event::ChildReady => became_ready(Running::Main, disarm_readiness()),
-            Event::ChildStopping => enter_drain(
-                cfg,
-                epoch,
-                DrainCause::ChildStopping,
-                drain_pending,
-                Some(Running::Main),
-                disarm_readiness(),
-            ),
-            Event::ChildExited(status) => {
-                child_ended_by_itself(cfg, epoch, drain_pending, status, disarm_readiness())
+            | Event::LeaseReleased => context.reject(),
+        }
+    }
+
+    // ----- cold -----
+
+    /// Not owning. A stop cancels, a drain request is remembered (card H2), and a signal for
+    /// the workload reaches nobody: nothing of it runs before the lease (card T3).
+    #[superstate(superstate = "root")]
+    fn cold(&self, drain_pending: &mut bool, context: &mut Reply, event: &Event) -> Response {
+        match *event {
+            Event::Stop(sig) => {
+                let mut o = self.outcome(Reason::Cancelled);
+                o.signal = Some(sig);
+                context.emit(Action::Note(Note::Cancelled));
+                Transition(State::Cancelled { outcome: o })
             }
-            // Card T4: a forking daemon's first process exited 0 and left its daemon behind.
-            Event::MainExited(status) if forking && status.success() => {
-                if cfg.pid_file {
-                    Move(at(RecoveryStep::AwaitingMain), Vec::new())
-                } else {
-                    became_ready(Running::Tree, disarm_readiness())
-                }
+            // Card H2: a drain requested before the lease begins now; the owner then recovers
+            // and closes.
+            Event::DrainRequested if *drain_pending => context.ignore(),
+            Event::DrainRequested => {
+                *drain_pending = true;
+                context.emit(Action::BeginDrain);
+                Handled
             }
-            Event::MainExited(status) => {
-                main_ended_by_itself(cfg, epoch, drain_pending, status, disarm_readiness())
-            }
-            Event::Stop(sig) => abandon_recovery(
-                cfg,
-                epoch,
-                drain_pending,
-                refused(Refusal::Signal(sig)),
-                Some(Running::Main),
-                sig,
-                disarm_readiness(),
-            ),
-            Event::TimerExpired(Timer::Readiness) if readiness_armed => abandon_recovery(
-                cfg,
-                epoch,
-                drain_pending,
-                refused(Refusal::ReadinessTimedOut),
-                Some(Running::Main),
-                Signal::Term,
-                vec![Action::Note(Note::ReadinessTimedOut)],
-            ),
-            Event::RootLost => abandon_recovery(
-                cfg,
-                epoch,
-                drain_pending,
-                refused(Refusal::RootLost),
-                Some(Running::Main),
-                Signal::Term,
-                disarm_readiness(),
-            ),
-            Event::DrainRequested => drain_request(epoch, step, drain_pending, abandoned),
-            Event::Stray(n) => Move(at(step), vec![Action::Relay(n, Target::Main)]),
-            Event::ChildExtendTimeout(d) => extend_readiness(d),
-            // The watchdog runs from readiness on.
-            Event::ChildWatchdog => Ignore,
+            Event::Stray(_) => context.ignore(),
             Event::Start
             | Event::LeaseBusy
             | Event::LeaseGranted { .. }
@@ -706,6 +211,227 @@ fn recovering(
             | Event::RecoveryFailed(_)
             | Event::ChildSpawned
             | Event::SpawnFailed(_)
+            | Event::ChildReady
+            | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_)
+            | Event::ChildExited(_)
+            | Event::MainExited(_)
+            | Event::TreeEmpty
+            | Event::MainAdopted
+            | Event::RootLost
+            | Event::ResidenciesSettled
+            | Event::TimerExpired(_)
+            | Event::CheckpointPublished
+            | Event::CheckpointSkipped
+            | Event::CheckpointFailed
+            | Event::LeaseReleased => Super,
+        }
+    }
+
+    /// Not started.
+    #[state(superstate = "cold")]
+    fn idle(drain_pending: &bool, event: &Event) -> Response {
+        match event {
+            Event::Start => Transition(State::Acquiring {
+                drain_pending: *drain_pending,
+            }),
+            Event::LeaseBusy
+            | Event::LeaseGranted { .. }
+            | Event::WaitExpired
+            | Event::LeaseFailed(_)
+            | Event::RecoveryDone
+            | Event::RecoveryFailed(_)
+            | Event::ChildSpawned
+            | Event::SpawnFailed(_)
+            | Event::ChildReady
+            | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_)
+            | Event::ChildExited(_)
+            | Event::MainExited(_)
+            | Event::TreeEmpty
+            | Event::MainAdopted
+            | Event::Stop(_)
+            | Event::Stray(_)
+            | Event::DrainRequested
+            | Event::RootLost
+            | Event::ResidenciesSettled
+            | Event::TimerExpired(_)
+            | Event::CheckpointPublished
+            | Event::CheckpointSkipped
+            | Event::CheckpointFailed
+            | Event::LeaseReleased => Super,
+        }
+    }
+
+    /// Taking the lock: the lease's answers end the wait, and a stop first abandons it, then
+    /// cancels as in any cold step.
+    #[superstate(superstate = "cold")]
+    fn locking(&self, drain_pending: &mut bool, context: &mut Reply, event: &Event) -> Response {
+        match *event {
+            Event::LeaseGranted { epoch } => Transition(State::Verifying {
+                epoch,
+                drain_pending: *drain_pending,
+            }),
+            Event::WaitExpired => {
+                context.emit(Action::Note(Note::Busy));
+                Transition(State::Cancelled {
+                    outcome: self.outcome(Reason::Busy),
+                })
+            }
+            Event::LeaseFailed(fault) => {
+                let mut o = self.outcome(Reason::Refused);
+                o.refusal = Some(refusal_of(fault));
+                context.emit(Action::Note(Note::Refused));
+                Transition(State::Refused { outcome: o })
+            }
+            Event::Stop(_) => {
+                context.emit(Action::AbandonAcquire);
+                Super
+            }
+            Event::Start
+            | Event::LeaseBusy
+            | Event::RecoveryDone
+            | Event::RecoveryFailed(_)
+            | Event::ChildSpawned
+            | Event::SpawnFailed(_)
+            | Event::ChildReady
+            | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_)
+            | Event::ChildExited(_)
+            | Event::MainExited(_)
+            | Event::TreeEmpty
+            | Event::MainAdopted
+            | Event::Stray(_)
+            | Event::DrainRequested
+            | Event::RootLost
+            | Event::ResidenciesSettled
+            | Event::TimerExpired(_)
+            | Event::CheckpointPublished
+            | Event::CheckpointSkipped
+            | Event::CheckpointFailed
+            | Event::LeaseReleased => Super,
+        }
+    }
+
+    /// Trying to take the lock.
+    #[state(superstate = "locking", entry_action = "acquire_lease")]
+    fn acquiring(drain_pending: &bool, event: &Event) -> Response {
+        match event {
+            Event::LeaseBusy => Transition(State::Waiting {
+                drain_pending: *drain_pending,
+            }),
+            Event::Start
+            | Event::LeaseGranted { .. }
+            | Event::WaitExpired
+            | Event::LeaseFailed(_)
+            | Event::RecoveryDone
+            | Event::RecoveryFailed(_)
+            | Event::ChildSpawned
+            | Event::SpawnFailed(_)
+            | Event::ChildReady
+            | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_)
+            | Event::ChildExited(_)
+            | Event::MainExited(_)
+            | Event::TreeEmpty
+            | Event::MainAdopted
+            | Event::Stop(_)
+            | Event::Stray(_)
+            | Event::DrainRequested
+            | Event::RootLost
+            | Event::ResidenciesSettled
+            | Event::TimerExpired(_)
+            | Event::CheckpointPublished
+            | Event::CheckpointSkipped
+            | Event::CheckpointFailed
+            | Event::LeaseReleased => Super,
+        }
+    }
+
+    #[action]
+    fn acquire_lease(context: &mut Reply) {
+        context.emit(Action::AcquireLease);
+    }
+
+    /// The lock is held by another owner; visible as a waiter.
+    #[state(
+        superstate = "locking",
+        entry_action = "note_waiting",
+        local_storage("drain_pending: bool")
+    )]
+    fn waiting(context: &mut Reply, event: &Event) -> Response {
+        match event {
+            // The lease reports contention once; a repeat changes nothing.
+            Event::LeaseBusy => context.ignore(),
+            Event::Start
+            | Event::LeaseGranted { .. }
+            | Event::WaitExpired
+            | Event::LeaseFailed(_)
+            | Event::RecoveryDone
+            | Event::RecoveryFailed(_)
+            | Event::ChildSpawned
+            | Event::SpawnFailed(_)
+            | Event::ChildReady
+            | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_)
+            | Event::ChildExited(_)
+            | Event::MainExited(_)
+            | Event::TreeEmpty
+            | Event::MainAdopted
+            | Event::Stop(_)
+            | Event::Stray(_)
+            | Event::DrainRequested
+            | Event::RootLost
+            | Event::ResidenciesSettled
+            | Event::TimerExpired(_)
+            | Event::CheckpointPublished
+            | Event::CheckpointSkipped
+            | Event::CheckpointFailed
+            | Event::LeaseReleased => Super,
+        }
+    }
+
+    #[action]
+    fn note_waiting(context: &mut Reply) {
+        context.emit(Action::Note(Note::Waiting));
+    }
+
+    // ----- owning -----
+
+    /// Owning the lease. Recovering and ready act on a stop, a drain request and a moved root
+    /// themselves; below them the end already began (a stopping workload, an abandoned
+    /// recovery, the drain), runs to its end exactly once (I11) and ignores them. A signal for
+    /// the workload that no state below relays has nobody to reach.
+    #[superstate(
+        superstate = "root",
+        entry_action = "note_owned",
+        local_storage("epoch: &'sub u64")
+    )]
+    fn owning(context: &mut Reply, event: &Event) -> Response {
+        match event {
+            Event::Stop(_) | Event::DrainRequested | Event::RootLost | Event::Stray(_) => {
+                context.ignore()
+            }
+            Event::Start
+            | Event::LeaseBusy
+            | Event::LeaseGranted { .. }
+            | Event::WaitExpired
+            | Event::LeaseFailed(_)
+            | Event::RecoveryDone
+            | Event::RecoveryFailed(_)
+            | Event::ChildSpawned
+            | Event::SpawnFailed(_)
+            | Event::ChildReady
+            | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_)
+            | Event::ChildExited(_)
+            | Event::MainExited(_)
             | Event::TreeEmpty
             | Event::MainAdopted
             | Event::ResidenciesSettled
@@ -713,51 +439,46 @@ fn recovering(
             | Event::CheckpointPublished
             | Event::CheckpointSkipped
             | Event::CheckpointFailed
-            | Event::LeaseReleased => Reject,
-        },
-        RecoveryStep::AwaitingMain => match ev {
-            Event::MainAdopted => became_ready(Running::Main, disarm_readiness()),
-            // The daemon is gone before its pid file named it: it never became ready.
-            Event::TreeEmpty => abandon_recovery(
-                cfg,
-                epoch,
-                drain_pending,
-                refused(Refusal::NoMainPid),
-                None,
-                Signal::Term,
-                disarm_readiness(),
-            ),
-            Event::Stop(sig) => abandon_recovery(
-                cfg,
-                epoch,
-                drain_pending,
-                refused(Refusal::Signal(sig)),
-                Some(Running::Tree),
-                sig,
-                disarm_readiness(),
-            ),
-            Event::TimerExpired(Timer::Readiness) if readiness_armed => abandon_recovery(
-                cfg,
-                epoch,
-                drain_pending,
-                refused(Refusal::ReadinessTimedOut),
-                Some(Running::Tree),
-                Signal::Term,
-                vec![Action::Note(Note::ReadinessTimedOut)],
-            ),
-            Event::RootLost => abandon_recovery(
-                cfg,
-                epoch,
-                drain_pending,
-                refused(Refusal::RootLost),
-                Some(Running::Tree),
-                Signal::Term,
-                disarm_readiness(),
-            ),
-            Event::DrainRequested => drain_request(epoch, step, drain_pending, abandoned),
-            Event::Stray(n) => Move(at(step), vec![Action::Relay(n, Target::Tree)]),
-            Event::ChildExtendTimeout(d) => extend_readiness(d),
-            Event::ChildReady | Event::ChildStopping | Event::ChildWatchdog => Ignore,
+            | Event::LeaseReleased => Super,
+        }
+    }
+
+    #[action]
+    fn note_owned(epoch: &u64, context: &mut Reply) {
+        context.emit(Action::Note(Note::Owned(*epoch)));
+    }
+
+    // ----- recovering -----
+
+    /// Recovering and not abandoned. The first drain request begins the drain now and the owner
+    /// closes as soon as it would have become ready (card H2); a stop or a moved root refuses
+    /// (cards G3, H7) and nothing is ever published. Where a workload already runs the step
+    /// itself stops it first.
+    #[superstate(superstate = "owning")]
+    fn recovering(
+        &self,
+        epoch: &u64,
+        drain_pending: &mut bool,
+        context: &mut Reply,
+        event: &Event,
+    ) -> Response {
+        match *event {
+            Event::DrainRequested if *drain_pending => context.ignore(),
+            Event::DrainRequested => {
+                *drain_pending = true;
+                context.emit(Action::BeginDrain);
+                Handled
+            }
+            Event::Stop(sig) => Transition(State::AbortReleasing {
+                epoch: *epoch,
+                drain_pending: *drain_pending,
+                outcome: self.refusal(Refusal::Signal(sig)),
+            }),
+            Event::RootLost => Transition(State::AbortReleasing {
+                epoch: *epoch,
+                drain_pending: *drain_pending,
+                outcome: self.refusal(Refusal::RootLost),
+            }),
             Event::Start
             | Event::LeaseBusy
             | Event::LeaseGranted { .. }
@@ -767,100 +488,553 @@ fn recovering(
             | Event::RecoveryFailed(_)
             | Event::ChildSpawned
             | Event::SpawnFailed(_)
+            | Event::ChildReady
+            | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_)
             | Event::ChildExited(_)
             | Event::MainExited(_)
+            | Event::TreeEmpty
+            | Event::MainAdopted
+            | Event::Stray(_)
             | Event::ResidenciesSettled
             | Event::TimerExpired(_)
             | Event::CheckpointPublished
             | Event::CheckpointSkipped
             | Event::CheckpointFailed
-            | Event::LeaseReleased => Reject,
-        },
-        RecoveryStep::Aborting(stop, running) => {
-            let Some(o) = abandoned else { return Reject };
-            let sig = o.signal.unwrap_or(Signal::Term);
-            match stopping(cfg, stop, running, sig, ev) {
-                StopStep::Go(next, running, status, actions) => {
-                    let mut o = o;
-                    if status.is_some() {
-                        o.child = status;
-                    }
-                    Move(
-                        Phase::Recovering {
-                            epoch,
-                            step: RecoveryStep::Aborting(next, running),
-                            drain_pending,
-                            outcome: Some(o),
-                        },
-                        actions,
-                    )
-                }
-                StopStep::Gone(status, mut actions) => {
-                    let mut o = o;
-                    if status.is_some() {
-                        o.child = status;
-                    }
-                    match stop {
-                        ChildStop::Killed => o.killed = true,
-                        ChildStop::Unreapable => {
-                            o.killed = true;
-                            o.reason = Reason::DidNotStop;
-                        }
-                        ChildStop::Announced | ChildStop::Signalled => {}
-                    }
-                    actions.push(Action::ReleaseLease);
-                    Move(
-                        Phase::Recovering {
-                            epoch,
-                            step: RecoveryStep::Releasing,
-                            drain_pending,
-                            outcome: Some(o),
-                        },
-                        actions,
-                    )
-                }
-                StopStep::Ignore => Ignore,
-                StopStep::Reject => Reject,
-                // Already stopping: a repeated signal or request changes nothing.
-                StopStep::Other => match ev {
-                    Event::Stop(_) | Event::DrainRequested | Event::RootLost => Ignore,
-                    Event::Start
-                    | Event::LeaseBusy
-                    | Event::LeaseGranted { .. }
-                    | Event::WaitExpired
-                    | Event::LeaseFailed(_)
-                    | Event::RecoveryDone
-                    | Event::RecoveryFailed(_)
-                    | Event::ChildSpawned
-                    | Event::SpawnFailed(_)
-                    | Event::ChildReady
-                    | Event::ChildStopping
-                    | Event::ChildWatchdog
-                    | Event::ChildExtendTimeout(_)
-                    | Event::ChildExited(_)
-                    | Event::MainExited(_)
-                    | Event::TreeEmpty
-                    | Event::MainAdopted
-                    | Event::Stray(_)
-                    | Event::ResidenciesSettled
-                    | Event::TimerExpired(_)
-                    | Event::CheckpointPublished
-                    | Event::CheckpointSkipped
-                    | Event::CheckpointFailed
-                    | Event::LeaseReleased => Reject,
-                },
-            }
+            | Event::LeaseReleased => Super,
         }
-        RecoveryStep::Releasing => {
-            let Some(o) = abandoned else { return Reject };
-            match ev {
-                Event::LeaseReleased => Move(
-                    Phase::Refused(o),
-                    vec![Action::Note(Note::Refused), Action::Exit(o)],
-                ),
-                Event::Stop(_) | Event::Stray(_) | Event::DrainRequested | Event::RootLost => {
-                    Ignore
+    }
+
+    /// The checkpoint is being read and verified (and, in-process, the host recovers).
+    #[state(superstate = "recovering", entry_action = "recover")]
+    fn verifying(
+        &self,
+        epoch: &u64,
+        drain_pending: &mut bool,
+        context: &mut Reply,
+        event: &Event,
+    ) -> Response {
+        match *event {
+            Event::RecoveryDone => match self.config.workload {
+                Workload::InProcess => {
+                    self.became_ready(context, *epoch, *drain_pending, Running::Main)
                 }
+                // A drain requested before recovery: no child was started, so close at once.
+                Workload::Child(_) if *drain_pending => {
+                    self.enter_drain(context, *epoch, DrainCause::Requested, true, None)
+                }
+                Workload::Child(_) => Transition(State::Spawning {
+                    epoch: *epoch,
+                    drain_pending: *drain_pending,
+                }),
+            },
+            Event::RecoveryFailed(fault) => {
+                context.emit(Action::Note(Note::Refused));
+                Transition(State::AbortReleasing {
+                    epoch: *epoch,
+                    drain_pending: *drain_pending,
+                    outcome: self.refusal(refusal_of(fault)),
+                })
+            }
+            Event::Start
+            | Event::LeaseBusy
+            | Event::LeaseGranted { .. }
+            | Event::WaitExpired
+            | Event::LeaseFailed(_)
+            | Event::ChildSpawned
+            | Event::SpawnFailed(_)
+            | Event::ChildReady
+            | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_)
+            | Event::ChildExited(_)
+            | Event::MainExited(_)
+            | Event::TreeEmpty
+            | Event::MainAdopted
+            | Event::Stop(_)
+            | Event::Stray(_)
+            | Event::DrainRequested
+            | Event::RootLost
+            | Event::ResidenciesSettled
+            | Event::TimerExpired(_)
+            | Event::CheckpointPublished
+            | Event::CheckpointSkipped
+            | Event::CheckpointFailed
+            | Event::LeaseReleased => Super,
+        }
+    }
+
+    #[action]
+    fn recover(context: &mut Reply) {
+        context.emit(Action::Recover);
+    }
+
+    /// The child is being started.
+    #[state(superstate = "recovering", entry_action = "spawn_child")]
+    fn spawning(
+        &self,
+        epoch: &u64,
+        drain_pending: &mut bool,
+        context: &mut Reply,
+        event: &Event,
+    ) -> Response {
+        match *event {
+            Event::ChildSpawned => match self.config.workload {
+                Workload::Child(ReadyMode::Start) => {
+                    context.emit(Action::Note(Note::Spawned));
+                    self.became_ready(context, *epoch, *drain_pending, Running::Main)
+                }
+                Workload::Child(ReadyMode::Notify | ReadyMode::Forking) => {
+                    context.emit(Action::Note(Note::Spawned));
+                    Transition(State::Awaiting {
+                        epoch: *epoch,
+                        drain_pending: *drain_pending,
+                        running: Running::Main,
+                    })
+                }
+                Workload::InProcess => Super,
+            },
+            Event::SpawnFailed(exec) => {
+                let mut o = self.outcome(Reason::SpawnFailed);
+                o.exec = Some(exec);
+                Transition(State::AbortReleasing {
+                    epoch: *epoch,
+                    drain_pending: *drain_pending,
+                    outcome: o,
+                })
+            }
+            // The driver starts the child synchronously and delivers signals between steps,
+            // so nothing else can arrive while spawning.
+            Event::Stop(_) | Event::Stray(_) | Event::DrainRequested | Event::RootLost => {
+                context.reject()
+            }
+            Event::Start
+            | Event::LeaseBusy
+            | Event::LeaseGranted { .. }
+            | Event::WaitExpired
+            | Event::LeaseFailed(_)
+            | Event::RecoveryDone
+            | Event::RecoveryFailed(_)
+            | Event::ChildReady
+            | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_)
+            | Event::ChildExited(_)
+            | Event::MainExited(_)
+            | Event::TreeEmpty
+            | Event::MainAdopted
+            | Event::ResidenciesSettled
+            | Event::TimerExpired(_)
+            | Event::CheckpointPublished
+            | Event::CheckpointSkipped
+            | Event::CheckpointFailed
+            | Event::LeaseReleased => Super,
+        }
+    }
+
+    #[action]
+    fn spawn_child(context: &mut Reply) {
+        context.emit(Action::SpawnChild);
+    }
+
+    /// The child runs and is not ready yet: with the main process running, waiting for
+    /// `READY=1` (a forking daemon: for its first process to exit); with only the tree left, a
+    /// forking daemon's first process exited 0 and the pid file has not named the main process
+    /// yet (card T4). The readiness timer runs from the start of the wait.
+    #[state(superstate = "recovering", entry_action = "arm_readiness")]
+    fn awaiting(
+        &self,
+        epoch: &u64,
+        drain_pending: &mut bool,
+        running: &mut Running,
+        context: &mut Reply,
+        event: &Event,
+    ) -> Response {
+        let armed = self.config.ready_timeout.is_some();
+        let disarm = |context: &mut Reply| {
+            if armed {
+                context.emit(Action::DisarmTimer(Timer::Readiness));
+            }
+        };
+        let forking = matches!(self.config.workload, Workload::Child(ReadyMode::Forking));
+        let (epoch, pending) = (*epoch, *drain_pending);
+        // Recovery is abandoned while the workload runs: stop it first (the stop step's entry
+        // forwards the signal and arms the grace), then release; nothing is published.
+        let abandon = |refusal, running| {
+            Transition(State::Aborting {
+                epoch,
+                drain_pending: pending,
+                outcome: self.refusal(refusal),
+                stop: ChildStop::Signalled,
+                running,
+            })
+        };
+        match (*event, *running) {
+            // A forking daemon is ready when its first process exits, not when it says so.
+            (Event::ChildReady, Running::Main) if forking => context.ignore(),
+            (Event::ChildReady, Running::Main) => {
+                disarm(context);
+                self.became_ready(context, epoch, pending, Running::Main)
+            }
+            (Event::ChildStopping, Running::Main) => {
+                disarm(context);
+                self.enter_drain(
+                    context,
+                    epoch,
+                    DrainCause::ChildStopping,
+                    pending,
+                    Some(Running::Main),
+                )
+            }
+            (Event::ChildReady | Event::ChildStopping, Running::Tree) => context.ignore(),
+            (Event::ChildExited(status), Running::Main) => {
+                disarm(context);
+                self.child_ended_by_itself(context, epoch, pending, status)
+            }
+            // Card T4: a forking daemon's first process exited 0 and left its daemon behind.
+            (Event::MainExited(status), Running::Main) if forking && status.success() => {
+                if self.config.pid_file {
+                    *running = Running::Tree;
+                    Handled
+                } else {
+                    disarm(context);
+                    self.became_ready(context, epoch, pending, Running::Tree)
+                }
+            }
+            (Event::MainExited(status), Running::Main) => {
+                disarm(context);
+                self.main_ended_by_itself(context, epoch, pending, status)
+            }
+            // A forking daemon's main process became known: it is ready.
+            (Event::MainAdopted, Running::Tree) => {
+                disarm(context);
+                self.became_ready(context, epoch, pending, Running::Main)
+            }
+            // The daemon is gone before its pid file named it: it never became ready.
+            (Event::TreeEmpty, Running::Tree) => {
+                disarm(context);
+                Transition(State::AbortReleasing {
+                    epoch,
+                    drain_pending: pending,
+                    outcome: self.refusal(Refusal::NoMainPid),
+                })
+            }
+            (Event::Stop(sig), r) => {
+                disarm(context);
+                abandon(Refusal::Signal(sig), r)
+            }
+            (Event::TimerExpired(Timer::Readiness), r) if armed => {
+                context.emit(Action::Note(Note::ReadinessTimedOut));
+                abandon(Refusal::ReadinessTimedOut, r)
+            }
+            (Event::RootLost, r) => {
+                disarm(context);
+                abandon(Refusal::RootLost, r)
+            }
+            (Event::Stray(n), r) => {
+                context.emit(Action::Relay(n, relay_target(r)));
+                Handled
+            }
+            (Event::ChildExtendTimeout(d), _) if armed => {
+                context.emit(Action::ExtendTimer(Timer::Readiness, d));
+                Handled
+            }
+            (Event::ChildExtendTimeout(_), _) => context.ignore(),
+            // The watchdog runs from readiness on.
+            (Event::ChildWatchdog, _) => context.ignore(),
+            (Event::ChildExited(_) | Event::MainExited(_), Running::Tree)
+            | (Event::MainAdopted | Event::TreeEmpty, Running::Main)
+            | (
+                Event::Start
+                | Event::LeaseBusy
+                | Event::LeaseGranted { .. }
+                | Event::WaitExpired
+                | Event::LeaseFailed(_)
+                | Event::RecoveryDone
+                | Event::RecoveryFailed(_)
+                | Event::ChildSpawned
+                | Event::SpawnFailed(_)
+                | Event::DrainRequested
+                | Event::ResidenciesSettled
+                | Event::TimerExpired(_)
+                | Event::CheckpointPublished
+                | Event::CheckpointSkipped
+                | Event::CheckpointFailed
+                | Event::LeaseReleased,
+                _,
+            ) => Super,
+        }
+    }
+
+    #[action]
+    fn arm_readiness(&self, context: &mut Reply) {
+        if let Some(t) = self.config.ready_timeout {
+            context.emit(Action::ArmTimer(Timer::Readiness, t));
+        }
+    }
+
+    // ----- ready -----
+
+    /// Owning and serving. Every way out of ready ends the watchdog, except its own expiry.
+    #[state(superstate = "owning", entry_action = "enter_ready")]
+    fn ready(
+        &self,
+        epoch: &u64,
+        running: &mut Running,
+        context: &mut Reply,
+        event: &Event,
+    ) -> Response {
+        let child = matches!(self.config.workload, Workload::Child(_));
+        let main = matches!(*running, Running::Main);
+        let leave = |context: &mut Reply| {
+            if child && self.config.watchdog.is_some() {
+                context.emit(Action::DisarmTimer(Timer::Watchdog));
+            }
+        };
+        let (epoch, r) = (*epoch, *running);
+        let drain = |context: &mut Reply, cause| {
+            leave(context);
+            self.enter_drain(context, epoch, cause, false, Some(r))
+        };
+        match *event {
+            Event::Stop(sig) if self.hup_forwarded(sig) => {
+                context.emit(Action::Forward(sig, relay_target(r)));
+                Handled
+            }
+            Event::Stop(sig) => drain(context, DrainCause::Signal(sig)),
+            Event::DrainRequested => drain(context, DrainCause::Requested),
+            Event::RootLost => drain(context, DrainCause::RootLost),
+            Event::ChildStopping if child => drain(context, DrainCause::ChildStopping),
+            Event::ChildExited(status) if child && main => {
+                leave(context);
+                self.child_ended_by_itself(context, epoch, false, status)
+            }
+            Event::MainExited(status) if child && main => {
+                leave(context);
+                self.main_ended_by_itself(context, epoch, false, status)
+            }
+            Event::TreeEmpty if child && !main => {
+                leave(context);
+                self.tree_ended_by_itself(context, epoch)
+            }
+            // A forking daemon's main process became known after it was ready.
+            Event::MainAdopted if child && !main => {
+                *running = Running::Main;
+                Handled
+            }
+            Event::TimerExpired(Timer::Watchdog) if child && self.config.watchdog.is_some() => {
+                context.emit(Action::Note(Note::WatchdogTimedOut));
+                self.enter_drain(context, epoch, DrainCause::Watchdog, false, Some(r))
+            }
+            Event::ChildWatchdog if child => match self.config.watchdog {
+                Some(d) => {
+                    context.emit(Action::ArmTimer(Timer::Watchdog, d));
+                    Handled
+                }
+                None => context.ignore(),
+            },
+            // A repeated `READY=1` changes nothing; nothing bounds the time of a ready workload.
+            Event::ChildReady | Event::ChildExtendTimeout(_) if child => context.ignore(),
+            Event::Stray(n) if child => {
+                context.emit(Action::Relay(n, relay_target(r)));
+                Handled
+            }
+            // An in-process host has no workload to relay to (owning ignores the signal); the
+            // rest is not for a ready owner of this kind.
+            Event::Stray(_)
+            | Event::ChildStopping
+            | Event::ChildExited(_)
+            | Event::MainExited(_)
+            | Event::TreeEmpty
+            | Event::MainAdopted
+            | Event::ChildReady
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_)
+            | Event::Start
+            | Event::LeaseBusy
+            | Event::LeaseGranted { .. }
+            | Event::WaitExpired
+            | Event::LeaseFailed(_)
+            | Event::RecoveryDone
+            | Event::RecoveryFailed(_)
+            | Event::ChildSpawned
+            | Event::SpawnFailed(_)
+            | Event::ResidenciesSettled
+            | Event::TimerExpired(_)
+            | Event::CheckpointPublished
+            | Event::CheckpointSkipped
+            | Event::CheckpointFailed
+            | Event::LeaseReleased => Super,
+        }
+    }
+
+    #[action]
+    fn enter_ready(&self, context: &mut Reply) {
+        context.emit(Action::SetPhase(PhaseKind::Ready));
+        context.emit(Action::Note(Note::Ready));
+        context.emit(Action::NotifyReady);
+        if let (Workload::Child(_), Some(d)) = (self.config.workload, self.config.watchdog) {
+            context.emit(Action::ArmTimer(Timer::Watchdog, d));
+        }
+    }
+
+    // ----- stopping the workload -----
+
+    /// The workload is being stopped, the same whether recovery was abandoned or the owner
+    /// drains: its main process exiting with processes left, the grace and kill-wait timers,
+    /// and signals for the workload meanwhile. The leaves decide what happens once the whole
+    /// workload is gone.
+    #[superstate(superstate = "owning", local_storage("epoch: &'sub u64"))]
+    fn stopping(
+        &self,
+        outcome: &mut Outcome,
+        stop: &mut ChildStop,
+        running: &mut Running,
+        context: &mut Reply,
+        event: &Event,
+    ) -> Response {
+        match *event {
+            // The main process is gone but its tree is not: the lease stays until it is, and the
+            // rest gets the same stop (invariant I7, card T1).
+            Event::MainExited(status) if matches!(*running, Running::Main) => {
+                context.emit(Action::Note(Note::TreeRemains));
+                outcome.child = Some(status);
+                *running = Running::Tree;
+                match (*stop, self.config.kill_mode) {
+                    // Nothing was sent yet (`STOPPING=1`), or the stop signal reached only the
+                    // main process: now the rest gets it, with a grace of its own.
+                    (ChildStop::Announced, KillMode::Tree | KillMode::Main)
+                    | (ChildStop::Signalled, KillMode::Main) => {
+                        *stop = ChildStop::Signalled;
+                        self.stop_step(context, outcome, *stop, *running);
+                    }
+                    // The whole tree already got the stop signal (or SIGKILL): once is enough,
+                    // and the running timer goes on.
+                    (ChildStop::Signalled, KillMode::Tree)
+                    | (
+                        ChildStop::Killed | ChildStop::Unreapable,
+                        KillMode::Tree | KillMode::Main,
+                    ) => {}
+                }
+                Handled
+            }
+            // A stop timer fired: grace → SIGKILL to the whole workload, kill wait → `did not
+            // stop` (the lease is kept).
+            Event::TimerExpired(t) => match (*stop, t) {
+                (ChildStop::Signalled, Timer::Grace) => {
+                    *stop = ChildStop::Killed;
+                    self.stop_step(context, outcome, *stop, *running);
+                    Handled
+                }
+                (ChildStop::Killed, Timer::KillWait) => {
+                    *stop = ChildStop::Unreapable;
+                    self.stop_step(context, outcome, *stop, *running);
+                    Handled
+                }
+                (
+                    ChildStop::Announced
+                    | ChildStop::Signalled
+                    | ChildStop::Killed
+                    | ChildStop::Unreapable,
+                    _,
+                ) => Super,
+            },
+            // The workload still runs: a signal for it reaches it (card T3).
+            Event::Stray(n) => {
+                context.emit(Action::Relay(n, relay_target(*running)));
+                Handled
+            }
+            Event::ChildExtendTimeout(d) => match *stop {
+                ChildStop::Signalled => {
+                    context.emit(Action::ExtendTimer(Timer::Grace, d));
+                    Handled
+                }
+                ChildStop::Announced | ChildStop::Killed | ChildStop::Unreapable => {
+                    context.ignore()
+                }
+            },
+            // Late notifications change nothing: the stop runs to its end.
+            Event::ChildReady
+            | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::MainAdopted => context.ignore(),
+            // The leaves handle the end of the whole workload and the stop signals they act
+            // on; owning ignores a repeated stop, drain request or moved root; the rest does
+            // not fit what runs.
+            Event::MainExited(_)
+            | Event::ChildExited(_)
+            | Event::TreeEmpty
+            | Event::Start
+            | Event::LeaseBusy
+            | Event::LeaseGranted { .. }
+            | Event::WaitExpired
+            | Event::LeaseFailed(_)
+            | Event::RecoveryDone
+            | Event::RecoveryFailed(_)
+            | Event::ChildSpawned
+            | Event::SpawnFailed(_)
+            | Event::Stop(_)
+            | Event::DrainRequested
+            | Event::RootLost
+            | Event::ResidenciesSettled
+            | Event::CheckpointPublished
+            | Event::CheckpointSkipped
+            | Event::CheckpointFailed
+            | Event::LeaseReleased => Super,
+        }
+    }
+
+    /// Entering a stop step sends what the step stands for.
+    #[action]
+    fn send_stop(
+        &self,
+        outcome: &Outcome,
+        stop: &ChildStop,
+        running: &Running,
+        context: &mut Reply,
+    ) {
+        self.stop_step(context, outcome, *stop, *running);
+    }
+
+    /// Recovery was abandoned and the workload is being stopped. Nothing will be published
+    /// (card G3).
+    #[state(superstate = "stopping", entry_action = "send_stop")]
+    fn aborting(
+        epoch: &u64,
+        drain_pending: &bool,
+        outcome: &Outcome,
+        stop: &ChildStop,
+        running: &Running,
+        context: &mut Reply,
+        event: &Event,
+    ) -> Response {
+        let gone = |context: &mut Reply, status: Option<ChildStatus>| {
+            stop_timer(context, *stop);
+            let mut o = *outcome;
+            if status.is_some() {
+                o.child = status;
+            }
+            match stop {
+                ChildStop::Killed => o.killed = true,
+                ChildStop::Unreapable => {
+                    o.killed = true;
+                    o.reason = Reason::DidNotStop;
+                }
+                ChildStop::Announced | ChildStop::Signalled => {}
+            }
+            Transition(State::AbortReleasing {
+                epoch: *epoch,
+                drain_pending: *drain_pending,
+                outcome: o,
+            })
+        };
+        match (*event, *running) {
+            (Event::ChildExited(status), Running::Main) => gone(context, Some(status)),
+            (Event::TreeEmpty, Running::Tree) => gone(context, None),
+            (Event::ChildExited(_), Running::Tree)
+            | (Event::TreeEmpty, Running::Main)
+            | (
                 Event::Start
                 | Event::LeaseBusy
                 | Event::LeaseGranted { .. }
@@ -874,324 +1048,1076 @@ fn recovering(
                 | Event::ChildStopping
                 | Event::ChildWatchdog
                 | Event::ChildExtendTimeout(_)
-                | Event::ChildExited(_)
                 | Event::MainExited(_)
-                | Event::TreeEmpty
                 | Event::MainAdopted
+                | Event::Stop(_)
+                | Event::Stray(_)
+                | Event::DrainRequested
+                | Event::RootLost
                 | Event::ResidenciesSettled
                 | Event::TimerExpired(_)
                 | Event::CheckpointPublished
                 | Event::CheckpointSkipped
-                | Event::CheckpointFailed => Reject,
+                | Event::CheckpointFailed
+                | Event::LeaseReleased,
+                _,
+            ) => Super,
+        }
+    }
+
+    /// The owner drains and the workload is being stopped.
+    #[state(superstate = "stopping", entry_action = "send_stop")]
+    fn drain_stopping(
+        &self,
+        epoch: &u64,
+        cause: &DrainCause,
+        outcome: &mut Outcome,
+        stop: &mut ChildStop,
+        running: &Running,
+        context: &mut Reply,
+        event: &Event,
+    ) -> Response {
+        let (epoch, cause, was) = (*epoch, *cause, *stop);
+        let gone = |context: &mut Reply, status: Option<ChildStatus>| {
+            stop_timer(context, was);
+            let mut o = *outcome;
+            if status.is_some() {
+                o.child = status;
             }
-        }
-    }
-}
-
-/// Card H2: the first drain request while recovering begins the drain now; recovery goes on and
-/// the owner closes as soon as it would have become ready.
-fn drain_request(
-    epoch: u64,
-    step: RecoveryStep,
-    drain_pending: bool,
-    outcome: Option<Outcome>,
-) -> Decision {
-    if drain_pending {
-        return Ignore;
-    }
-    Move(
-        Phase::Recovering {
-            epoch,
-            step,
-            drain_pending: true,
-            outcome,
-        },
-        vec![Action::BeginDrain],
-    )
-}
-
-/// The timer that runs while the workload is in this stop step, disarmed when it is gone.
-fn stop_timer(stop: ChildStop) -> Vec<Action> {
-    match stop {
-        ChildStop::Signalled => vec![Action::DisarmTimer(Timer::Grace)],
-        ChildStop::Killed => vec![Action::DisarmTimer(Timer::KillWait)],
-        ChildStop::Announced | ChildStop::Unreapable => Vec::new(),
-    }
-}
-
-/// A stop timer fired: grace → SIGKILL to the whole workload, kill wait → `did not stop` (the
-/// lease is kept).
-fn escalate(cfg: &Config, stop: ChildStop, t: Timer) -> Option<(ChildStop, Vec<Action>)> {
-    match (stop, t) {
-        (ChildStop::Signalled, Timer::Grace) => Some((
-            ChildStop::Killed,
-            vec![
-                Action::Note(Note::Killed),
-                Action::Kill,
-                Action::ArmTimer(Timer::KillWait, cfg.kill_wait),
-            ],
-        )),
-        (ChildStop::Killed, Timer::KillWait) => {
-            Some((ChildStop::Unreapable, vec![Action::Note(Note::DidNotStop)]))
-        }
-        (
-            ChildStop::Announced | ChildStop::Signalled | ChildStop::Killed | ChildStop::Unreapable,
-            _,
-        ) => None,
-    }
-}
-
-fn ready(cfg: &Config, epoch: u64, running: Running, ev: Event) -> Decision {
-    let child = matches!(cfg.workload, Workload::Child(_));
-    let same = |actions| Move(Phase::Ready { epoch, running }, actions);
-    // Every way out of ready ends the watchdog.
-    let leave = || {
-        if child && cfg.watchdog.is_some() {
-            vec![Action::DisarmTimer(Timer::Watchdog)]
-        } else {
-            Vec::new()
-        }
-    };
-    let main = matches!(running, Running::Main);
-    match ev {
-        Event::Stop(sig) if hup_forwarded(cfg, sig) => {
-            same(vec![Action::Forward(sig, relay_target(running))])
-        }
-        Event::Stop(sig) => enter_drain(
-            cfg,
-            epoch,
-            DrainCause::Signal(sig),
-            false,
-            Some(running),
-            leave(),
-        ),
-        Event::DrainRequested => enter_drain(
-            cfg,
-            epoch,
-            DrainCause::Requested,
-            false,
-            Some(running),
-            leave(),
-        ),
-        Event::RootLost => enter_drain(
-            cfg,
-            epoch,
-            DrainCause::RootLost,
-            false,
-            Some(running),
-            leave(),
-        ),
-        Event::ChildStopping if child => enter_drain(
-            cfg,
-            epoch,
-            DrainCause::ChildStopping,
-            false,
-            Some(running),
-            leave(),
-        ),
-        Event::ChildExited(status) if child && main => {
-            child_ended_by_itself(cfg, epoch, false, status, leave())
-        }
-        Event::MainExited(status) if child && main => {
-            main_ended_by_itself(cfg, epoch, false, status, leave())
-        }
-        Event::TreeEmpty if child && !main => tree_ended_by_itself(cfg, epoch, leave()),
-        // A forking daemon's main process became known after it was ready.
-        Event::MainAdopted if child && !main => Move(
-            Phase::Ready {
-                epoch,
-                running: Running::Main,
-            },
-            Vec::new(),
-        ),
-        Event::TimerExpired(Timer::Watchdog) if child && cfg.watchdog.is_some() => enter_drain(
-            cfg,
-            epoch,
-            DrainCause::Watchdog,
-            false,
-            Some(running),
-            vec![Action::Note(Note::WatchdogTimedOut)],
-        ),
-        Event::ChildWatchdog if child => match cfg.watchdog {
-            Some(d) => same(vec![Action::ArmTimer(Timer::Watchdog, d)]),
-            None => Ignore,
-        },
-        // A repeated `READY=1` changes nothing; nothing bounds the time of a ready workload.
-        Event::ChildReady | Event::ChildExtendTimeout(_) if child => Ignore,
-        Event::Stray(n) if child => same(vec![Action::Relay(n, relay_target(running))]),
-        // An in-process host has no workload to forward to; the signal is not for the owner.
-        Event::Stray(_) => Ignore,
-        Event::ChildStopping
-        | Event::ChildExited(_)
-        | Event::MainExited(_)
-        | Event::TreeEmpty
-        | Event::MainAdopted
-        | Event::ChildReady
-        | Event::ChildWatchdog
-        | Event::ChildExtendTimeout(_) => Reject,
-        Event::Start
-        | Event::LeaseBusy
-        | Event::LeaseGranted { .. }
-        | Event::WaitExpired
-        | Event::LeaseFailed(_)
-        | Event::RecoveryDone
-        | Event::RecoveryFailed(_)
-        | Event::ChildSpawned
-        | Event::SpawnFailed(_)
-        | Event::ResidenciesSettled
-        | Event::TimerExpired(_)
-        | Event::CheckpointPublished
-        | Event::CheckpointSkipped
-        | Event::CheckpointFailed
-        | Event::LeaseReleased => Reject,
-    }
-}
-
-fn draining(
-    cfg: &Config,
-    epoch: u64,
-    cause: DrainCause,
-    step: DrainStep,
-    o: Outcome,
-    ev: Event,
-) -> Decision {
-    let at = |step, outcome| Phase::Draining {
-        epoch,
-        cause,
-        step,
-        outcome,
-    };
-    // Once draining, further stop signals, drain requests, moved roots and notifications change
-    // nothing: the drain already began and runs to its end exactly once. Signals for a workload
-    // that no longer runs have nobody to reach.
-    let settled_while = |ev: Event| {
-        matches!(
-            ev,
-            Event::Stop(_)
-                | Event::Stray(_)
-                | Event::DrainRequested
-                | Event::RootLost
+            let watchdog = matches!(cause, DrainCause::Watchdog);
+            match was {
+                ChildStop::Killed => {
+                    o.killed = true;
+                    // A watchdog stop keeps its own reason, as a refusal does.
+                    if !watchdog {
+                        o.reason = Reason::Killed;
+                    }
+                }
+                ChildStop::Unreapable => {
+                    o.killed = true;
+                    o.reason = Reason::DidNotStop;
+                }
+                ChildStop::Announced | ChildStop::Signalled => {
+                    if matches!(cause, DrainCause::ChildStopping) {
+                        o.reason = Reason::Exited;
+                    }
+                }
+            }
+            // Published only after the main process exited 0 and the whole workload stopped in
+            // order; a workload that missed its watchdog is not trusted.
+            let publish = o.child.is_some_and(ChildStatus::success)
+                && matches!(was, ChildStop::Announced | ChildStop::Signalled)
+                && !watchdog;
+            finish_child(epoch, cause, o, publish)
+        };
+        match (*event, *running) {
+            (Event::ChildExited(status), Running::Main) => gone(context, Some(status)),
+            (Event::TreeEmpty, Running::Tree) => gone(context, None),
+            (Event::Stop(sig), r) if self.hup_forwarded(sig) => {
+                context.emit(Action::Forward(sig, relay_target(r)));
+                Handled
+            }
+            // The child announced it is stopping but nothing bounds it yet: a stop signal now
+            // forwards and starts the grace period.
+            (Event::Stop(sig), r) if matches!(was, ChildStop::Announced) => {
+                outcome.signal.get_or_insert(sig);
+                *stop = ChildStop::Signalled;
+                self.stop_step(context, outcome, *stop, r);
+                Handled
+            }
+            (Event::ChildExited(_), Running::Tree)
+            | (Event::TreeEmpty, Running::Main)
+            | (
+                Event::Start
+                | Event::LeaseBusy
+                | Event::LeaseGranted { .. }
+                | Event::WaitExpired
+                | Event::LeaseFailed(_)
+                | Event::RecoveryDone
+                | Event::RecoveryFailed(_)
+                | Event::ChildSpawned
+                | Event::SpawnFailed(_)
                 | Event::ChildReady
                 | Event::ChildStopping
                 | Event::ChildWatchdog
                 | Event::ChildExtendTimeout(_)
-        )
-    };
-    match step {
-        DrainStep::Settling | DrainStep::Unsettled => match ev {
-            Event::ResidenciesSettled => {
-                let mut actions = Vec::new();
-                if matches!(step, DrainStep::Settling) {
-                    actions.push(Action::DisarmTimer(Timer::Grace));
-                }
-                actions.push(Action::Publish);
-                Move(at(DrainStep::Publishing, o), actions)
-            }
-            Event::TimerExpired(Timer::Grace) if matches!(step, DrainStep::Settling) => {
-                // Card H4: the close is bounded; the lease is kept while work may still run.
-                Move(
-                    at(DrainStep::Unsettled, o),
-                    vec![Action::Note(Note::DidNotStop)],
-                )
-            }
-            e if settled_while(e) => Ignore,
-            _ => Reject,
-        },
-        DrainStep::Stopping(stop, running) => {
-            match stopping(cfg, stop, running, o.signal.unwrap_or(Signal::Term), ev) {
-                StopStep::Go(next, running, status, actions) => {
-                    let mut o = o;
-                    if status.is_some() {
-                        o.child = status;
-                    }
-                    Move(at(DrainStep::Stopping(next, running), o), actions)
-                }
-                StopStep::Gone(status, mut actions) => {
-                    let mut o = o;
-                    if status.is_some() {
-                        o.child = status;
-                    }
-                    let watchdog = matches!(cause, DrainCause::Watchdog);
-                    match stop {
-                        ChildStop::Killed => {
-                            o.killed = true;
-                            // A watchdog stop keeps its own reason, as a refusal does.
-                            if !watchdog {
-                                o.reason = Reason::Killed;
-                            }
-                        }
-                        ChildStop::Unreapable => {
-                            o.killed = true;
-                            o.reason = Reason::DidNotStop;
-                        }
-                        ChildStop::Announced | ChildStop::Signalled => {
-                            if matches!(cause, DrainCause::ChildStopping) {
-                                o.reason = Reason::Exited;
-                            }
-                        }
-                    }
-                    // Published only after the main process exited 0 and the whole workload
-                    // stopped in order; a workload that missed its watchdog is not trusted.
-                    let publish = o.child.is_some_and(ChildStatus::success)
-                        && matches!(stop, ChildStop::Announced | ChildStop::Signalled)
-                        && !watchdog;
-                    let step = finish_child(&mut actions, publish);
-                    Move(at(step, o), actions)
-                }
-                StopStep::Ignore => Ignore,
-                StopStep::Reject => Reject,
-                StopStep::Other => match ev {
-                    Event::Stop(sig) if hup_forwarded(cfg, sig) => Move(
-                        at(step, o),
-                        vec![Action::Forward(sig, relay_target(running))],
-                    ),
-                    // The child announced it is stopping but nothing bounds it yet: a stop
-                    // signal now forwards and starts the grace period.
-                    Event::Stop(sig) if matches!(stop, ChildStop::Announced) => {
-                        let mut o = o;
-                        o.signal.get_or_insert(sig);
-                        Move(
-                            at(DrainStep::Stopping(ChildStop::Signalled, running), o),
-                            vec![
-                                Action::Forward(sig, stop_target(cfg, running)),
-                                Action::ArmTimer(Timer::Grace, cfg.grace),
-                            ],
-                        )
-                    }
-                    e if settled_while(e) => Ignore,
-                    _ => Reject,
-                },
-            }
+                | Event::MainExited(_)
+                | Event::MainAdopted
+                | Event::Stop(_)
+                | Event::Stray(_)
+                | Event::DrainRequested
+                | Event::RootLost
+                | Event::ResidenciesSettled
+                | Event::TimerExpired(_)
+                | Event::CheckpointPublished
+                | Event::CheckpointSkipped
+                | Event::CheckpointFailed
+                | Event::LeaseReleased,
+                _,
+            ) => Super,
         }
-        DrainStep::Publishing => match ev {
-            Event::CheckpointPublished => Move(
-                at(DrainStep::Releasing, o),
-                vec![
-                    Action::Note(Note::CheckpointPublished),
-                    Action::ReleaseLease,
-                ],
-            ),
-            Event::CheckpointSkipped => {
-                Move(at(DrainStep::Releasing, o), vec![Action::ReleaseLease])
+    }
+
+    // ----- the end of an abandoned recovery -----
+
+    /// Recovery was abandoned and nothing of the workload runs; the lease is being released.
+    #[state(
+        superstate = "owning",
+        entry_action = "release_lease",
+        local_storage("epoch: u64", "drain_pending: bool")
+    )]
+    fn abort_releasing(outcome: &Outcome, context: &mut Reply, event: &Event) -> Response {
+        match event {
+            Event::LeaseReleased => {
+                context.emit(Action::Note(Note::Refused));
+                Transition(State::Refused { outcome: *outcome })
             }
+            Event::Start
+            | Event::LeaseBusy
+            | Event::LeaseGranted { .. }
+            | Event::WaitExpired
+            | Event::LeaseFailed(_)
+            | Event::RecoveryDone
+            | Event::RecoveryFailed(_)
+            | Event::ChildSpawned
+            | Event::SpawnFailed(_)
+            | Event::ChildReady
+            | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_)
+            | Event::ChildExited(_)
+            | Event::MainExited(_)
+            | Event::TreeEmpty
+            | Event::MainAdopted
+            | Event::Stop(_)
+            | Event::Stray(_)
+            | Event::DrainRequested
+            | Event::RootLost
+            | Event::ResidenciesSettled
+            | Event::TimerExpired(_)
+            | Event::CheckpointPublished
+            | Event::CheckpointSkipped
+            | Event::CheckpointFailed => Super,
+        }
+    }
+
+    #[action]
+    fn release_lease(context: &mut Reply) {
+        context.emit(Action::ReleaseLease);
+    }
+
+    // ----- closing: the drain once nothing of a child workload runs -----
+
+    /// The drain goes on without a running child (an in-process host settling, publishing,
+    /// releasing): notifications of a workload that no longer runs change nothing.
+    #[superstate(superstate = "owning", local_storage("epoch: &'sub u64"))]
+    fn closing(context: &mut Reply, event: &Event) -> Response {
+        match event {
+            Event::ChildReady
+            | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_) => context.ignore(),
+            Event::Start
+            | Event::LeaseBusy
+            | Event::LeaseGranted { .. }
+            | Event::WaitExpired
+            | Event::LeaseFailed(_)
+            | Event::RecoveryDone
+            | Event::RecoveryFailed(_)
+            | Event::ChildSpawned
+            | Event::SpawnFailed(_)
+            | Event::ChildExited(_)
+            | Event::MainExited(_)
+            | Event::TreeEmpty
+            | Event::MainAdopted
+            | Event::Stop(_)
+            | Event::Stray(_)
+            | Event::DrainRequested
+            | Event::RootLost
+            | Event::ResidenciesSettled
+            | Event::TimerExpired(_)
+            | Event::CheckpointPublished
+            | Event::CheckpointSkipped
+            | Event::CheckpointFailed
+            | Event::LeaseReleased => Super,
+        }
+    }
+
+    /// In-process: waiting for active residencies to settle; the grace timer runs.
+    #[state(superstate = "closing", entry_action = "arm_grace")]
+    fn settling(
+        epoch: &u64,
+        cause: &DrainCause,
+        outcome: &Outcome,
+        context: &mut Reply,
+        event: &Event,
+    ) -> Response {
+        match event {
+            Event::ResidenciesSettled => {
+                context.emit(Action::DisarmTimer(Timer::Grace));
+                Transition(State::Publishing {
+                    epoch: *epoch,
+                    cause: *cause,
+                    outcome: *outcome,
+                })
+            }
+            // Card H4: the close is bounded; the lease is kept while work may still run.
+            Event::TimerExpired(Timer::Grace) => {
+                context.emit(Action::Note(Note::DidNotStop));
+                Transition(State::Unsettled {
+                    epoch: *epoch,
+                    cause: *cause,
+                    outcome: *outcome,
+                })
+            }
+            Event::Start
+            | Event::LeaseBusy
+            | Event::LeaseGranted { .. }
+            | Event::WaitExpired
+            | Event::LeaseFailed(_)
+            | Event::RecoveryDone
+            | Event::RecoveryFailed(_)
+            | Event::ChildSpawned
+            | Event::SpawnFailed(_)
+            | Event::ChildReady
+            | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_)
+            | Event::ChildExited(_)
+            | Event::MainExited(_)
+            | Event::TreeEmpty
+            | Event::MainAdopted
+            | Event::Stop(_)
+            | Event::Stray(_)
+            | Event::DrainRequested
+            | Event::RootLost
+            | Event::TimerExpired(_)
+            | Event::CheckpointPublished
+            | Event::CheckpointSkipped
+            | Event::CheckpointFailed
+            | Event::LeaseReleased => Super,
+        }
+    }
+
+    #[action]
+    fn arm_grace(&self, context: &mut Reply) {
+        context.emit(Action::ArmTimer(Timer::Grace, self.config.grace));
+    }
+
+    /// In-process: the grace expired with active residencies; the lease is kept until they
+    /// settle.
+    #[state(superstate = "closing")]
+    fn unsettled(epoch: &u64, cause: &DrainCause, outcome: &Outcome, event: &Event) -> Response {
+        match event {
+            Event::ResidenciesSettled => Transition(State::Publishing {
+                epoch: *epoch,
+                cause: *cause,
+                outcome: *outcome,
+            }),
+            Event::Start
+            | Event::LeaseBusy
+            | Event::LeaseGranted { .. }
+            | Event::WaitExpired
+            | Event::LeaseFailed(_)
+            | Event::RecoveryDone
+            | Event::RecoveryFailed(_)
+            | Event::ChildSpawned
+            | Event::SpawnFailed(_)
+            | Event::ChildReady
+            | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_)
+            | Event::ChildExited(_)
+            | Event::MainExited(_)
+            | Event::TreeEmpty
+            | Event::MainAdopted
+            | Event::Stop(_)
+            | Event::Stray(_)
+            | Event::DrainRequested
+            | Event::RootLost
+            | Event::TimerExpired(_)
+            | Event::CheckpointPublished
+            | Event::CheckpointSkipped
+            | Event::CheckpointFailed
+            | Event::LeaseReleased => Super,
+        }
+    }
+
+    /// The checkpoint is being published.
+    #[state(superstate = "closing", entry_action = "publish")]
+    fn publishing(
+        epoch: &u64,
+        cause: &DrainCause,
+        outcome: &Outcome,
+        context: &mut Reply,
+        event: &Event,
+    ) -> Response {
+        let (epoch, cause, o) = (*epoch, *cause, *outcome);
+        match event {
+            Event::CheckpointPublished => {
+                context.emit(Action::Note(Note::CheckpointPublished));
+                Transition(State::DrainReleasing {
+                    epoch,
+                    cause,
+                    outcome: o,
+                })
+            }
+            Event::CheckpointSkipped => Transition(State::DrainReleasing {
+                epoch,
+                cause,
+                outcome: o,
+            }),
             Event::CheckpointFailed => {
                 let mut o = o;
                 o.reason = Reason::PublishFailed;
-                Move(
-                    at(DrainStep::Releasing, o),
-                    vec![Action::Note(Note::PublishFailed), Action::ReleaseLease],
-                )
+                context.emit(Action::Note(Note::PublishFailed));
+                Transition(State::DrainReleasing {
+                    epoch,
+                    cause,
+                    outcome: o,
+                })
             }
-            e if settled_while(e) => Ignore,
-            _ => Reject,
+            Event::Start
+            | Event::LeaseBusy
+            | Event::LeaseGranted { .. }
+            | Event::WaitExpired
+            | Event::LeaseFailed(_)
+            | Event::RecoveryDone
+            | Event::RecoveryFailed(_)
+            | Event::ChildSpawned
+            | Event::SpawnFailed(_)
+            | Event::ChildReady
+            | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_)
+            | Event::ChildExited(_)
+            | Event::MainExited(_)
+            | Event::TreeEmpty
+            | Event::MainAdopted
+            | Event::Stop(_)
+            | Event::Stray(_)
+            | Event::DrainRequested
+            | Event::RootLost
+            | Event::ResidenciesSettled
+            | Event::TimerExpired(_)
+            | Event::LeaseReleased => Super,
+        }
+    }
+
+    #[action]
+    fn publish(context: &mut Reply) {
+        context.emit(Action::Publish);
+    }
+
+    /// The drain's lease is being released.
+    #[state(
+        superstate = "closing",
+        entry_action = "release_lease",
+        local_storage("epoch: u64", "cause: DrainCause")
+    )]
+    fn drain_releasing(outcome: &Outcome, context: &mut Reply, event: &Event) -> Response {
+        match event {
+            Event::LeaseReleased => {
+                context.emit(Action::Note(Note::Released));
+                Transition(State::Released { outcome: *outcome })
+            }
+            Event::Start
+            | Event::LeaseBusy
+            | Event::LeaseGranted { .. }
+            | Event::WaitExpired
+            | Event::LeaseFailed(_)
+            | Event::RecoveryDone
+            | Event::RecoveryFailed(_)
+            | Event::ChildSpawned
+            | Event::SpawnFailed(_)
+            | Event::ChildReady
+            | Event::ChildStopping
+            | Event::ChildWatchdog
+            | Event::ChildExtendTimeout(_)
+            | Event::ChildExited(_)
+            | Event::MainExited(_)
+            | Event::TreeEmpty
+            | Event::MainAdopted
+            | Event::Stop(_)
+            | Event::Stray(_)
+            | Event::DrainRequested
+            | Event::RootLost
+            | Event::ResidenciesSettled
+            | Event::TimerExpired(_)
+            | Event::CheckpointPublished
+            | Event::CheckpointSkipped
+            | Event::CheckpointFailed => Super,
+        }
+    }
+
+    // ----- terminal -----
+
+    /// The run is over and the driver has exited: nothing is accepted (the root rejects it).
+    /// Every way in ends with the exit, the last action of a run.
+    #[superstate(
+        superstate = "root",
+        entry_action = "exit",
+        local_storage("outcome: &'sub Outcome")
+    )]
+    fn terminal() -> Response {
+        Super
+    }
+
+    #[action]
+    fn exit(outcome: &Outcome, context: &mut Reply) {
+        context.emit(Action::Exit(*outcome));
+    }
+
+    /// Released after an orderly end.
+    #[state(superstate = "terminal", local_storage("outcome: Outcome"))]
+    fn released() -> Response {
+        Super
+    }
+
+    /// Ended before owning (a stop signal, or the wait bound expired).
+    #[state(superstate = "terminal", local_storage("outcome: Outcome"))]
+    fn cancelled() -> Response {
+        Super
+    }
+
+    /// Refused while or before recovering.
+    #[state(superstate = "terminal", local_storage("outcome: Outcome"))]
+    fn refused() -> Response {
+        Super
+    }
+}
+
+/// Helpers shared by several handlers.
+impl Rules {
+    fn outcome(&self, reason: Reason) -> Outcome {
+        Outcome::new(reason, self.config.busy_code)
+    }
+
+    /// The outcome of a refused recovery.
+    fn refusal(&self, refusal: Refusal) -> Outcome {
+        let mut o = self.outcome(Reason::Refused);
+        o.refusal = Some(refusal);
+        if let Refusal::Signal(s) = refusal {
+            o.signal = Some(s);
+        }
+        o
+    }
+
+    /// Whether `sig` is a HUP that this configuration forwards instead of stopping on (while
+    /// ready or draining; waiting and recovering keep the cards' behaviour).
+    fn hup_forwarded(&self, sig: Signal) -> bool {
+        matches!(sig, Signal::Hup)
+            && matches!(self.config.hup, HupPolicy::Forward)
+            && matches!(self.config.workload, Workload::Child(_))
+    }
+
+    /// Where a stop signal goes while `running` runs: the main process first under
+    /// `--kill-mode main`, otherwise (and once the main process has exited) every process of
+    /// the workload at once.
+    fn stop_target(&self, running: Running) -> Target {
+        match (running, self.config.kill_mode) {
+            (Running::Main, KillMode::Main) => Target::Main,
+            (Running::Main, KillMode::Tree) | (Running::Tree, KillMode::Main | KillMode::Tree) => {
+                Target::Tree
+            }
+        }
+    }
+
+    /// What a stop step sends when the workload enters it: the stop signal in use and the grace,
+    /// SIGKILL to every process and the kill wait, or the note that a process survived it.
+    fn stop_step(&self, context: &mut Reply, o: &Outcome, stop: ChildStop, running: Running) {
+        match stop {
+            ChildStop::Announced => {}
+            ChildStop::Signalled => {
+                let sig = o.signal.unwrap_or(Signal::Term);
+                context.emit(Action::Forward(sig, self.stop_target(running)));
+                context.emit(Action::ArmTimer(Timer::Grace, self.config.grace));
+            }
+            ChildStop::Killed => {
+                context.emit(Action::Note(Note::Killed));
+                context.emit(Action::Kill);
+                context.emit(Action::ArmTimer(Timer::KillWait, self.config.kill_wait));
+            }
+            ChildStop::Unreapable => context.emit(Action::Note(Note::DidNotStop)),
+        }
+    }
+
+    /// Recovery is complete: ready, or, with a drain requested meanwhile, straight into the
+    /// drain (whose `BeginDrain` already happened, card H2).
+    fn became_ready(
+        &self,
+        context: &mut Reply,
+        epoch: u64,
+        drain_pending: bool,
+        running: Running,
+    ) -> Response {
+        if drain_pending {
+            self.enter_drain(context, epoch, DrainCause::Requested, true, Some(running))
+        } else {
+            Transition(State::Ready { epoch, running })
+        }
+    }
+
+    /// The bookkeeping every drain starts with: the outcome it is heading for, `BeginDrain`
+    /// (unless `begun`: a drain requested before recovery completed already emitted it, so it
+    /// happens exactly once per ownership), the registration and the notifications.
+    fn drain_prefix(&self, context: &mut Reply, cause: DrainCause, begun: bool) -> Outcome {
+        let mut o = self.outcome(Reason::Stopped);
+        match cause {
+            DrainCause::Signal(s) => o.signal = Some(s),
+            DrainCause::RootLost => o.refusal = Some(Refusal::RootLost),
+            DrainCause::ChildStopping | DrainCause::ChildExited => o.reason = Reason::Exited,
+            DrainCause::Watchdog => o.reason = Reason::Watchdog,
+            DrainCause::Requested => {}
+        }
+        if !begun {
+            context.emit(Action::BeginDrain);
+        }
+        context.emit(Action::SetPhase(PhaseKind::Draining));
+        context.emit(Action::Note(Note::Draining(cause)));
+        context.emit(Action::NotifyStopping);
+        o
+    }
+
+    /// Enter the drain while the workload still runs (`running` is `None` only when a drain was
+    /// requested before any child was started). The stop step's entry forwards the cause's
+    /// signal (TERM unless a stop signal caused it); `STOPPING=1` forwards nothing.
+    fn enter_drain(
+        &self,
+        context: &mut Reply,
+        epoch: u64,
+        cause: DrainCause,
+        begun: bool,
+        running: Option<Running>,
+    ) -> Response {
+        let o = self.drain_prefix(context, cause, begun);
+        let forwards = match cause {
+            DrainCause::Signal(_)
+            | DrainCause::Requested
+            | DrainCause::RootLost
+            | DrainCause::Watchdog => true,
+            DrainCause::ChildStopping | DrainCause::ChildExited => false,
+        };
+        match (self.config.workload, running) {
+            (Workload::InProcess, _) => Transition(State::Settling {
+                epoch,
+                cause,
+                outcome: o,
+            }),
+            // No child was ever started, so nothing runs and nothing was staged.
+            (Workload::Child(_), None) => Transition(State::DrainReleasing {
+                epoch,
+                cause,
+                outcome: o,
+            }),
+            (Workload::Child(_), Some(r)) => {
+                let stop = if forwards {
+                    ChildStop::Signalled
+                } else {
+                    ChildStop::Announced
+                };
+                Transition(State::DrainStopping {
+                    epoch,
+                    cause,
+                    outcome: o,
+                    stop,
+                    running: r,
+                })
+            }
+        }
+    }
+
+    /// The whole workload ended by itself while recovering or ready: drain, publish only after
+    /// exit 0, pass its exit code through.
+    fn child_ended_by_itself(
+        &self,
+        context: &mut Reply,
+        epoch: u64,
+        begun: bool,
+        status: ChildStatus,
+    ) -> Response {
+        let mut o = self.drain_prefix(context, DrainCause::ChildExited, begun);
+        o.child = Some(status);
+        finish_child(epoch, DrainCause::ChildExited, o, status.success())
+    }
+
+    /// The main process exited by itself but left processes behind (card T1): drain, and stop
+    /// what remains as any stop does (TERM, grace, SIGKILL) before anything is published or
+    /// released. The main process's exit code is the run's, unless the rest had to be killed.
+    fn main_ended_by_itself(
+        &self,
+        context: &mut Reply,
+        epoch: u64,
+        begun: bool,
+        status: ChildStatus,
+    ) -> Response {
+        let mut o = self.drain_prefix(context, DrainCause::ChildExited, begun);
+        o.child = Some(status);
+        context.emit(Action::Note(Note::TreeRemains));
+        Transition(State::DrainStopping {
+            epoch,
+            cause: DrainCause::ChildExited,
+            outcome: o,
+            stop: ChildStop::Signalled,
+            running: Running::Tree,
+        })
+    }
+
+    /// A forking daemon with no known main process ended by itself: nothing reports an exit
+    /// status, so nothing vouches for what it staged; the lease is released without publishing.
+    fn tree_ended_by_itself(&self, context: &mut Reply, epoch: u64) -> Response {
+        let o = self.drain_prefix(context, DrainCause::ChildExited, false);
+        finish_child(epoch, DrainCause::ChildExited, o, false)
+    }
+}
+
+/// After the workload is gone: publish if the drain may (exit 0, stopped in order), otherwise
+/// release at once.
+fn finish_child(epoch: u64, cause: DrainCause, o: Outcome, publish: bool) -> Response {
+    if publish {
+        Transition(State::Publishing {
+            epoch,
+            cause,
+            outcome: o,
+        })
+    } else {
+        Transition(State::DrainReleasing {
+            epoch,
+            cause,
+            outcome: o,
+        })
+    }
+}
+
+/// The timer that runs while the workload is in this stop step, disarmed when it is gone.
+fn stop_timer(context: &mut Reply, stop: ChildStop) {
+    match stop {
+        ChildStop::Signalled => context.emit(Action::DisarmTimer(Timer::Grace)),
+        ChildStop::Killed => context.emit(Action::DisarmTimer(Timer::KillWait)),
+        ChildStop::Announced | ChildStop::Unreapable => {}
+    }
+}
+
+/// Where a signal the owner does not act on goes: the main process, as if it had been sent to
+/// it; every process of the workload once there is no main process to speak for the tree.
+fn relay_target(running: Running) -> Target {
+    match running {
+        Running::Main => Target::Main,
+        Running::Tree => Target::Tree,
+    }
+}
+
+fn refusal_of(fault: Fault) -> Refusal {
+    match fault {
+        Fault::State => Refusal::State,
+        Fault::Io => Refusal::Io,
+    }
+}
+
+/// The public view of a state: its phase with the data kept in it.
+pub(crate) const fn phase_of(state: &State) -> Phase {
+    match *state {
+        State::Idle { drain_pending } => cold_phase(ColdStep::Idle, drain_pending),
+        State::Acquiring { drain_pending } => cold_phase(ColdStep::Acquiring, drain_pending),
+        State::Waiting { drain_pending } => cold_phase(ColdStep::Waiting, drain_pending),
+        State::Verifying {
+            epoch,
+            drain_pending,
+        } => recovering(epoch, RecoveryStep::Verifying, drain_pending, None),
+        State::Spawning {
+            epoch,
+            drain_pending,
+        } => recovering(epoch, RecoveryStep::Spawning, drain_pending, None),
+        State::Awaiting {
+            epoch,
+            drain_pending,
+            running,
+        } => {
+            let step = match running {
+                Running::Main => RecoveryStep::AwaitingReady,
+                Running::Tree => RecoveryStep::AwaitingMain,
+            };
+            recovering(epoch, step, drain_pending, None)
+        }
+        State::Aborting {
+            epoch,
+            drain_pending,
+            outcome,
+            stop,
+            running,
+        } => recovering(
+            epoch,
+            RecoveryStep::Aborting(stop, running),
+            drain_pending,
+            Some(outcome),
+        ),
+        State::AbortReleasing {
+            epoch,
+            drain_pending,
+            outcome,
+        } => recovering(epoch, RecoveryStep::Releasing, drain_pending, Some(outcome)),
+        State::Ready { epoch, running } => Phase::Ready { epoch, running },
+        State::DrainStopping {
+            epoch,
+            cause,
+            outcome,
+            stop,
+            running,
+        } => draining(epoch, cause, DrainStep::Stopping(stop, running), outcome),
+        State::Settling {
+            epoch,
+            cause,
+            outcome,
+        } => draining(epoch, cause, DrainStep::Settling, outcome),
+        State::Unsettled {
+            epoch,
+            cause,
+            outcome,
+        } => draining(epoch, cause, DrainStep::Unsettled, outcome),
+        State::Publishing {
+            epoch,
+            cause,
+            outcome,
+        } => draining(epoch, cause, DrainStep::Publishing, outcome),
+        State::DrainReleasing {
+            epoch,
+            cause,
+            outcome,
+        } => draining(epoch, cause, DrainStep::Releasing, outcome),
+        State::Released { outcome } => Phase::Released(outcome),
+        State::Cancelled { outcome } => Phase::Cancelled(outcome),
+        State::Refused { outcome } => Phase::Refused(outcome),
+    }
+}
+
+const fn cold_phase(step: ColdStep, drain_pending: bool) -> Phase {
+    Phase::Cold {
+        step,
+        drain_pending,
+    }
+}
+
+const fn recovering(
+    epoch: u64,
+    step: RecoveryStep,
+    drain_pending: bool,
+    outcome: Option<Outcome>,
+) -> Phase {
+    Phase::Recovering {
+        epoch,
+        step,
+        drain_pending,
+        outcome,
+    }
+}
+
+const fn draining(epoch: u64, cause: DrainCause, step: DrainStep, outcome: Outcome) -> Phase {
+    Phase::Draining {
+        epoch,
+        cause,
+        step,
+        outcome,
+    }
+}
+
+/// The state a phase stands for. A recovering phase keeps an outcome only once recovery was
+/// abandoned; an abandoned recovery without one (a phase the rules never produce) is read as
+/// refused with no recorded cause.
+pub(crate) const fn state_of(phase: &Phase, busy_code: u8) -> State {
+    match *phase {
+        Phase::Cold {
+            step,
+            drain_pending,
+        } => match step {
+            ColdStep::Idle => State::Idle { drain_pending },
+            ColdStep::Acquiring => State::Acquiring { drain_pending },
+            ColdStep::Waiting => State::Waiting { drain_pending },
         },
-        DrainStep::Releasing => match ev {
-            Event::LeaseReleased => Move(
-                Phase::Released(o),
-                vec![Action::Note(Note::Released), Action::Exit(o)],
-            ),
-            e if settled_while(e) => Ignore,
-            _ => Reject,
+        Phase::Recovering {
+            epoch,
+            step,
+            drain_pending,
+            outcome,
+        } => {
+            let abandoned = match outcome {
+                Some(o) => o,
+                None => Outcome::new(Reason::Refused, busy_code),
+            };
+            match step {
+                RecoveryStep::Verifying => State::Verifying {
+                    epoch,
+                    drain_pending,
+                },
+                RecoveryStep::Spawning => State::Spawning {
+                    epoch,
+                    drain_pending,
+                },
+                RecoveryStep::AwaitingReady => State::Awaiting {
+                    epoch,
+                    drain_pending,
+                    running: Running::Main,
+                },
+                RecoveryStep::AwaitingMain => State::Awaiting {
+                    epoch,
+                    drain_pending,
+                    running: Running::Tree,
+                },
+                RecoveryStep::Aborting(stop, running) => State::Aborting {
+                    epoch,
+                    drain_pending,
+                    outcome: abandoned,
+                    stop,
+                    running,
+                },
+                RecoveryStep::Releasing => State::AbortReleasing {
+                    epoch,
+                    drain_pending,
+                    outcome: abandoned,
+                },
+            }
+        }
+        Phase::Ready { epoch, running } => State::Ready { epoch, running },
+        Phase::Draining {
+            epoch,
+            cause,
+            step,
+            outcome,
+        } => match step {
+            DrainStep::Settling => State::Settling {
+                epoch,
+                cause,
+                outcome,
+            },
+            DrainStep::Unsettled => State::Unsettled {
+                epoch,
+                cause,
+                outcome,
+            },
+            DrainStep::Stopping(stop, running) => State::DrainStopping {
+                epoch,
+                cause,
+                outcome,
+                stop,
+                running,
+            },
+            DrainStep::Publishing => State::Publishing {
+                epoch,
+                cause,
+                outcome,
+            },
+            DrainStep::Releasing => State::DrainReleasing {
+                epoch,
+                cause,
+                outcome,
+            },
         },
+        Phase::Released(outcome) => State::Released { outcome },
+        Phase::Cancelled(outcome) => State::Cancelled { outcome },
+        Phase::Refused(outcome) => State::Refused { outcome },
+    }
+}
+
+/// The name of a state's phase.
+pub(crate) const fn kind_of(state: &State) -> PhaseKind {
+    match state {
+        State::Idle { .. } | State::Acquiring { .. } | State::Waiting { .. } => PhaseKind::Cold,
+        State::Verifying { .. }
+        | State::Spawning { .. }
+        | State::Awaiting { .. }
+        | State::Aborting { .. }
+        | State::AbortReleasing { .. } => PhaseKind::Recovering,
+        State::Ready { .. } => PhaseKind::Ready,
+        State::DrainStopping { .. }
+        | State::Settling { .. }
+        | State::Unsettled { .. }
+        | State::Publishing { .. }
+        | State::DrainReleasing { .. } => PhaseKind::Draining,
+        State::Released { .. } => PhaseKind::Released,
+        State::Cancelled { .. } => PhaseKind::Cancelled,
+        State::Refused { .. } => PhaseKind::Refused,
+    }
+}
+
+/// The state of a new machine: `cold(idle)`.
+pub(crate) const INITIAL: State = State::Idle {
+    drain_pending: false,
+};
+
+#[cfg(test)]
+mod tests {
+    //! Totality of the statig port: every reachable state of every configuration the spec
+    //! renders (and of every combination of the child options) answers every sample event at a
+    //! handler, never by falling off the top; the verdicts keep their contracts; the phase view
+    //! is faithful. That the answers are the same as before the port is proven by
+    //! spec/transitions.md, which the insta snapshot in tests/spec.rs pins byte for byte.
+
+    use super::*;
+    use crate::machine::{HupPolicy, KillMode, Machine, table};
+    use statig::blocking::StateExt as _;
+    use std::time::Duration;
+
+    /// The rendered profiles and every combination of `--type`, `--kill-mode`, `--hup`,
+    /// `--watchdog`, `--ready-timeout` and `--pidfile` (the last two only where the rules read
+    /// them: a readiness wait exists only for notify and forking, a pid file only for forking).
+    fn configs() -> Vec<Config> {
+        let mut v: Vec<Config> = table::profiles().into_iter().map(|(_, c)| c).collect();
+        for ready in [ReadyMode::Start, ReadyMode::Notify, ReadyMode::Forking] {
+            let timeouts: &[Option<Duration>] = match ready {
+                ReadyMode::Start => &[None],
+                ReadyMode::Notify | ReadyMode::Forking => &[None, Some(Duration::from_secs(9))],
+            };
+            let pid_files: &[bool] = match ready {
+                ReadyMode::Start | ReadyMode::Notify => &[false],
+                ReadyMode::Forking => &[false, true],
+            };
+            for kill_mode in [KillMode::Tree, KillMode::Main] {
+                for hup in [HupPolicy::Stop, HupPolicy::Forward] {
+                    for watchdog in [None, Some(Duration::from_secs(7))] {
+                        for &ready_timeout in timeouts {
+                            for &pid_file in pid_files {
+                                v.push(Config {
+                                    kill_mode,
+                                    hup,
+                                    watchdog,
+                                    ready_timeout,
+                                    pid_file,
+                                    ..Config::child(ready)
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    /// Every reachable machine of every configuration, computed once for all the tests here.
+    fn reachable() -> &'static [(Config, Vec<Machine>)] {
+        static ALL: std::sync::OnceLock<Vec<(Config, Vec<Machine>)>> = std::sync::OnceLock::new();
+        ALL.get_or_init(|| {
+            configs()
+                .into_iter()
+                .map(|c| (c, table::reachable(c)))
+                .collect()
+        })
+    }
+
+    /// Runs `f` on every reachable machine of every configuration with every sample event.
+    fn every(mut f: impl FnMut(&Config, &Machine, Event)) {
+        let events = Event::samples();
+        for (config, machines) in reachable() {
+            for m in machines {
+                for &e in &events {
+                    f(config, m, e);
+                }
+            }
+        }
+    }
+
+    /// The root decides every event that reaches it: the chain of handlers never ends in
+    /// `Super`, which statig would drop silently.
+    #[test]
+    fn no_event_falls_off_the_top() {
+        let mut states = 0;
+        every(|config, m, e| {
+            states += 1;
+            let mut rules = Rules { config: *config };
+            let mut state = m.state;
+            let mut reply = reply();
+            let outcome = state.handle(&mut rules, &e, &mut reply);
+            assert!(
+                !matches!(outcome, Super),
+                "{e} fell off the top in {}",
+                m.phase().label()
+            );
+        });
+        assert!(states > 10_000, "only {states} state × event pairs walked");
+    }
+
+    /// Each verdict keeps its contract: an ignored or rejected event changes nothing and emits
+    /// nothing, a rejection names the phase and the event, and a move that leaves the state as
+    /// it was does so only to emit actions.
+    #[test]
+    fn verdicts_keep_their_contracts() {
+        let (mut moved, mut ignored, mut rejected) = (0, 0, 0);
+        every(|config, m, e| {
+            let mut reply = reply();
+            let next = step(*config, m.state, &e, &mut reply);
+            match reply.verdict {
+                Verdict::Moved => {
+                    moved += 1;
+                    assert!(
+                        next != m.state || !reply.actions.is_empty(),
+                        "{e} in {}: a move that changes nothing must be an ignore",
+                        m.phase().label()
+                    );
+                }
+                Verdict::Ignored => {
+                    ignored += 1;
+                    assert_eq!(next, m.state, "{e} ignored in {}", m.phase().label());
+                    assert!(
+                        reply.actions.is_empty(),
+                        "{e} ignored in {}",
+                        m.phase().label()
+                    );
+                }
+                Verdict::Rejected => {
+                    rejected += 1;
+                    let r = m.step(e).expect_err("rejected");
+                    assert_eq!((r.phase, r.event), (m.kind(), e));
+                    assert_eq!(r.label, m.phase().label());
+                }
+            }
+        });
+        assert!(moved > 0 && ignored > 0 && rejected > 0);
+    }
+
+    /// The phase is a faithful view of the statig state: reading a reachable state's phase
+    /// back gives the same state, and the phase's name is the state's kind.
+    #[test]
+    fn phase_view_round_trips() {
+        for (config, machines) in reachable() {
+            for m in machines {
+                let phase = m.phase();
+                assert_eq!(state_of(&phase, config.busy_code), m.state, "{phase:?}");
+                assert_eq!(phase.kind(), kind_of(&m.state));
+                assert_eq!(Machine::with_phase(*config, phase), *m);
+            }
+        }
+    }
+
+    /// Restoring a stored state runs statig's entry actions again; they are muted, so a step
+    /// emits only what the event caused. Without the mute, restoring a stopping workload would
+    /// forward the stop signal again.
+    #[test]
+    fn restoring_a_state_emits_nothing() {
+        let config = Config::child(ReadyMode::Start);
+        let state = State::DrainStopping {
+            epoch: 1,
+            cause: DrainCause::Requested,
+            outcome: Outcome::new(Reason::Stopped, config.busy_code),
+            stop: ChildStop::Signalled,
+            running: Running::Main,
+        };
+        let entered = |restoring| {
+            let mut sm = Rules { config }.uninitialized_state_machine();
+            *sm.state_mut() = state;
+            let mut r = Reply::new(restoring);
+            let _ = sm.init_with_context(&mut r);
+            r.actions
+        };
+        assert_eq!(
+            entered(false),
+            vec![
+                Action::Note(Note::Owned(1)),
+                Action::Forward(Signal::Term, Target::Tree),
+                Action::ArmTimer(Timer::Grace, config.grace),
+            ]
+        );
+        assert!(entered(true).is_empty());
+        let mut reply = reply();
+        let _ = step(config, state, &Event::Stray(10), &mut reply);
+        assert_eq!(reply.actions, vec![Action::Relay(10, Target::Main)]);
     }
 }
