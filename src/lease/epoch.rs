@@ -13,7 +13,7 @@ use crate::privfs::{Dir, FsError};
 pub const EPOCH_FILE: &str = "epoch";
 
 /// The largest epoch file accepted: 20 digits of u64 plus the newline, with some slack.
-const MAX_LEN: u64 = 64;
+pub const MAX_LEN: u64 = 64;
 
 /// Errors of reading or writing the epoch file.
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +90,7 @@ pub fn next(control: &Dir) -> Result<u64, EpochError> {
 
 /// An epoch the dir recorded outside the epoch file, and where (a manifest, a registry entry,
 /// the owner record, a kept output).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Seen {
     /// The epoch.
     pub epoch: u64,
@@ -100,7 +100,7 @@ pub struct Seen {
 
 /// The epoch file was behind an epoch recorded elsewhere: it was rewound (restored from an
 /// old backup, edited) or lost its last write. The next epoch skips past what was seen.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error)]
 #[error(
     "{path} holds epoch {file}, but {} records epoch {}; the next epoch is {next}, above every epoch this dir has recorded",
     .seen.path.display(), .seen.epoch

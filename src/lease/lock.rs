@@ -49,8 +49,8 @@ const RETRY_AFTER_EVENT: [Duration; 3] = [
 ];
 
 /// How a wait for the lock ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WaitEnd {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WaitEnd {
     /// The lock is now held on the caller's descriptor.
     Acquired,
     /// The bound expired while another holder kept the lock.
@@ -275,11 +275,6 @@ impl LockGuard {
         let dup = rustix::io::fcntl_dupfd_cloexec(file, 3)?;
         self.shared = true;
         Ok(dup)
-    }
-
-    /// The lock file's path (for messages).
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
     }
 
     /// The locked descriptor (for identity checks such as `fstat`).
