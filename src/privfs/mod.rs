@@ -718,24 +718,6 @@ impl Dir {
         self.open_dir(name)
     }
 
-    /// Creates a subdirectory 0700 unless it exists, without syncing anything: `Ok(true)` when
-    /// it was created (durable only once this directory is synced), `Ok(false)` when a private
-    /// directory of ours was there already. For step plans, which sync explicitly.
-    pub fn make_dir(&self, name: impl AsRef<OsStr>, label: &str) -> Result<bool, FsError> {
-        let name = self.name(name.as_ref())?;
-        let path = self.child_path(name);
-        hit(label, RecordKind::Mkdir).map_err(|e| FsError::io("create", path.clone(), e))?;
-        match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(0o700)) {
-            Ok(()) => {
-                record(RecordKind::Mkdir, &self.path, name, None);
-                Ok(true)
-            }
-            // Someone made it first, or it was there: it must be a private dir of ours.
-            Err(rustix::io::Errno::EXIST) => self.open_dir(name).map(|_| false),
-            Err(e) => Err(FsError::io("create", path, e)),
-        }
-    }
-
     /// Opens a subdirectory, creating it (0700, durably) when it is missing.
     pub fn ensure_dir(&self, name: impl AsRef<OsStr>, label: &str) -> Result<Dir, FsError> {
         let name = name.as_ref();
@@ -1241,17 +1223,6 @@ impl<'d> TempFile<'d> {
         Ok(())
     }
 
-    /// Hands the written temp file over to the caller, who renames or removes it (a step plan's
-    /// executor, which keeps the descriptor until the plan says what becomes of the file).
-    pub fn into_parts(mut self) -> (OsString, File) {
-        self.handed_over = true;
-        let file = self
-            .file
-            .take()
-            .expect("a TempFile holds its file until it is consumed");
-        (self.name.clone(), file)
-    }
-
     /// fsyncs the file (crash point `<label>.fsync`). Consumes the temp file: on error it is
     /// closed and removed, so its descriptor can never be fsynced again.
     pub fn sync(mut self) -> Result<SyncedTemp<'d>, FsError> {
@@ -1288,19 +1259,6 @@ impl Drop for TempFile<'_> {
             remove_abandoned(self.dir, &self.name);
         }
     }
-}
-
-/// fsyncs `file`, which is `name` in `dir` (crash point `<label>.fsync`, recorded as an fsync of
-/// `dir/name`), for a step plan's executor that keeps the descriptor of a file it wrote. On
-/// error the caller must abandon the file: a second fsync after an error may report success
-/// for data that was dropped.
-pub fn fsync_file(dir: &Dir, name: &OsStr, file: &File, label: &str) -> Result<(), FsError> {
-    let path = dir.child_path(name);
-    hit(label, RecordKind::Fsync)
-        .and_then(|()| rustix::fs::fsync(file).map_err(io::Error::from))
-        .map_err(|source| FsError::Fsync { path, source })?;
-    record(RecordKind::Fsync, &dir.path, name, None);
-    Ok(())
 }
 
 /// Removes an abandoned temp file; failure only leaves a `.tmp-` file that the next owner sweeps.
