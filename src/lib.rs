@@ -97,6 +97,7 @@ macro_rules! eprint {
 pub mod checkpoint;
 pub mod driver;
 pub mod failpoint;
+pub mod fsop;
 pub mod host;
 pub mod lease;
 pub mod machine;

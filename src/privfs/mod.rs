@@ -40,8 +40,12 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat};
 
 use crate::sync::{AtomicBool, Ordering};
 
+mod exec;
 #[cfg(feature = "failpoints")]
 mod record;
+mod scratch;
+
+pub use exec::Exec;
 #[cfg(feature = "failpoints")]
 pub use record::{Op, OpKind, start_recording, take_recording, take_recording_under};
 
@@ -440,6 +444,7 @@ enum RecordKind {
     Unlink,
     Link,
     Mkdir,
+    SyncFs,
 }
 
 impl RecordKind {
@@ -454,6 +459,7 @@ impl RecordKind {
             RecordKind::Unlink => "unlink",
             RecordKind::Link => "link",
             RecordKind::Mkdir => "mkdir",
+            RecordKind::SyncFs => "syncfs",
         }
     }
 }
@@ -1015,6 +1021,15 @@ impl Dir {
             .map_err(|e| FsError::io("remove", path.clone(), e))?;
         record(RecordKind::Unlink, &self.path, name, None);
         Ok(())
+    }
+
+    /// Removes the scratch tree `name` (a directory and everything below it; a missing name is
+    /// fine) without recursion and with two directory descriptors at any depth: each
+    /// subdirectory is emptied one level at a time, its own subdirectories hoisted up under
+    /// fresh names. Links are unlinked, never followed. Nothing is synced: only for trees
+    /// nothing durable refers to (staging areas, views, kept outputs).
+    pub fn remove_tree(&self, name: impl AsRef<OsStr>, label: &str) -> Result<(), FsError> {
+        scratch::remove_tree(self, name.as_ref(), label)
     }
 
     /// Hard-links `from` (in this directory) as `to` in `to_dir`, failing with `AlreadyExists` if
