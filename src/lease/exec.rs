@@ -1,14 +1,13 @@
-//! The real executor of the lease plans ([`super::plan`]): files through `privfs` (descriptor-
-//! relative, checked, with crash points and the operation recorder), the lock through
-//! [`super::lock`] (the only module that calls `flock`), processes through identity-checked
-//! pidfds, cgroups through cgroupfs.
+//! The real executor of the lease plans ([`super::plan`]): file operations through
+//! [`crate::privfs::Exec`] (the executor every protocol of tenure shares: descriptor-relative,
+//! checked, with crash points and the operation recorder), the lock through [`super::lock`]
+//! (the only module that calls `flock`), processes through identity-checked pidfds, cgroups
+//! through cgroupfs.
 //!
-//! The executor owns what the plans must not: the descriptors of the state dir and its
-//! folders, of the temp files a plan wrote and has not renamed yet, of the lock file, and the
-//! ownership's cgroup. A [`super::Lease`] keeps its [`Io`] and runs its later plans (phases,
-//! registration, release) through it.
+//! What the plans must not own lives here: the lock file and the held lock, the ownership's
+//! cgroup ([`LockIo`], kept by a [`super::Lease`] across its plans), the caller's cancel
+//! descriptor, wait bound and contention callback.
 
-use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -18,23 +17,19 @@ use std::time::{Duration, Instant};
 use super::cgroup::{self, Cgroup};
 use super::identity::{Identity, Liveness, SignalOutcome, signal_owner};
 use super::lock::{self, CloseWatch, LockGuard};
-use super::plan::{Exec, Loc, LockTry, Op, Res};
+use super::plan::{Exec, LeaseOp, LeaseRes, LockTry};
 use super::{CONTROL_DIR, Contention, LEFTOVERS_WAIT, LOCK_FILE, LeaseError};
-use crate::privfs::{Dir, FsError, StateDir};
+use crate::fsop::Executor;
+use crate::privfs::StateDir;
 
 /// How long a try-once acquisition pauses before its second and last try: a `status` probe
 /// holds a shared lock for microseconds, and one short retry keeps it from turning into a
 /// spurious `busy`.
 const TRY_SETTLE: Duration = Duration::from_micros(200);
 
-/// The descriptors a lease's plans work on.
-#[derive(Debug)]
-pub(crate) struct Io {
-    state: StateDir,
-    /// Opened folders, by [`Loc::index`] (the root is `state` itself).
-    dirs: [Option<Dir>; 6],
-    /// Temp files written and not yet renamed or removed.
-    temps: Vec<(Loc, String, File)>,
+/// The lock and the cgroup of one (prospective) ownership.
+#[derive(Debug, Default)]
+pub(crate) struct LockIo {
     /// The lock file, opened and not (yet) locked.
     lock_file: Option<File>,
     /// The held lock.
@@ -43,166 +38,28 @@ pub(crate) struct Io {
     pub(crate) cgroup: Option<Cgroup>,
 }
 
-impl Io {
-    /// The executor's state for `state`.
-    pub(crate) fn new(state: StateDir) -> Io {
-        Io {
-            state,
-            dirs: [None, None, None, None, None, None],
-            temps: Vec::new(),
-            lock_file: None,
-            guard: None,
-            cgroup: None,
-        }
-    }
-
-    /// The state dir.
-    pub(crate) fn state(&self) -> &StateDir {
-        &self.state
-    }
-
-    /// Opens `loc` (and its parents) if it exists; `Ok(false)` when it does not.
-    fn open(&mut self, loc: Loc) -> Result<bool, FsError> {
-        if loc == Loc::Root || self.dirs[loc.index()].is_some() {
-            return Ok(true);
-        }
-        let (parent, name) = loc.parent().expect("only the state dir has no parent");
-        if !self.open(parent)? {
-            return Ok(false);
-        }
-        let d = self
-            .get(parent)
-            .expect("opened just now")
-            .open_dir_optional(name)?;
-        let found = d.is_some();
-        self.dirs[loc.index()] = d;
-        Ok(found)
-    }
-
-    fn get(&self, loc: Loc) -> Option<&Dir> {
-        match loc {
-            Loc::Root => Some(self.state.root()),
-            _ => self.dirs[loc.index()].as_ref(),
-        }
-    }
-
-    /// `loc`, which must exist.
-    fn need(&mut self, loc: Loc) -> Result<&Dir, FsError> {
-        if !self.open(loc)? {
-            return Err(FsError::NotFound {
-                path: loc.path(self.state.path()),
-            });
-        }
-        Ok(self.get(loc).expect("opened just now"))
-    }
-
-    fn take_temp(&mut self, loc: Loc, name: &str) -> Option<File> {
-        let i = self
-            .temps
-            .iter()
-            .position(|(l, n, _)| *l == loc && n == name)?;
-        Some(self.temps.swap_remove(i).2)
-    }
-
-    fn lock_path(&self) -> PathBuf {
-        self.state.path().join(CONTROL_DIR).join(LOCK_FILE)
-    }
-
-    /// The file operations, shared by every plan.
-    fn file_op(&mut self, op: Op) -> Result<Res, FsError> {
-        Ok(match op {
-            Op::StillAtPath => Res::Flag(self.state.is_still_at_path()?),
-            Op::List(loc) => {
-                if !self.open(loc)? {
-                    return Ok(Res::Listed(None));
-                }
-                let entries = self.get(loc).expect("opened").entries()?;
-                Res::Listed(Some(
-                    entries
-                        .into_iter()
-                        .map(|e| (e.name.to_string_lossy().into_owned(), e.kind))
-                        .collect(),
-                ))
-            }
-            Op::Read { dir, name, max } => {
-                if !self.open(dir)? {
-                    return Ok(Res::Bytes(None));
-                }
-                Res::Bytes(self.get(dir).expect("opened").read_optional(&name, max)?)
-            }
-            Op::Mkdir { dir, label } => {
-                let (parent, name) = dir.parent().expect("the state dir exists");
-                let created = self.need(parent)?.make_dir(name, label)?;
-                self.dirs[dir.index()] = None;
-                Res::Made(created)
-            }
-            Op::WriteTemp { dir, bytes, label } => {
-                let d = self.need(dir)?;
-                let mut tmp = d.create_temp(label)?;
-                tmp.write_all(&bytes)?;
-                let (name, file) = tmp.into_parts();
-                let name = name.to_string_lossy().into_owned();
-                self.temps.push((dir, name.clone(), file));
-                Res::Temp(name)
-            }
-            Op::Fsync { dir, name, label } => {
-                let file = self.take_temp(dir, &name);
-                let d = self.need(dir)?;
-                match &file {
-                    Some(f) => crate::privfs::fsync_file(d, OsStr::new(&name), f, label)?,
-                    // Not a file this executor wrote: open it to sync it.
-                    None => {
-                        let f = d.open_file(&name)?;
-                        crate::privfs::fsync_file(d, OsStr::new(&name), &f, label)?;
-                    }
-                }
-                if let Some(f) = file {
-                    self.temps.push((dir, name, f));
-                }
-                Res::Done
-            }
-            Op::Rename {
-                dir,
-                from,
-                to,
-                noreplace,
-                label,
-            } => {
-                let d = self.need(dir)?;
-                d.rename_to(&from, d, &to, label, noreplace)?;
-                drop(self.take_temp(dir, &from));
-                Res::Done
-            }
-            Op::SyncDir { dir, label } => {
-                self.need(dir)?.sync(label)?;
-                Res::Done
-            }
-            Op::Unlink { dir, name, label } => {
-                drop(self.take_temp(dir, &name));
-                self.need(dir)?.unlink(&name, label)?;
-                Res::Done
-            }
-            Op::CheckpointEpoch => Res::Seen(crate::checkpoint::highest_epoch(&self.state)),
-            other => unreachable!("{other:?} is not a file operation"),
-        })
-    }
-}
-
-/// What one plan run needs besides the descriptors: the caller's cancel descriptor and wait
-/// bound, its contention callback, and how long to wait for an orphan to die.
+/// Runs lease plans on the real system.
 pub(crate) struct Real<'a> {
-    pub(crate) io: &'a mut Io,
+    state: &'a StateDir,
+    fs: crate::privfs::Exec<'a>,
+    lock: &'a mut LockIo,
+    /// The caller's cancel descriptor (its readability ends a wait).
     pub(crate) cancel: Option<BorrowedFd<'a>>,
+    /// The wait bound (`None`: forever).
     pub(crate) deadline: Option<Instant>,
+    /// Told when the lease is found held and the caller is about to wait.
     pub(crate) on_wait: Option<&'a mut dyn FnMut(&Contention)>,
+    /// How long to wait for an orphan to be gone after SIGKILL.
     pub(crate) orphan_bound: Duration,
 }
 
 impl<'a> Real<'a> {
-    /// An executor for plans that neither wait nor stop orphans.
-    pub(crate) fn plain(io: &'a mut Io) -> Real<'a> {
+    /// An executor for `state` holding (or about to hold) the lock in `lock`.
+    pub(crate) fn new(state: &'a StateDir, lock: &'a mut LockIo) -> Real<'a> {
         Real {
-            io,
+            state,
+            fs: crate::privfs::Exec::new(state.root()),
+            lock,
             cancel: None,
             deadline: None,
             on_wait: None,
@@ -210,16 +67,20 @@ impl<'a> Real<'a> {
         }
     }
 
+    fn lock_path(&self) -> PathBuf {
+        self.state.path().join(CONTROL_DIR).join(LOCK_FILE)
+    }
+
     fn lock_err(&self, source: io::Error) -> LeaseError {
         LeaseError::Lock {
-            path: self.io.lock_path(),
+            path: self.lock_path(),
             source,
         }
     }
 
     fn wait_err(&self, source: io::Error) -> LeaseError {
         LeaseError::Wait {
-            path: self.io.lock_path(),
+            path: self.lock_path(),
             source,
         }
     }
@@ -228,21 +89,24 @@ impl<'a> Real<'a> {
     /// `lease.locked` lies between taking the lock and anything written under it (tests hold
     /// an owner there, `gate`, to show what `stop` and `status` see of an owner that starts).
     fn locked(&mut self, file: File) -> Result<(), LeaseError> {
-        let guard = LockGuard::new(file, self.io.lock_path());
+        let guard = LockGuard::new(file, self.lock_path());
         if let Err(e) = crate::failpoint::hit("lease.locked") {
             drop(guard);
             return Err(self.lock_err(e));
         }
-        self.io.guard = Some(guard);
+        self.lock.guard = Some(guard);
         Ok(())
     }
 
-    fn try_lock(&mut self) -> Result<LockTry, LeaseError> {
-        let file = self
-            .io
+    fn lock_file(&mut self) -> Result<File, LeaseError> {
+        self.lock
             .lock_file
             .take()
-            .ok_or_else(|| self.lock_err(io::Error::other("the lock file is not open")))?;
+            .ok_or_else(|| self.lock_err(io::Error::other("the lock file is not open")))
+    }
+
+    fn try_lock(&mut self) -> Result<LockTry, LeaseError> {
+        let file = self.lock_file()?;
         if lock::try_lock(&file).map_err(|e| self.lock_err(e))? {
             self.locked(file)?;
             return Ok(LockTry::Locked);
@@ -255,69 +119,70 @@ impl<'a> Real<'a> {
                 return Ok(LockTry::Locked);
             }
         }
-        self.io.lock_file = Some(file);
+        self.lock.lock_file = Some(file);
         Ok(LockTry::Busy { may_wait })
     }
 
     fn wait(&mut self) -> Result<lock::WaitEnd, LeaseError> {
-        let file = self
-            .io
-            .lock_file
-            .take()
-            .ok_or_else(|| self.lock_err(io::Error::other("the lock file is not open")))?;
-        let path = self.io.lock_path();
+        let file = self.lock_file()?;
+        let path = self.lock_path();
+        // The watch is registered before the wait's first try, so a release in between still
+        // leaves an event (see `lock`).
         let watch = CloseWatch::new(&file, &path).map_err(|e| self.wait_err(e))?;
         let end =
             lock::wait(&file, &watch, self.deadline, self.cancel).map_err(|e| self.wait_err(e))?;
         match end {
             lock::WaitEnd::Acquired => self.locked(file)?,
-            lock::WaitEnd::Expired | lock::WaitEnd::Cancelled => self.io.lock_file = Some(file),
+            lock::WaitEnd::Expired | lock::WaitEnd::Cancelled => self.lock.lock_file = Some(file),
         }
         Ok(end)
     }
 
-    fn execute_inner(&mut self, op: Op) -> Result<Res, LeaseError> {
+    fn execute_inner(&mut self, op: LeaseOp<'_>) -> Result<LeaseRes, LeaseError> {
         Ok(match op {
-            Op::Cancelled => {
-                Res::Flag(lock::is_cancelled(self.cancel).map_err(|e| self.wait_err(e))?)
+            LeaseOp::File(step) => LeaseRes::File(self.fs.run(step)),
+            LeaseOp::Cancelled => {
+                LeaseRes::Flag(lock::is_cancelled(self.cancel).map_err(|e| self.wait_err(e))?)
             }
-            Op::OpenLock => {
+            LeaseOp::StillAtPath => LeaseRes::Flag(self.state.is_still_at_path()?),
+            LeaseOp::OpenLock { dir } => {
                 let file = self
-                    .io
-                    .need(Loc::Control)?
+                    .fs
+                    .dir(dir)?
                     .open_or_create_file(LOCK_FILE, "lease.lock")?;
-                self.io.lock_file = Some(file);
-                Res::Done
+                self.lock.lock_file = Some(file);
+                LeaseRes::Done
             }
-            Op::TryLock => Res::Lock(self.try_lock()?),
-            Op::Wait => Res::Waited(self.wait()?),
-            Op::Unlock => {
-                self.io.lock_file = None;
-                if let Some(g) = self.io.guard.take() {
+            LeaseOp::TryLock => LeaseRes::Lock(self.try_lock()?),
+            LeaseOp::Wait => LeaseRes::Waited(self.wait()?),
+            LeaseOp::Unlock => {
+                self.lock.lock_file = None;
+                if let Some(g) = self.lock.guard.take() {
                     g.unlock().map_err(|e| self.lock_err(e))?;
                 }
-                Res::Done
+                LeaseRes::Done
             }
-            Op::Contended(owner) => {
+            LeaseOp::Contended(owner) => {
+                let dir = self.state.path().to_path_buf();
                 if let Some(f) = self.on_wait.as_mut() {
                     f(&Contention {
-                        dir: self.io.state.path().to_path_buf(),
-                        owner: owner.map(|o| *o),
+                        dir,
+                        owner: owner.cloned(),
                     });
                 }
-                Res::Done
+                LeaseRes::Done
             }
-            Op::Liveness(id) => Res::Live(id.liveness()),
-            Op::PidLiveness { pid, start } => Res::Live(match Identity::of_pid(pid) {
+            LeaseOp::Liveness(id) => LeaseRes::Live(id.liveness()),
+            LeaseOp::PidLiveness { pid, start } => LeaseRes::Live(match Identity::of_pid(pid) {
                 Ok(now) if now.start_time == start => Liveness::Live,
                 Ok(_) => Liveness::Recycled,
                 Err(_) => Liveness::Dead,
             }),
-            Op::Kill(id) => Res::Flag(matches!(
-                signal_owner(&id, rustix::process::Signal::KILL),
+            LeaseOp::Kill(id) => LeaseRes::Flag(matches!(
+                signal_owner(id, rustix::process::Signal::KILL),
                 Ok(SignalOutcome::Delivered)
             )),
-            Op::AwaitGone(id) => {
+            LeaseOp::AwaitGone(id) => {
                 let deadline = Instant::now() + self.orphan_bound;
                 let mut gone = true;
                 while id.liveness() == Liveness::Live {
@@ -327,51 +192,44 @@ impl<'a> Real<'a> {
                     }
                     std::thread::sleep(Duration::from_millis(2));
                 }
-                Res::Flag(gone)
+                LeaseRes::Flag(gone)
             }
-            Op::EndCgroup {
+            LeaseOp::EndCgroup {
                 rec,
                 root_id,
                 epoch,
-            } => Res::Ended(cgroup::end_recorded(
-                &rec,
+            } => LeaseRes::Ended(cgroup::end_recorded(
+                rec,
                 &root_id.to_string(),
                 epoch,
                 LEFTOVERS_WAIT,
             )?),
-            Op::CreateCgroup { name } => Res::Cgroup(match Cgroup::create(&name) {
+            LeaseOp::CreateCgroup { name } => LeaseRes::Cgroup(match Cgroup::create(name) {
                 Ok(cg) => {
                     let rec = cg.record();
-                    self.io.cgroup = Some(cg);
+                    self.lock.cgroup = Some(cg);
                     Ok(rec)
                 }
                 Err(e) => Err(e.to_string()),
             }),
-            Op::RemoveCgroup => {
-                if let Some(cg) = self.io.cgroup.take() {
+            LeaseOp::RemoveCgroup => {
+                if let Some(cg) = self.lock.cgroup.take() {
                     let _ = cg.remove();
                 }
-                Res::Done
+                LeaseRes::Done
             }
-            file_op @ (Op::StillAtPath
-            | Op::List(_)
-            | Op::Read { .. }
-            | Op::Mkdir { .. }
-            | Op::WriteTemp { .. }
-            | Op::Fsync { .. }
-            | Op::Rename { .. }
-            | Op::SyncDir { .. }
-            | Op::Unlink { .. }
-            | Op::CheckpointEpoch) => self.io.file_op(file_op)?,
+            LeaseOp::CheckpointEpoch => {
+                LeaseRes::Seen(crate::checkpoint::highest_epoch(self.state))
+            }
         })
     }
 }
 
 impl Exec for Real<'_> {
-    fn execute(&mut self, op: Op) -> Res {
+    fn execute(&mut self, op: LeaseOp<'_>) -> LeaseRes {
         match self.execute_inner(op) {
             Ok(r) => r,
-            Err(e) => Res::Failed(e),
+            Err(e) => LeaseRes::Failed(e),
         }
     }
 }

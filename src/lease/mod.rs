@@ -393,9 +393,9 @@ fn read_owner(control: &Dir) -> Result<Option<OwnerRecord>, LeaseError> {
 /// acquisition (foreign, moved or corrupt state, card L8) without creating anything, for front
 /// ends such as `tenure up` that would otherwise write their own files into a refused dir.
 pub fn check(dir: &StateDir) -> Result<(), LeaseError> {
-    let mut io = exec::Io::new(dir.try_clone()?);
-    let mut plan = plan::Check::new(dir.path().to_path_buf());
-    plan::run(&mut plan, &mut exec::Real::plain(&mut io)).map_err(plan::Failure::into_error)
+    let mut lock = exec::LockIo::default();
+    let mut plan = plan::Check::new(plan::CheckSteps::new(dir.path().to_path_buf()));
+    plan::run(&mut plan, &mut exec::Real::new(dir, &mut lock)).map_err(plan::Failure::into_error)
 }
 
 /// Reads the owner record for a contention message; any problem just means "unknown".
@@ -447,19 +447,22 @@ pub fn acquire_for_workload(
         phase: opts.phase,
         cgroup,
     };
-    let mut io = exec::Io::new(dir.try_clone()?);
-    let mut real = exec::Real {
-        io: &mut io,
-        cancel: opts.cancel,
-        deadline,
-        on_wait: Some(on_wait),
-        orphan_bound: Duration::ZERO,
-    };
-    let acquired =
-        plan::run(&mut plan::Acquire::new(input), &mut real).map_err(plan::Failure::into_error)?;
-    let cgroup = io.cgroup.take();
+    let mut lock = exec::LockIo::default();
+    let acquired = {
+        let mut real = exec::Real::new(dir, &mut lock);
+        real.cancel = opts.cancel;
+        real.deadline = deadline;
+        real.on_wait = Some(on_wait);
+        plan::run(
+            &mut plan::Acquire::new(plan::AcquireSteps::new(input)),
+            &mut real,
+        )
+    }
+    .map_err(plan::Failure::into_error)?;
+    let cgroup = lock.cgroup.take();
     Ok(Lease {
-        io,
+        state: dir.try_clone()?,
+        lock,
         record: acquired.record,
         orphans: acquired.orphans,
         rewound: acquired.rewound,
@@ -489,7 +492,8 @@ fn waiter_liveness(waiters: &Dir, name: &str) -> Liveness {
 /// ownership) but leaves the record as it was, which `status` then shows as stale.
 #[derive(Debug)]
 pub struct Lease {
-    io: exec::Io,
+    state: StateDir,
+    lock: exec::LockIo,
     record: OwnerRecord,
     orphans: Vec<RegistryRecord>,
     rewound: Option<epoch::Rewound>,
@@ -526,7 +530,7 @@ impl Lease {
 
     /// The state dir this lease owns.
     pub fn state_dir(&self) -> &StateDir {
-        self.io.state()
+        &self.state
     }
 
     /// Live instances registered by an earlier owner that crashed (found at acquisition).
@@ -542,7 +546,7 @@ impl Lease {
 
     /// Runs one of this lease's plans on its descriptors.
     fn run<P: plan::Plan>(&mut self, plan: &mut P) -> P::Output {
-        plan::run(plan, &mut exec::Real::plain(&mut self.io))
+        plan::run(plan, &mut exec::Real::new(&self.state, &mut self.lock))
     }
 
     /// Rewrites the owner record with a new phase (card H8; the plan [`plan::SetPhase`]). The
@@ -553,7 +557,7 @@ impl Lease {
     pub fn set_phase(&mut self, phase: PhaseKind) -> Result<(), LeaseError> {
         let mut next = self.record.clone();
         next.phase = phase;
-        self.run(&mut plan::SetPhase::new(&next))
+        self.run(&mut plan::SetPhase::new(plan::SetPhaseSteps::new(&next)))
             .map_err(plan::Failure::into_error)?;
         self.record = next;
         Ok(())
@@ -577,7 +581,7 @@ impl Lease {
             since: now_ms(),
             root_id: self.record.root_id,
         };
-        self.run(&mut plan::Register::new(&rec))
+        self.run(&mut plan::Register::new(plan::RegisterSteps::new(&rec)))
             .map_err(plan::Failure::into_error)
     }
 
@@ -589,11 +593,11 @@ impl Lease {
             });
         }
         let entry = format!("{}-{name}.json", self.record.epoch);
-        self.run(&mut plan::Remove::new(
+        self.run(&mut plan::Remove::new(plan::RemoveSteps::new(
             plan::Loc::Instances,
             entry,
             "lease.registry",
-        ))
+        )))
         .map_err(plan::Failure::into_error)
     }
 
@@ -604,8 +608,10 @@ impl Lease {
     /// stopped, or the orphan still alive at the bound: two workloads on one state dir must
     /// never run at once, so the caller refuses to start its own.
     pub fn stop_orphans(&mut self, bound: Duration) -> Result<Vec<u32>, Box<RegistryRecord>> {
-        let mut stop = plan::StopOrphans::new(std::mem::take(&mut self.orphans));
-        let mut real = exec::Real::plain(&mut self.io);
+        let mut stop = plan::StopOrphans::new(plan::StopOrphansSteps::new(std::mem::take(
+            &mut self.orphans,
+        )));
+        let mut real = exec::Real::new(&self.state, &mut self.lock);
         real.orphan_bound = bound;
         plan::run(&mut stop, &mut real)
     }
@@ -616,13 +622,13 @@ impl Lease {
     pub fn release(mut self) -> Result<(), LeaseError> {
         let mut next = self.record.clone();
         next.phase = PhaseKind::Released;
-        self.run(&mut plan::Release::new(&next))
+        self.run(&mut plan::Release::new(plan::ReleaseSteps::new(&next)))
             .map_err(plan::Failure::into_error)
     }
 
     /// The descriptor holding the kernel lock, e.g. to check in a test that it is `O_CLOEXEC`.
     pub fn lock_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.io.guard.as_ref().and_then(|g| g.fd())
+        self.lock.guard.as_ref().and_then(|g| g.fd())
     }
 
     /// A duplicate of the lock descriptor for the workload to inherit, where no cgroup contains
@@ -635,8 +641,8 @@ impl Lease {
     /// record says so ([`Containment::LockFd`]) from its next rewrite on (the next phase): it is
     /// evidence for `status` only, since a successor needs nothing from it.
     pub fn share_lock(&mut self) -> Result<OwnedFd, LeaseError> {
-        let path = self.io.state().path().join(CONTROL_DIR).join(LOCK_FILE);
-        let dup = match self.io.guard.as_mut() {
+        let path = self.state.path().join(CONTROL_DIR).join(LOCK_FILE);
+        let dup = match self.lock.guard.as_mut() {
             Some(g) => g.share(),
             None => Err(io::Error::other("the lease was already released")),
         }

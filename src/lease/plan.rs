@@ -1,13 +1,20 @@
 //! The lease protocols as data (design.md, "Protocols as data"; issue 12): acquisition, phase
 //! updates, instance registration, orphan stopping and release are step machines that yield
-//! operations — on files, on the kernel lock, on processes — as values ([`Op`]) and consume
-//! their results ([`Res`]). A plan owns no descriptor, reads no clock, draws no random number
-//! and hides no sync: every durability step is an explicit [`Op::Fsync`] or [`Op::SyncDir`].
+//! operations as values and consume their results. A plan owns no descriptor, reads no clock,
+//! draws no random number and hides no sync: every durability step is an explicit
+//! [`Act::Fsync`] or [`Act::SyncDir`].
 //!
-//! Two executors run them. [`super::exec`] runs them for real: files through `privfs`, the
-//! lock through `flock` (the one module that takes it, [`super::lock`]), processes through
-//! pidfds and cgroupfs. The lease model (`models/src/lease.rs`) runs the very same plans over
-//! its crash filesystem, lock table and process table, and keeps the plan itself in its state:
+//! Each protocol is written as [`Steps`] over folder-relative acts ([`Act`]: read this record,
+//! write that temp file, rename, sync this folder, try the lock, end that cgroup) and driven by
+//! [`Driven`], which says each file act in the vocabulary every protocol of tenure speaks
+//! ([`crate::fsop`]: handles, never descriptors) and leaves the lock and process acts as the
+//! lease's own operations ([`LeaseOp`]).
+//!
+//! Two executors run the plans. [`super::exec`] runs them for real: file operations through
+//! `privfs::Exec` (the same executor as the checkpoint store's plans), the lock through `flock`
+//! (the one module that takes it, [`super::lock`]), processes through pidfds and cgroupfs. The
+//! lease model (`models/src/lease.rs`) runs the very same plans over the crash filesystem
+//! (`SimFs`), its lock table and its process table, and keeps the plan itself in its state:
 //! every operation boundary is a state, and a crash is one more enabled action there.
 //!
 //! A plan is driven by [`run`]: ask [`Plan::op`] for the operation it waits on, execute it, hand
@@ -17,7 +24,7 @@
 //! The order of the steps is the protocol; see the module docs of [`super`] for why each step
 //! is where it is.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -34,6 +41,7 @@ use super::{
     CONTROL_DIR, IDENTITY_FILE, INSTANCES_DIR, LEASES_DIR, LeaseError, MAX_RECORD, OWNER_FILE,
     REGISTRY_DIR, WAITERS_DIR,
 };
+use crate::fsop::{Done, Fd, Op, Step};
 use crate::machine::PhaseKind;
 use crate::privfs::{FileKind, FsError, TEMP_PREFIX};
 
@@ -101,10 +109,11 @@ impl Loc {
     }
 }
 
-/// An operation a plan asks its executor for. File operations name a directory ([`Loc`]) and
-/// an entry; `label` names the crash points (`<label>.<step>`) and the recorder's entries.
+/// What a protocol's steps ask for. File acts name a folder ([`Loc`]) and an entry, and are
+/// said as [`crate::fsop`] operations by [`Driven`]; `label` names the crash points
+/// (`<label>.<step>`) and the recorder's entries.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Op {
+pub enum Act {
     /// Whether the caller's cancel descriptor is readable (answer: [`Res::Flag`]).
     Cancelled,
     /// Whether the opened state dir is still at its path (card H7; [`Res::Flag`]).
@@ -215,14 +224,14 @@ pub enum Op {
         /// Its name (`tenure-<root id>-<epoch>`).
         name: String,
     },
-    /// Removes the cgroup [`Op::CreateCgroup`] made (nothing entered it).
+    /// Removes the cgroup [`Act::CreateCgroup`] made (nothing entered it).
     RemoveCgroup,
     /// The highest epoch the checkpoint store records (manifests and kept outputs;
     /// [`Res::Seen`]).
     CheckpointEpoch,
 }
 
-/// The answer to an [`Op`].
+/// The answer to an [`Act`] (what [`Driven`] makes of the operations' results).
 #[derive(Debug)]
 pub enum Res {
     /// Done, nothing to report.
@@ -235,17 +244,17 @@ pub enum Res {
     Bytes(Option<Vec<u8>>),
     /// The name of the temp file just written.
     Temp(String),
-    /// Whether [`Op::Mkdir`] created the directory (`false`: it existed).
+    /// Whether [`Act::Mkdir`] created the directory (`false`: it existed).
     Made(bool),
-    /// The outcome of [`Op::TryLock`].
+    /// The outcome of [`Act::TryLock`].
     Lock(LockTry),
-    /// How [`Op::Wait`] ended.
+    /// How [`Act::Wait`] ended.
     Waited(WaitEnd),
     /// Whether a recorded process runs.
     Live(Liveness),
-    /// What [`Op::EndCgroup`] found and did.
+    /// What [`Act::EndCgroup`] found and did.
     Ended(EndedCgroup),
-    /// The cgroup [`Op::CreateCgroup`] made, or why none could be made.
+    /// The cgroup [`Act::CreateCgroup`] made, or why none could be made.
     Cgroup(Result<CgroupRecord, String>),
     /// The highest epoch the checkpoint store records.
     Seen(Option<Seen>),
@@ -265,22 +274,121 @@ pub enum LockTry {
     },
 }
 
-/// A step machine of the lease protocol.
-pub trait Plan {
-    /// What the plan yields once finished.
+/// The steps of one protocol, in terms of [`Act`]s; [`Driven`] turns them into operations.
+pub trait Steps {
+    /// What the protocol yields once finished.
     type Output;
-    /// The operation the plan waits on; `None` once it has finished.
-    fn op(&self) -> Option<Op>;
-    /// Consumes the result of the operation [`Plan::op`] named.
+    /// The act the protocol waits on; `None` once it has finished.
+    fn op(&self) -> Option<Act>;
+    /// Consumes the result of the act [`Steps::op`] named.
     fn handle(&mut self, result: Res);
     /// The output, once (after `op` returned `None`).
     fn take(&mut self) -> Option<Self::Output>;
 }
 
-/// Executes operations (the real executor, or a model's).
+/// An operation of a lease plan: a file operation of the vocabulary every protocol speaks
+/// ([`crate::fsop`], executed by `privfs` for real and by the models' crash filesystem), or one
+/// of the lock and process operations only the lease has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseOp<'a> {
+    /// A file operation.
+    File(Step<'a>),
+    /// Whether the caller's cancel descriptor is readable ([`LeaseRes::Flag`]).
+    Cancelled,
+    /// Whether the opened state dir is still at its path (card H7; [`LeaseRes::Flag`]).
+    StillAtPath,
+    /// Opens `lock` in the control folder `dir`, creating it empty (0600) if it is missing.
+    OpenLock {
+        /// The control folder.
+        dir: Fd,
+    },
+    /// One non-blocking attempt at the exclusive lock ([`LeaseRes::Lock`]).
+    TryLock,
+    /// Waits for the lock until it is ours, the bound expires or the wait is cancelled
+    /// ([`LeaseRes::Waited`]).
+    Wait,
+    /// Unlocks (`LOCK_UN`, so that a waiter woken by the close finds it free) and closes.
+    Unlock,
+    /// Tells the caller that the lease is held and it is about to wait (the `on_wait` call).
+    Contended(Option<&'a OwnerRecord>),
+    /// Whether a recorded process still runs ([`LeaseRes::Live`]).
+    Liveness(&'a Identity),
+    /// Whether the process a waiter entry's name records still runs ([`LeaseRes::Live`]).
+    PidLiveness {
+        /// The pid.
+        pid: u32,
+        /// Its start time.
+        start: u64,
+    },
+    /// SIGKILL to a recorded process through its identity-checked pidfd ([`LeaseRes::Flag`]:
+    /// it was delivered).
+    Kill(&'a Identity),
+    /// Waits (bounded by the executor) until a recorded process is gone ([`LeaseRes::Flag`]:
+    /// gone).
+    AwaitGone(&'a Identity),
+    /// Ends what the recorded cgroup of an earlier ownership holds ([`LeaseRes::Ended`]).
+    EndCgroup {
+        /// The cgroup the owner record names.
+        rec: &'a CgroupRecord,
+        /// The dir's root id (the cgroup's name carries it).
+        root_id: Token,
+        /// The epoch of that ownership (the cgroup's name carries it).
+        epoch: u64,
+    },
+    /// Creates this ownership's cgroup ([`LeaseRes::Cgroup`]).
+    CreateCgroup {
+        /// Its name (`tenure-<root id>-<epoch>`).
+        name: &'a str,
+    },
+    /// Removes the cgroup [`LeaseOp::CreateCgroup`] made (nothing entered it).
+    RemoveCgroup,
+    /// The highest epoch the checkpoint store records ([`LeaseRes::Seen`]).
+    CheckpointEpoch,
+}
+
+/// The answer to a [`LeaseOp`].
+#[derive(Debug)]
+pub enum LeaseRes {
+    /// The result of a file operation.
+    File(Result<Done, FsError>),
+    /// Done, nothing to report.
+    Done,
+    /// A yes/no answer.
+    Flag(bool),
+    /// The outcome of [`LeaseOp::TryLock`].
+    Lock(LockTry),
+    /// How [`LeaseOp::Wait`] ended.
+    Waited(WaitEnd),
+    /// Whether a recorded process runs.
+    Live(Liveness),
+    /// What [`LeaseOp::EndCgroup`] found and did.
+    Ended(EndedCgroup),
+    /// The cgroup [`LeaseOp::CreateCgroup`] made, or why none could be made.
+    Cgroup(Result<CgroupRecord, String>),
+    /// The highest epoch the checkpoint store records.
+    Seen(Option<Seen>),
+    /// A lock or process operation failed.
+    Failed(LeaseError),
+}
+
+/// A lease plan: ask [`Plan::op`] for the operation it waits on, execute it, hand the result
+/// to [`Plan::handle`]; once `op` says `None`, [`Plan::take`] gives the output.
+pub trait Plan {
+    /// What the plan yields once finished.
+    type Output;
+    /// The operation the plan waits on; `None` once it has finished.
+    fn op(&self) -> Option<LeaseOp<'_>>;
+    /// Consumes the result of the operation [`Plan::op`] named.
+    fn handle(&mut self, result: LeaseRes);
+    /// The output, once (after `op` returned `None`).
+    fn take(&mut self) -> Option<Self::Output>;
+}
+
+/// Executes lease operations: file operations through an [`crate::fsop::Executor`], the rest
+/// on the kernel lock and processes (the real executor, or a model's world).
 pub trait Exec {
     /// Performs `op` and says how it went.
-    fn execute(&mut self, op: Op) -> Res;
+    fn execute(&mut self, op: LeaseOp<'_>) -> LeaseRes;
 }
 
 /// Runs `plan` to the end on `exec`.
@@ -291,6 +399,475 @@ pub fn run<P: Plan, E: Exec + ?Sized>(plan: &mut P, exec: &mut E) -> P::Output {
     }
     plan.take()
         .expect("a plan that asks for no operation has finished")
+}
+
+/// How many entries one listing step asks for.
+const LIST_BATCH: usize = 256;
+
+/// Where the operations of the current act are.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Phase {
+    /// Open the folder `loc` (its parent is open).
+    Open(Loc),
+    /// The act's own operation.
+    Main,
+    /// A listing is open: read more entries.
+    List {
+        /// The listing handle.
+        list: Fd,
+        /// The entries so far.
+        acc: Vec<(String, FileKind)>,
+    },
+    /// The listing is complete: close it.
+    EndList {
+        /// The listing handle.
+        list: Fd,
+        /// The entries.
+        acc: Vec<(String, FileKind)>,
+    },
+    /// A temp file was created: write its content.
+    Write {
+        /// Its handle.
+        fd: Fd,
+        /// Its name.
+        name: String,
+    },
+    /// Close a temp file before the act renames or removes it.
+    CloseTemp(Fd),
+    /// The steps finished: close every handle left.
+    Close,
+}
+
+/// A protocol's [`Steps`] turned into a [`Plan`]: each [`Act`] on a folder becomes the file
+/// operations of [`crate::fsop`] — the folder opened once (and kept open for the plan),
+/// listings read in batches, temp files created, written and closed — and every handle is
+/// closed when the steps finish. What the acts mean (which file, which sync, in which order)
+/// is the protocol's; this is only how a folder-relative act is said with handles.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Driven<S> {
+    steps: S,
+    /// The act being performed; `None` once the steps finished.
+    act: Option<Act>,
+    phase: Phase,
+    /// Open folders, by [`Loc::index`] (the state dir is [`Fd::ROOT`]).
+    dirs: [Option<Fd>; 6],
+    /// Temp files written and still open: (folder, name, handle).
+    temps: Vec<(Loc, String, Fd)>,
+    /// Listings abandoned by an error, closed at the end.
+    stray: Vec<Fd>,
+}
+
+/// The acquisition plan.
+pub type Acquire = Driven<AcquireSteps>;
+/// The read-only check plan.
+pub type Check = Driven<CheckSteps>;
+/// The phase-update plan.
+pub type SetPhase = Driven<SetPhaseSteps>;
+/// The instance-registration plan.
+pub type Register = Driven<RegisterSteps>;
+/// The entry-removal plan.
+pub type Remove = Driven<RemoveSteps>;
+/// The orphan-stopping plan.
+pub type StopOrphans = Driven<StopOrphansSteps>;
+/// The release plan.
+pub type Release = Driven<ReleaseSteps>;
+
+/// The folder an act works in (for [`Act::Mkdir`], the parent of the new folder).
+fn act_dir(act: &Act) -> Option<Loc> {
+    match act {
+        Act::Read { dir, .. }
+        | Act::WriteTemp { dir, .. }
+        | Act::Rename { dir, .. }
+        | Act::SyncDir { dir, .. }
+        | Act::Unlink { dir, .. }
+        | Act::List(dir) => Some(*dir),
+        Act::Mkdir { dir, .. } => dir.parent().map(|(p, _)| p),
+        Act::OpenLock => Some(Loc::Control),
+        Act::Fsync { .. }
+        | Act::Cancelled
+        | Act::StillAtPath
+        | Act::TryLock
+        | Act::Wait
+        | Act::Unlock
+        | Act::Contended(_)
+        | Act::Liveness(_)
+        | Act::PidLiveness { .. }
+        | Act::Kill(_)
+        | Act::AwaitGone(_)
+        | Act::EndCgroup { .. }
+        | Act::CreateCgroup { .. }
+        | Act::RemoveCgroup
+        | Act::CheckpointEpoch => None,
+    }
+}
+
+fn file<'a>(label: &'static str, op: Op<'a>) -> LeaseOp<'a> {
+    LeaseOp::File(Step::new(label, op))
+}
+
+impl<S: Steps> Driven<S> {
+    /// Drives `steps`.
+    pub fn new(steps: S) -> Driven<S> {
+        let act = steps.op();
+        let mut d = Driven {
+            steps,
+            act,
+            phase: Phase::Main,
+            dirs: [None; 6],
+            temps: Vec::new(),
+            stray: Vec::new(),
+        };
+        d.begin();
+        d
+    }
+
+    /// The protocol's steps (to ask where they are).
+    pub fn steps(&self) -> &S {
+        &self.steps
+    }
+
+    /// The handles the plan holds open (a model closes them when the process crashes).
+    pub fn handles(&self) -> Vec<Fd> {
+        let mut v: Vec<Fd> = self.dirs.iter().flatten().copied().collect();
+        v.extend(self.temps.iter().map(|(_, _, fd)| *fd));
+        v.extend(self.stray.iter().copied());
+        match &self.phase {
+            Phase::List { list, .. } | Phase::EndList { list, .. } => v.push(*list),
+            Phase::Open(_) | Phase::Main | Phase::Write { .. } | Phase::CloseTemp(_) => {}
+            Phase::Close => {}
+        }
+        v
+    }
+
+    fn fd(&self, loc: Loc) -> Fd {
+        match loc {
+            Loc::Root => Fd::ROOT,
+            _ => self.dirs[loc.index()].unwrap_or(Fd(u32::MAX)),
+        }
+    }
+
+    fn temp_fd(&self, dir: Loc, name: &str) -> Option<Fd> {
+        self.temps
+            .iter()
+            .find(|(l, n, _)| *l == dir && n == name)
+            .map(|(_, _, fd)| *fd)
+    }
+
+    /// The outermost folder on the way to `loc` that is not open yet.
+    fn first_missing(&self, loc: Loc) -> Option<Loc> {
+        let mut chain = vec![loc];
+        while let Some((p, _)) = chain.last().and_then(|l| l.parent()) {
+            chain.push(p);
+        }
+        chain
+            .into_iter()
+            .rev()
+            .find(|l| *l != Loc::Root && self.dirs[l.index()].is_none())
+    }
+
+    /// Sets the phase for the current act.
+    fn begin(&mut self) {
+        let Some(act) = &self.act else {
+            self.phase = Phase::Close;
+            return;
+        };
+        if let Some(missing) = act_dir(act).and_then(|l| self.first_missing(l)) {
+            self.phase = Phase::Open(missing);
+            return;
+        }
+        if let Act::Rename {
+            dir, from: name, ..
+        }
+        | Act::Unlink { dir, name, .. } = act
+            && let Some(fd) = self.temp_fd(*dir, name)
+        {
+            self.phase = Phase::CloseTemp(fd);
+            return;
+        }
+        self.phase = Phase::Main;
+    }
+
+    /// The current act is complete: tell the steps and move to the next act.
+    fn finish_act(&mut self, res: Res) {
+        self.steps.handle(res);
+        self.act = self.steps.op();
+        self.begin();
+    }
+
+    fn main_op<'a>(&'a self, act: &'a Act) -> LeaseOp<'a> {
+        match act {
+            Act::Read { dir, name, max } => file(
+                "lease.read",
+                Op::ReadFile {
+                    dir: self.fd(*dir),
+                    name: OsStr::new(name),
+                    max: *max,
+                },
+            ),
+            Act::List(dir) => file("lease.list", Op::List { dir: self.fd(*dir) }),
+            Act::Mkdir { dir, label } => {
+                let (parent, name) = dir.parent().expect("the state dir is never made");
+                file(
+                    label,
+                    Op::Mkdir {
+                        dir: self.fd(parent),
+                        name: OsStr::new(name),
+                    },
+                )
+            }
+            Act::WriteTemp { dir, label, .. } => file(label, Op::CreateTemp { dir: self.fd(*dir) }),
+            Act::Fsync { dir, name, label } => file(
+                label,
+                Op::Fsync {
+                    fd: self.temp_fd(*dir, name).unwrap_or(Fd(u32::MAX)),
+                    data_only: false,
+                },
+            ),
+            Act::Rename {
+                dir,
+                from,
+                to,
+                noreplace,
+                label,
+            } => file(
+                label,
+                Op::Rename {
+                    from_dir: self.fd(*dir),
+                    from: OsStr::new(from),
+                    to_dir: self.fd(*dir),
+                    to: OsStr::new(to),
+                    noreplace: *noreplace,
+                },
+            ),
+            Act::SyncDir { dir, label } => file(label, Op::SyncDir { dir: self.fd(*dir) }),
+            Act::Unlink { dir, name, label } => file(
+                label,
+                Op::Unlink {
+                    dir: self.fd(*dir),
+                    name: OsStr::new(name),
+                },
+            ),
+            Act::OpenLock => LeaseOp::OpenLock {
+                dir: self.fd(Loc::Control),
+            },
+            Act::Cancelled => LeaseOp::Cancelled,
+            Act::StillAtPath => LeaseOp::StillAtPath,
+            Act::TryLock => LeaseOp::TryLock,
+            Act::Wait => LeaseOp::Wait,
+            Act::Unlock => LeaseOp::Unlock,
+            Act::Contended(owner) => LeaseOp::Contended(owner.as_deref()),
+            Act::Liveness(id) => LeaseOp::Liveness(id),
+            Act::PidLiveness { pid, start } => LeaseOp::PidLiveness {
+                pid: *pid,
+                start: *start,
+            },
+            Act::Kill(id) => LeaseOp::Kill(id),
+            Act::AwaitGone(id) => LeaseOp::AwaitGone(id),
+            Act::EndCgroup {
+                rec,
+                root_id,
+                epoch,
+            } => LeaseOp::EndCgroup {
+                rec,
+                root_id: *root_id,
+                epoch: *epoch,
+            },
+            Act::CreateCgroup { name } => LeaseOp::CreateCgroup { name },
+            Act::RemoveCgroup => LeaseOp::RemoveCgroup,
+            Act::CheckpointEpoch => LeaseOp::CheckpointEpoch,
+        }
+    }
+
+    /// The result of the act's own operation.
+    fn main_done(&mut self, act: Act, res: LeaseRes) {
+        let fs_err = |e: FsError| Res::Failed(LeaseError::Fs(e));
+        let res = match (act, res) {
+            (Act::Read { .. }, LeaseRes::File(Ok(Done::Data(b)))) => Res::Bytes(Some(b)),
+            (Act::Read { .. }, LeaseRes::File(Err(FsError::NotFound { .. }))) => Res::Bytes(None),
+            (Act::List(_), LeaseRes::File(Ok(Done::Opened { fd, .. }))) => {
+                self.phase = Phase::List {
+                    list: fd,
+                    acc: Vec::new(),
+                };
+                return;
+            }
+            (Act::List(_), LeaseRes::File(Err(FsError::NotFound { .. }))) => Res::Listed(None),
+            (Act::Mkdir { .. }, LeaseRes::File(Ok(_))) => Res::Made(true),
+            (Act::Mkdir { .. }, LeaseRes::File(Err(FsError::AlreadyExists { .. }))) => {
+                Res::Made(false)
+            }
+            (Act::WriteTemp { dir, .. }, LeaseRes::File(Ok(Done::Created { fd, name }))) => {
+                let name = name.to_string_lossy().into_owned();
+                self.temps.push((dir, name.clone(), fd));
+                self.phase = Phase::Write { fd, name };
+                return;
+            }
+            (Act::Fsync { dir, name, .. }, LeaseRes::File(r)) => match r {
+                Ok(_) => Res::Done,
+                Err(e) => {
+                    // The executor closed the file: it is never fsynced again.
+                    self.temps.retain(|(l, n, _)| !(*l == dir && *n == name));
+                    fs_err(e)
+                }
+            },
+            (
+                Act::Rename { .. } | Act::SyncDir { .. } | Act::Unlink { .. },
+                LeaseRes::File(Ok(_)),
+            ) => Res::Done,
+            (_, LeaseRes::File(Err(e))) => fs_err(e),
+            (_, LeaseRes::File(Ok(other))) => Res::Failed(unexpected_done(other)),
+            (_, LeaseRes::Done) => Res::Done,
+            (_, LeaseRes::Flag(f)) => Res::Flag(f),
+            (_, LeaseRes::Lock(l)) => Res::Lock(l),
+            (_, LeaseRes::Waited(w)) => Res::Waited(w),
+            (_, LeaseRes::Live(l)) => Res::Live(l),
+            (_, LeaseRes::Ended(e)) => Res::Ended(e),
+            (_, LeaseRes::Cgroup(c)) => Res::Cgroup(c),
+            (_, LeaseRes::Seen(s)) => Res::Seen(s),
+            (_, LeaseRes::Failed(e)) => Res::Failed(e),
+        };
+        self.finish_act(res);
+    }
+}
+
+fn unexpected_done(done: Done) -> LeaseError {
+    unexpected(Res::Failed(LeaseError::Fs(FsError::Io {
+        op: "run the lease protocol on",
+        path: PathBuf::from(CONTROL_DIR),
+        source: std::io::Error::other(format!("unexpected answer {done:?}")),
+    })))
+}
+
+impl<S: Steps> Plan for Driven<S> {
+    type Output = S::Output;
+
+    fn op(&self) -> Option<LeaseOp<'_>> {
+        Some(match &self.phase {
+            Phase::Close => {
+                let fd = self.handles().into_iter().next()?;
+                file("lease.close", Op::Close { fd })
+            }
+            Phase::Open(loc) => {
+                let (parent, name) = loc.parent().expect("the state dir is always open");
+                file(
+                    "lease.open",
+                    Op::OpenDir {
+                        dir: self.fd(parent),
+                        name: OsStr::new(name),
+                        any_mode: false,
+                    },
+                )
+            }
+            Phase::List { list, .. } => file(
+                "lease.list",
+                Op::ListNext {
+                    list: *list,
+                    max: LIST_BATCH,
+                },
+            ),
+            Phase::EndList { list, .. } | Phase::CloseTemp(list) => {
+                file("lease.close", Op::Close { fd: *list })
+            }
+            Phase::Write { fd, .. } => match &self.act {
+                Some(Act::WriteTemp { bytes, label, .. }) => {
+                    file(label, Op::Write { fd: *fd, bytes })
+                }
+                _ => return None,
+            },
+            Phase::Main => return self.act.as_ref().map(|a| self.main_op(a)),
+        })
+    }
+
+    fn handle(&mut self, res: LeaseRes) {
+        let phase = std::mem::replace(&mut self.phase, Phase::Main);
+        match phase {
+            Phase::Close => {
+                // Closing cannot fail in a way that matters: the handle is gone either way.
+                if let Some(fd) = self.handles().into_iter().next() {
+                    for d in &mut self.dirs {
+                        if *d == Some(fd) {
+                            *d = None;
+                        }
+                    }
+                    self.temps.retain(|(_, _, t)| *t != fd);
+                    self.stray.retain(|t| *t != fd);
+                }
+                self.phase = Phase::Close;
+            }
+            Phase::Open(loc) => match res {
+                LeaseRes::File(Ok(Done::Opened { fd, .. })) => {
+                    self.dirs[loc.index()] = Some(fd);
+                    self.begin();
+                }
+                LeaseRes::File(Err(FsError::NotFound { path })) => {
+                    let r = match &self.act {
+                        Some(Act::Read { .. }) => Res::Bytes(None),
+                        Some(Act::List(_)) => Res::Listed(None),
+                        _ => Res::Failed(LeaseError::Fs(FsError::NotFound { path })),
+                    };
+                    self.finish_act(r);
+                }
+                LeaseRes::File(Err(e)) => self.finish_act(Res::Failed(LeaseError::Fs(e))),
+                other => self.finish_act(Res::Failed(unexpected(lease_res_failed(other)))),
+            },
+            Phase::CloseTemp(fd) => {
+                self.temps.retain(|(_, _, t)| *t != fd);
+                self.phase = Phase::Main;
+            }
+            Phase::List { list, mut acc } => match res {
+                LeaseRes::File(Ok(Done::Entries(v))) if v.is_empty() => {
+                    self.phase = Phase::EndList { list, acc };
+                }
+                LeaseRes::File(Ok(Done::Entries(v))) => {
+                    acc.extend(
+                        v.into_iter()
+                            .map(|(n, k)| (n.to_string_lossy().into_owned(), k)),
+                    );
+                    self.phase = Phase::List { list, acc };
+                }
+                LeaseRes::File(Err(e)) => {
+                    self.stray.push(list);
+                    self.finish_act(Res::Failed(LeaseError::Fs(e)));
+                }
+                other => {
+                    self.stray.push(list);
+                    self.finish_act(Res::Failed(unexpected(lease_res_failed(other))));
+                }
+            },
+            Phase::EndList { mut acc, .. } => {
+                acc.sort_by(|a, b| a.0.cmp(&b.0));
+                self.finish_act(Res::Listed(Some(acc)));
+            }
+            Phase::Write { name, .. } => match res {
+                LeaseRes::File(Ok(_)) => self.finish_act(Res::Temp(name)),
+                LeaseRes::File(Err(e)) => self.finish_act(Res::Failed(LeaseError::Fs(e))),
+                other => self.finish_act(Res::Failed(unexpected(lease_res_failed(other)))),
+            },
+            Phase::Main => match self.act.clone() {
+                Some(act) => self.main_done(act, res),
+                None => self.phase = Phase::Close,
+            },
+        }
+    }
+
+    fn take(&mut self) -> Option<Self::Output> {
+        if self.act.is_some() || !self.handles().is_empty() {
+            return None;
+        }
+        self.steps.take()
+    }
+}
+
+/// A [`LeaseRes`] that does not fit, as a failed [`Res`] for [`unexpected`].
+fn lease_res_failed(res: LeaseRes) -> Res {
+    match res {
+        LeaseRes::Failed(e) => Res::Failed(e),
+        other => Res::Failed(LeaseError::Fs(FsError::Io {
+            op: "run the lease protocol on",
+            path: PathBuf::from(CONTROL_DIR),
+            source: std::io::Error::other(format!("unexpected answer {other:?}")),
+        })),
+    }
 }
 
 /// A lease error held by a plan while it cleans up, shareable so that the plan stays `Clone`
@@ -358,7 +935,7 @@ pub fn to_json<T: serde::Serialize>(value: &T) -> Vec<u8> {
     v
 }
 
-/// Parses a record read through [`Op::Read`]; `path` names it in the error.
+/// Parses a record read through [`Act::Read`]; `path` names it in the error.
 fn parse_record<T: serde::de::DeserializeOwned>(
     bytes: &[u8],
     path: PathBuf,
@@ -377,7 +954,7 @@ fn record_read_error(e: LeaseError) -> LeaseError {
     }
 }
 
-/// The owner record, from what [`Op::Read`] returned (corrupt or of another version: refused).
+/// The owner record, from what [`Act::Read`] returned (corrupt or of another version: refused).
 fn owner_from(bytes: Option<Vec<u8>>, path: PathBuf) -> Result<Option<OwnerRecord>, LeaseError> {
     let Some(bytes) = bytes else { return Ok(None) };
     let r: OwnerRecord = parse_record(&bytes, path.clone())?;
@@ -393,7 +970,7 @@ fn owner_from(bytes: Option<Vec<u8>>, path: PathBuf) -> Result<Option<OwnerRecor
     Ok(Some(r))
 }
 
-/// The identity marker, from what [`Op::Read`] returned: an unparsable one (or one of another
+/// The identity marker, from what [`Act::Read`] returned: an unparsable one (or one of another
 /// version) is `identity is unreadable`.
 fn marker_from(bytes: Option<Vec<u8>>, path: PathBuf) -> Result<Option<DirIdentity>, LeaseError> {
     let Some(bytes) = bytes else { return Ok(None) };
@@ -410,7 +987,7 @@ fn marker_from(bytes: Option<Vec<u8>>, path: PathBuf) -> Result<Option<DirIdenti
     }
 }
 
-/// The epoch file, from what [`Op::Read`] returned (0 when absent).
+/// The epoch file, from what [`Act::Read`] returned (0 when absent).
 fn epoch_from(res: Res, path: PathBuf) -> Result<u64, LeaseError> {
     match res {
         Res::Bytes(None) => Ok(0),
@@ -660,7 +1237,7 @@ enum St {
 
 /// The acquisition (see [`super::acquire`] and the module docs of [`super`] for the order).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Acquire {
+pub struct AcquireSteps {
     input: AcquireInput,
     st: St,
     /// Whether the lock is ours.
@@ -699,7 +1276,7 @@ pub struct Acquire {
     owner_tmp: Option<String>,
     /// Processes a crashed owner's cgroup held, ended.
     leftovers: Vec<u32>,
-    /// Whether [`Op::EndCgroup`] already ran.
+    /// Whether [`Act::EndCgroup`] already ran.
     leftovers_done: bool,
     /// The cgroup made for this ownership, or why none.
     cgroup: Option<CgroupRecord>,
@@ -716,10 +1293,10 @@ pub struct Acquire {
     out: Option<Result<Acquired, Failure>>,
 }
 
-impl Acquire {
+impl AcquireSteps {
     /// A new acquisition.
-    pub fn new(input: AcquireInput) -> Acquire {
-        Acquire {
+    pub fn new(input: AcquireInput) -> AcquireSteps {
+        AcquireSteps {
             input,
             st: St::Cancelled,
             locked: false,
@@ -757,7 +1334,7 @@ impl Acquire {
         self.locked
     }
 
-    /// Whether the plan waits for the lock now ([`Op::Wait`] is its operation).
+    /// Whether the plan waits for the lock now ([`Act::Wait`] is its operation).
     pub fn is_waiting(&self) -> bool {
         self.st == St::Wait
     }
@@ -1075,10 +1652,10 @@ impl Inspection {
         Loc::Control.path(&self.path).join(name)
     }
 
-    fn op(&self) -> Option<Op> {
+    fn op(&self) -> Option<Act> {
         Some(match self.st {
-            ISt::StillAt => Op::StillAtPath,
-            ISt::ListRoot => Op::List(Loc::Root),
+            ISt::StillAt => Act::StillAtPath,
+            ISt::ListRoot => Act::List(Loc::Root),
             ISt::ReadMarker => read(Loc::Control, IDENTITY_FILE, MAX_RECORD),
             ISt::ReadOwner => read(Loc::Control, OWNER_FILE, MAX_RECORD),
             ISt::ReadEpoch => read(Loc::Control, epoch::EPOCH_FILE, epoch::MAX_LEN),
@@ -1172,25 +1749,25 @@ impl Inspection {
 /// The read-only check of a state dir ([`super::check`]): the refusals of acquisition,
 /// without creating anything.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Check {
+pub struct CheckSteps {
     inspection: Inspection,
     out: Option<Result<(), Failure>>,
 }
 
-impl Check {
+impl CheckSteps {
     /// Checks the state dir at `path`.
-    pub fn new(path: PathBuf) -> Check {
-        Check {
+    pub fn new(path: PathBuf) -> CheckSteps {
+        CheckSteps {
             inspection: Inspection::new(path),
             out: None,
         }
     }
 }
 
-impl Plan for Check {
+impl Steps for CheckSteps {
     type Output = Result<(), Failure>;
 
-    fn op(&self) -> Option<Op> {
+    fn op(&self) -> Option<Act> {
         if self.out.is_some() {
             return None;
         }
@@ -1215,35 +1792,35 @@ fn consider(best: &mut Option<Seen>, e: u64, path: PathBuf) {
     }
 }
 
-impl Plan for Acquire {
+impl Steps for AcquireSteps {
     type Output = Result<Acquired, Failure>;
 
-    fn op(&self) -> Option<Op> {
+    fn op(&self) -> Option<Act> {
         Some(match &self.st {
-            St::Cancelled => Op::Cancelled,
+            St::Cancelled => Act::Cancelled,
             St::Inspect(i) => return i.op(),
             St::BusyOwner | St::ReportOwner | St::ExpiredOwner => {
                 read(Loc::Control, OWNER_FILE, MAX_RECORD)
             }
-            St::MakeControl => Op::Mkdir {
+            St::MakeControl => Act::Mkdir {
                 dir: Loc::Control,
                 label: "lease.control",
             },
-            St::SyncRoot => Op::SyncDir {
+            St::SyncRoot => Act::SyncDir {
                 dir: Loc::Root,
                 label: "lease.control",
             },
-            St::OpenLock => Op::OpenLock,
-            St::TryLock => Op::TryLock,
-            St::MakeWaiters | St::MakeWaitersOwned => Op::Mkdir {
+            St::OpenLock => Act::OpenLock,
+            St::TryLock => Act::TryLock,
+            St::MakeWaiters | St::MakeWaitersOwned => Act::Mkdir {
                 dir: Loc::Waiters,
                 label: "lease.waiters",
             },
-            St::SyncWaitersParent | St::SyncWaitersOwned => Op::SyncDir {
+            St::SyncWaitersParent | St::SyncWaitersOwned => Act::SyncDir {
                 dir: Loc::Control,
                 label: "lease.waiters",
             },
-            St::WriteWaiter => Op::WriteTemp {
+            St::WriteWaiter => Act::WriteTemp {
                 dir: Loc::Waiters,
                 bytes: to_json(&WaiterRecord {
                     version: RECORD_VERSION,
@@ -1252,68 +1829,68 @@ impl Plan for Acquire {
                 }),
                 label: "lease.waiter",
             },
-            St::RenameWaiter(tmp) => Op::Rename {
+            St::RenameWaiter(tmp) => Act::Rename {
                 dir: Loc::Waiters,
                 from: tmp.clone(),
                 to: waiter_name(&self.input.me),
                 noreplace: false,
                 label: "lease.waiter",
             },
-            St::AbandonWaiter(tmp) => Op::Unlink {
+            St::AbandonWaiter(tmp) => Act::Unlink {
                 dir: Loc::Waiters,
                 name: tmp.clone(),
                 label: "lease.waiter",
             },
-            St::Report(owner) => Op::Contended(owner.clone()),
-            St::Wait => Op::Wait,
-            St::GiveUp(_) | St::DropWaiter | St::CleanWaiter => Op::Unlink {
+            St::Report(owner) => Act::Contended(owner.clone()),
+            St::Wait => Act::Wait,
+            St::GiveUp(_) | St::DropWaiter | St::CleanWaiter => Act::Unlink {
                 dir: Loc::Waiters,
                 name: self.waiter.clone().unwrap_or_default(),
                 label: "lease.waiter",
             },
             St::EndLeftovers => {
                 let (rec, root_id, epoch) = self.leftovers_to_end()?;
-                Op::EndCgroup {
+                Act::EndCgroup {
                     rec,
                     root_id,
                     epoch,
                 }
             }
-            St::ListControl => Op::List(Loc::Control),
-            St::UnlinkTemp(i) => Op::Unlink {
+            St::ListControl => Act::List(Loc::Control),
+            St::UnlinkTemp(i) => Act::Unlink {
                 dir: Loc::Control,
                 name: self.temps_found[*i].clone(),
                 label: "lease.sweep",
             },
-            St::SyncTemps => Op::SyncDir {
+            St::SyncTemps => Act::SyncDir {
                 dir: Loc::Control,
                 label: "lease.sweep",
             },
-            St::ListLeases => Op::List(Loc::Leases),
-            St::ListInstances => Op::List(Loc::Instances),
-            St::CheckpointEpoch => Op::CheckpointEpoch,
-            St::CreateCgroup => Op::CreateCgroup {
+            St::ListLeases => Act::List(Loc::Leases),
+            St::ListInstances => Act::List(Loc::Instances),
+            St::CheckpointEpoch => Act::CheckpointEpoch,
+            St::CreateCgroup => Act::CreateCgroup {
                 name: cgroup_name(&self.root_id().to_string(), self.epoch_value()),
             },
-            St::WriteEpoch => Op::WriteTemp {
+            St::WriteEpoch => Act::WriteTemp {
                 dir: Loc::Control,
                 bytes: epoch::encode(self.epoch_value()),
                 label: "epoch",
             },
             St::FsyncEpoch => fsync(Loc::Control, self.epoch_tmp.as_ref()?, "epoch"),
-            St::WriteMarker => Op::WriteTemp {
+            St::WriteMarker => Act::WriteTemp {
                 dir: Loc::Control,
                 bytes: to_json(self.marker.as_ref()?),
                 label: "lease.marker",
             },
             St::FsyncMarker => fsync(Loc::Control, self.marker_tmp.as_ref()?, "lease.marker"),
-            St::WriteOwner => Op::WriteTemp {
+            St::WriteOwner => Act::WriteTemp {
                 dir: Loc::Control,
                 bytes: to_json(self.record.as_ref()?),
                 label: "lease.owner",
             },
             St::FsyncOwner => fsync(Loc::Control, self.owner_tmp.as_ref()?, "lease.owner"),
-            St::RenameEpoch => Op::Rename {
+            St::RenameEpoch => Act::Rename {
                 dir: Loc::Control,
                 from: self.epoch_tmp.clone()?,
                 to: epoch::EPOCH_FILE.to_owned(),
@@ -1321,71 +1898,71 @@ impl Plan for Acquire {
                 label: "epoch",
             },
             // Without replacing: the marker of a dir is written once (card L7).
-            St::RenameMarker => Op::Rename {
+            St::RenameMarker => Act::Rename {
                 dir: Loc::Control,
                 from: self.marker_tmp.clone()?,
                 to: IDENTITY_FILE.to_owned(),
                 noreplace: !crate::mutant::on("lease-marker-every-acquisition"),
                 label: "lease.marker",
             },
-            St::RenameOwner => Op::Rename {
+            St::RenameOwner => Act::Rename {
                 dir: Loc::Control,
                 from: self.owner_tmp.clone()?,
                 to: OWNER_FILE.to_owned(),
                 noreplace: false,
                 label: "lease.owner",
             },
-            St::SyncControl => Op::SyncDir {
+            St::SyncControl => Act::SyncDir {
                 dir: Loc::Control,
                 label: "lease.acquire",
             },
-            St::MakeRegistry => Op::Mkdir {
+            St::MakeRegistry => Act::Mkdir {
                 dir: Loc::Registry,
                 label: "lease.registry",
             },
-            St::SyncRegistryParent => Op::SyncDir {
+            St::SyncRegistryParent => Act::SyncDir {
                 dir: Loc::Control,
                 label: "lease.registry",
             },
-            St::MakeLeases => Op::Mkdir {
+            St::MakeLeases => Act::Mkdir {
                 dir: Loc::Leases,
                 label: "lease.registry",
             },
-            St::MakeInstances => Op::Mkdir {
+            St::MakeInstances => Act::Mkdir {
                 dir: Loc::Instances,
                 label: "lease.registry",
             },
-            St::SyncLeasesParent | St::SyncInstancesParent => Op::SyncDir {
+            St::SyncLeasesParent | St::SyncInstancesParent => Act::SyncDir {
                 dir: Loc::Registry,
                 label: "lease.registry",
             },
-            St::ListWaiters => Op::List(Loc::Waiters),
+            St::ListWaiters => Act::List(Loc::Waiters),
             St::SweepRead(kind, i) => read(kind.dir(), &self.sweep_names(*kind)[*i], MAX_RECORD),
-            St::SweepLive(_, _, id) => Op::Liveness(id.clone()),
-            St::SweepPidLive(_, _, pid, start) => Op::PidLiveness {
+            St::SweepLive(_, _, id) => Act::Liveness(id.clone()),
+            St::SweepPidLive(_, _, pid, start) => Act::PidLiveness {
                 pid: *pid,
                 start: *start,
             },
-            St::SweepUnlink(kind, i) => Op::Unlink {
+            St::SweepUnlink(kind, i) => Act::Unlink {
                 dir: kind.dir(),
                 name: self.sweep_names(*kind)[*i].clone(),
                 label: "lease.sweep",
             },
-            St::SweepTemp(kind, i) => Op::Unlink {
+            St::SweepTemp(kind, i) => Act::Unlink {
                 dir: kind.dir(),
                 name: self.temps_found[*i].clone(),
                 label: "lease.sweep",
             },
-            St::SweepSync(kind) => Op::SyncDir {
+            St::SweepSync(kind) => Act::SyncDir {
                 dir: kind.dir(),
                 label: "lease.sweep",
             },
-            St::WriteEntry => Op::WriteTemp {
+            St::WriteEntry => Act::WriteTemp {
                 dir: Loc::Leases,
                 bytes: to_json(&self.registry_entry()),
                 label: "lease.registry",
             },
-            St::RenameEntry(tmp) => Op::Rename {
+            St::RenameEntry(tmp) => Act::Rename {
                 dir: Loc::Leases,
                 from: tmp.clone(),
                 to: format!("{}.json", self.epoch_value()),
@@ -1394,14 +1971,14 @@ impl Plan for Acquire {
             },
             St::CleanTemp(i) => {
                 let (dir, name) = &self.temps[*i];
-                Op::Unlink {
+                Act::Unlink {
                     dir: *dir,
                     name: name.clone(),
                     label: "lease.abandon",
                 }
             }
-            St::CleanCgroup => Op::RemoveCgroup,
-            St::CleanUnlock => Op::Unlock,
+            St::CleanCgroup => Act::RemoveCgroup,
+            St::CleanUnlock => Act::Unlock,
             St::Done => return None,
         })
     }
@@ -1753,7 +2330,7 @@ impl Plan for Acquire {
     }
 }
 
-impl Acquire {
+impl AcquireSteps {
     fn handle_given_up(&mut self, end: WaitEnd) {
         match end {
             WaitEnd::Expired => self.st = St::ExpiredOwner,
@@ -1830,16 +2407,16 @@ impl Acquire {
     }
 }
 
-fn read(dir: Loc, name: &str, max: u64) -> Op {
-    Op::Read {
+fn read(dir: Loc, name: &str, max: u64) -> Act {
+    Act::Read {
         dir,
         name: name.to_owned(),
         max,
     }
 }
 
-fn fsync(dir: Loc, name: &str, label: &'static str) -> Op {
-    Op::Fsync {
+fn fsync(dir: Loc, name: &str, label: &'static str) -> Act {
+    Act::Fsync {
         dir,
         name: name.to_owned(),
         label,
@@ -1896,22 +2473,22 @@ impl Replace {
         }
     }
 
-    fn op(&self) -> Option<Op> {
+    fn op(&self) -> Option<Act> {
         Some(match &self.st {
-            WSt::Write => Op::WriteTemp {
+            WSt::Write => Act::WriteTemp {
                 dir: self.dir,
                 bytes: self.bytes.clone(),
                 label: self.label,
             },
             WSt::Fsync(t) => fsync(self.dir, t, self.label),
-            WSt::Rename(t) => Op::Rename {
+            WSt::Rename(t) => Act::Rename {
                 dir: self.dir,
                 from: t.clone(),
                 to: self.name.clone(),
                 noreplace: false,
                 label: self.label,
             },
-            WSt::Abandon(t) => Op::Unlink {
+            WSt::Abandon(t) => Act::Unlink {
                 dir: self.dir,
                 name: t.clone(),
                 label: self.label,
@@ -1953,15 +2530,15 @@ impl Replace {
 
 /// Rewrites the owner record with a new phase (card H8; [`super::Lease::set_phase`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SetPhase {
+pub struct SetPhaseSteps {
     write: Replace,
     out: Option<Result<(), Failure>>,
 }
 
-impl SetPhase {
+impl SetPhaseSteps {
     /// Writes `record` (the owner's record with its new phase).
-    pub fn new(record: &OwnerRecord) -> SetPhase {
-        SetPhase {
+    pub fn new(record: &OwnerRecord) -> SetPhaseSteps {
+        SetPhaseSteps {
             write: Replace::new(
                 Loc::Control,
                 OWNER_FILE.to_owned(),
@@ -1974,10 +2551,10 @@ impl SetPhase {
     }
 }
 
-impl Plan for SetPhase {
+impl Steps for SetPhaseSteps {
     type Output = Result<(), Failure>;
 
-    fn op(&self) -> Option<Op> {
+    fn op(&self) -> Option<Act> {
         if self.out.is_some() {
             return None;
         }
@@ -1997,15 +2574,15 @@ impl Plan for SetPhase {
 
 /// Registers a process the owner runs ([`super::Lease::register_instance`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Register {
+pub struct RegisterSteps {
     write: Replace,
     out: Option<Result<(), Failure>>,
 }
 
-impl Register {
+impl RegisterSteps {
     /// Writes `rec` as `<epoch>-<name>.json`.
-    pub fn new(rec: &RegistryRecord) -> Register {
-        Register {
+    pub fn new(rec: &RegistryRecord) -> RegisterSteps {
+        RegisterSteps {
             write: Replace::new(
                 Loc::Instances,
                 format!("{}-{}.json", rec.epoch, rec.name),
@@ -2018,10 +2595,10 @@ impl Register {
     }
 }
 
-impl Plan for Register {
+impl Steps for RegisterSteps {
     type Output = Result<(), Failure>;
 
-    fn op(&self) -> Option<Op> {
+    fn op(&self) -> Option<Act> {
         if self.out.is_some() {
             return None;
         }
@@ -2041,17 +2618,17 @@ impl Plan for Register {
 
 /// Removes one entry that may already be gone ([`super::Lease::unregister_instance`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Remove {
+pub struct RemoveSteps {
     dir: Loc,
     name: String,
     label: &'static str,
     out: Option<Result<(), Failure>>,
 }
 
-impl Remove {
+impl RemoveSteps {
     /// Removes `dir/name`; absent is fine.
-    pub fn new(dir: Loc, name: String, label: &'static str) -> Remove {
-        Remove {
+    pub fn new(dir: Loc, name: String, label: &'static str) -> RemoveSteps {
+        RemoveSteps {
             dir,
             name,
             label,
@@ -2060,14 +2637,14 @@ impl Remove {
     }
 }
 
-impl Plan for Remove {
+impl Steps for RemoveSteps {
     type Output = Result<(), Failure>;
 
-    fn op(&self) -> Option<Op> {
+    fn op(&self) -> Option<Act> {
         if self.out.is_some() {
             return None;
         }
-        Some(Op::Unlink {
+        Some(Act::Unlink {
             dir: self.dir,
             name: self.name.clone(),
             label: self.label,
@@ -2103,17 +2680,17 @@ enum OSt {
 /// SIGKILL through the identity-checked pidfd path, a bounded wait until each is gone, then its
 /// entry is removed. Ends with the pids stopped, or the first orphan still alive at the bound.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct StopOrphans {
+pub struct StopOrphansSteps {
     orphans: Vec<RegistryRecord>,
     stopped: Vec<u32>,
     st: OSt,
     out: Option<Result<Vec<u32>, Box<RegistryRecord>>>,
 }
 
-impl StopOrphans {
+impl StopOrphansSteps {
     /// Stops `orphans`.
-    pub fn new(orphans: Vec<RegistryRecord>) -> StopOrphans {
-        let mut p = StopOrphans {
+    pub fn new(orphans: Vec<RegistryRecord>) -> StopOrphansSteps {
+        let mut p = StopOrphansSteps {
             orphans,
             stopped: Vec::new(),
             st: OSt::Kill(0),
@@ -2133,14 +2710,14 @@ impl StopOrphans {
     }
 }
 
-impl Plan for StopOrphans {
+impl Steps for StopOrphansSteps {
     type Output = Result<Vec<u32>, Box<RegistryRecord>>;
 
-    fn op(&self) -> Option<Op> {
+    fn op(&self) -> Option<Act> {
         Some(match self.st {
-            OSt::Kill(i) => Op::Kill(self.orphans[i].identity.clone()),
-            OSt::Await(i) => Op::AwaitGone(self.orphans[i].identity.clone()),
-            OSt::Unlink(i) => Op::Unlink {
+            OSt::Kill(i) => Act::Kill(self.orphans[i].identity.clone()),
+            OSt::Await(i) => Act::AwaitGone(self.orphans[i].identity.clone()),
+            OSt::Unlink(i) => Act::Unlink {
                 dir: Loc::Instances,
                 name: format!("{}-{}.json", self.orphans[i].epoch, self.orphans[i].name),
                 label: "lease.sweep",
@@ -2195,7 +2772,7 @@ enum RSt {
 /// (`LOCK_UN` before the close, so that a waiter woken by the close finds it free). The lock is
 /// released even when a step before fails; the first error is the output.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Release {
+pub struct ReleaseSteps {
     epoch: u64,
     instances: Vec<String>,
     write: Replace,
@@ -2204,10 +2781,10 @@ pub struct Release {
     out: Option<Result<(), Failure>>,
 }
 
-impl Release {
+impl ReleaseSteps {
     /// Releases the ownership whose record (with phase `released`) is `released`.
-    pub fn new(released: &OwnerRecord) -> Release {
-        Release {
+    pub fn new(released: &OwnerRecord) -> ReleaseSteps {
+        ReleaseSteps {
             epoch: released.epoch,
             instances: Vec::new(),
             // The released record is fsynced (a reader never sees a partial one) but its
@@ -2246,24 +2823,24 @@ impl Release {
     }
 }
 
-impl Plan for Release {
+impl Steps for ReleaseSteps {
     type Output = Result<(), Failure>;
 
-    fn op(&self) -> Option<Op> {
+    fn op(&self) -> Option<Act> {
         Some(match &self.st {
-            RSt::ListInstances => Op::List(Loc::Instances),
-            RSt::UnlinkInstance(i) => Op::Unlink {
+            RSt::ListInstances => Act::List(Loc::Instances),
+            RSt::UnlinkInstance(i) => Act::Unlink {
                 dir: Loc::Instances,
                 name: self.instances[*i].clone(),
                 label: "lease.release",
             },
-            RSt::UnlinkLease => Op::Unlink {
+            RSt::UnlinkLease => Act::Unlink {
                 dir: Loc::Leases,
                 name: format!("{}.json", self.epoch),
                 label: "lease.release",
             },
             RSt::Record => return self.write.op(),
-            RSt::Unlock => Op::Unlock,
+            RSt::Unlock => Act::Unlock,
             RSt::Done => return None,
         })
     }
