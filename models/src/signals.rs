@@ -29,7 +29,7 @@
 //! a child may still run, what CURRENT holds, how often the drain hook ran, and each end record
 //! and exit code. The properties are about those records.
 
-use crate::driver::{ChildView, Driver, Request};
+use crate::driver::{ChildView, Driver, Request, Restart};
 use crate::spec::ExitTable;
 use stateright::{Model, Property};
 use std::time::Duration;
@@ -519,11 +519,13 @@ impl Model for SignalModel {
             Some(Request::Release) => out.push(SignalAction::Answer(Event::LeaseReleased)),
             None => {}
         }
-        let spawning = s.drv.request() == Some(Request::Spawn);
-        if s.queue[0].is_some() && (!spawning || self.is(Mutation::SignalDuringSpawn)) {
+        // The driver delivers a queued signal whenever the core admits one (not while the
+        // synchronous spawn is outstanding).
+        let admitted = s.drv.admits(Event::Stop(Signal::Term)).is_ok();
+        if s.queue[0].is_some() && (admitted || self.is(Mutation::SignalDuringSpawn)) {
             out.push(SignalAction::Deliver);
         }
-        if spawning {
+        if !admitted {
             return;
         }
         // The driver sees the child (its exit through the pidfd, its datagrams on the notify
