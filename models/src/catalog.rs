@@ -62,6 +62,13 @@ pub fn invariant(property: &str) -> &'static str {
         signals::REFUSED_KEEPS_CURRENT => "I9",
         signals::ONE_OUTCOME | signals::EXIT_CODE_PER_SPEC => "I10",
         signals::DRAIN_ONCE => "I11",
+        // The obligations of the cards: the card they pin.
+        signals::STOP_COLD_CANCELS => "G1",
+        signals::STOP_RECOVERING_REFUSES => "G3",
+        signals::STOP_FORWARDED_BEFORE_KILL => "G6",
+        signals::PUBLISH_AFTER_CLEAN_EXIT => "G4",
+        signals::STRAY_RELAYED => "T3",
+        signals::HOOK_BEFORE_DRAINING => "H2",
         checkpoint::CURRENT_VALID_AFTER_CRASH => "I12",
         checkpoint::GC_KEEPS_CURRENT => "I13",
         checkpoint::NO_REPAIR | checkpoint::CORRUPTION_REFUSED => "I14",
@@ -105,6 +112,208 @@ pub fn mutants() -> Vec<Mutant> {
         });
     }
     v
+}
+
+/// A plausible bug planted in the real code of `src/` (`tenure::mutant::on(name)`), the model
+/// that runs that code, and the property that must fail when it is planted: the rows of the
+/// mutation table in models/README.md. A mutant counts only if a property is violated (an
+/// `always` with a counterexample, or a `sometimes` with no example left), never because a
+/// state count or a snapshot changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SrcMutant {
+    /// The name the code asks `tenure::mutant::on` about.
+    pub name: &'static str,
+    /// Where in `src/` the bug is planted.
+    pub place: &'static str,
+    /// What the bug does.
+    pub what: &'static str,
+    /// The model that runs the code.
+    pub model: Which,
+    /// The property it must break.
+    pub breaks: &'static str,
+}
+
+/// Every mutant planted in `src/`, one block per area of the code.
+pub fn src_mutants() -> Vec<SrcMutant> {
+    let m = |name, place, what, model, breaks| SrcMutant {
+        name,
+        place,
+        what,
+        model,
+        breaks,
+    };
+    use Which::Signals;
+    vec![
+        // ---- the machine's rules (src/machine/rules.rs) and the driver core
+        // (src/driver/core.rs), run by the signal model ----
+        m(
+            "publish-after-nonzero-exit",
+            "src/machine/rules.rs `drain_stopping`",
+            "a drain publishes whatever status the main process exited with",
+            Signals,
+            signals::PUBLISH_AFTER_CLEAN_EXIT,
+        ),
+        m(
+            "publish-after-kill",
+            "src/machine/rules.rs `drain_stopping`",
+            "a drain publishes after the rest of the tree had to be SIGKILLed",
+            Signals,
+            signals::PUBLISH_AFTER_CLEAN_EXIT,
+        ),
+        m(
+            "publish-after-watchdog",
+            "src/machine/rules.rs `drain_stopping`",
+            "a drain caused by a missed watchdog publishes what the workload staged",
+            Signals,
+            signals::PUBLISH_AFTER_CLEAN_EXIT,
+        ),
+        m(
+            "no-forward-on-stop",
+            "src/machine/rules.rs `Rules::stop_step`",
+            "the stop step arms the grace without forwarding the stop signal",
+            Signals,
+            signals::STOP_FORWARDED_BEFORE_KILL,
+        ),
+        m(
+            "drain-kills-at-once",
+            "src/machine/rules.rs `Rules::enter_drain`",
+            "a drain caused by a stop signal starts with SIGKILL",
+            Signals,
+            signals::STOP_FORWARDED_BEFORE_KILL,
+        ),
+        m(
+            "release-then-publish",
+            "src/machine/rules.rs `publish` (entry of publishing)",
+            "the publish step releases the lease, then publishes, in one step",
+            Signals,
+            signals::CHECKPOINT_BEFORE_RELEASE,
+        ),
+        m(
+            "stop-while-recovering-drains",
+            "src/machine/rules.rs `recovering`, `awaiting`",
+            "a stop while recovering drains (and may publish) instead of refusing",
+            Signals,
+            signals::STOP_RECOVERING_REFUSES,
+        ),
+        m(
+            "refused-recovery-publishes",
+            "src/machine/rules.rs `aborting`",
+            "an abandoned recovery whose workload exited 0 publishes",
+            Signals,
+            signals::REFUSED_KEEPS_CURRENT,
+        ),
+        m(
+            "stop-while-waiting-ignored",
+            "src/machine/rules.rs `waiting`",
+            "a stop while waiting for the lease is ignored",
+            Signals,
+            signals::STOP_COLD_CANCELS,
+        ),
+        m(
+            "dropped-begin-drain",
+            "src/machine/rules.rs `Rules::drain_prefix`",
+            "a drain begins without `begin-drain` (the host's hook never runs)",
+            Signals,
+            signals::HOOK_BEFORE_DRAINING,
+        ),
+        m(
+            "missed-disarm",
+            "src/machine/rules.rs `drain_stopping`",
+            "the grace timer stays armed once the stopped workload is gone",
+            Signals,
+            signals::LEGAL_EVENTS,
+        ),
+        m(
+            "stray-not-relayed",
+            "src/machine/rules.rs `ready`",
+            "a ready owner ignores a stray signal instead of relaying it",
+            Signals,
+            signals::STRAY_RELAYED,
+        ),
+        m(
+            "main-exit-ends-workload",
+            "src/machine/rules.rs `ready`",
+            "the main process's exit is taken for the end of its whole tree",
+            Signals,
+            signals::LEASE_OUTLIVES_WORKLOAD,
+        ),
+        m(
+            "drain-releases-on-main-exit",
+            "src/machine/rules.rs `drain_stopping`",
+            "a drain releases when the main process exits, while its tree runs",
+            Signals,
+            signals::LEASE_OUTLIVES_WORKLOAD,
+        ),
+        m(
+            "core-spawn-not-synchronous",
+            "src/driver/core.rs `Core::admits`",
+            "the driver feeds a signal while the spawn is outstanding",
+            Signals,
+            signals::LEGAL_EVENTS,
+        ),
+        m(
+            "core-disarm-ignored",
+            "src/driver/core.rs `Core::pop`",
+            "`disarm-timer` leaves the timer armed",
+            Signals,
+            signals::LEGAL_EVENTS,
+        ),
+        m(
+            "core-fired-timer-stays-armed",
+            "src/driver/core.rs `Core::feed`",
+            "a timer that fired stays armed (and fires again)",
+            Signals,
+            signals::LEGAL_EVENTS,
+        ),
+        m(
+            "core-release-keeps-recovery",
+            "src/driver/core.rs `Core::pop`",
+            "a release leaves a running recovery outstanding (its answer comes after the release)",
+            Signals,
+            signals::LEGAL_EVENTS,
+        ),
+    ]
+}
+
+/// Plants the `src/` mutant `name` (in this process, for the duration of the run) and runs its
+/// model's CI configuration, stopping at the first counterexample to the property it must
+/// break, then finds the shortest one.
+pub fn run_src_mutant(mutant: SrcMutant) -> MutantReport {
+    let _planted = tenure::mutant::scoped(mutant.name);
+    let as_row = Mutant {
+        model: mutant.model,
+        name: mutant.name,
+        breaks: mutant.breaks,
+    };
+    match mutant.model {
+        Which::Lease => kill(lease_ci(3), as_row),
+        Which::Signals => kill(SignalModel::ci(), as_row),
+        Which::Checkpoint => kill(CheckpointModel::ci(), as_row),
+    }
+}
+
+/// Runs the catalogued `src/` mutant `name`, prints the shortest counterexample, and panics if
+/// the mutant survives — the body of every `src/` mutant test (each binary of them plants one
+/// mutant at a time).
+pub fn assert_src_killed(name: &str) {
+    let mutant = src_mutants()
+        .into_iter()
+        .find(|m| m.name == name)
+        .unwrap_or_else(|| panic!("src mutant {name} is not catalogued"));
+    let r = run_src_mutant(mutant);
+    println!(
+        "src mutant {} ({}) breaks `{}` ({}); shortest counterexample, {} steps:",
+        mutant.name,
+        mutant.place,
+        mutant.breaks,
+        invariant(mutant.breaks),
+        r.length
+    );
+    for line in &r.path {
+        println!("    {line}");
+    }
+    assert!(r.killed, "src mutant {} survived", mutant.name);
+    assert!(r.length > 0 && !r.path.is_empty());
 }
 
 /// The lease model checked in CI with `processes` slots.

@@ -583,39 +583,42 @@ impl Model for SignalModel {
         if !s.drv.between_steps() {
             return;
         }
-        match s.drv.request() {
-            Some(Request::Acquire { busy }) => {
-                out.push(SignalAction::Answer(Event::LeaseGranted { epoch: 1 }));
-                if busy {
-                    out.push(SignalAction::Answer(Event::WaitExpired));
-                } else {
-                    out.push(SignalAction::Answer(Event::LeaseBusy));
-                    out.push(SignalAction::Answer(Event::LeaseFailed(Fault::Io)));
+        // Every request outstanding gets every answer the world could give (a faulty step can
+        // leave two owed; the world answers them in either order).
+        for r in s.drv.requests() {
+            match r {
+                Request::Acquire { busy } => {
+                    out.push(SignalAction::Answer(Event::LeaseGranted { epoch: 1 }));
+                    if busy {
+                        out.push(SignalAction::Answer(Event::WaitExpired));
+                    } else {
+                        out.push(SignalAction::Answer(Event::LeaseBusy));
+                        out.push(SignalAction::Answer(Event::LeaseFailed(Fault::Io)));
+                    }
                 }
-            }
-            Some(Request::Recover) => {
-                out.push(SignalAction::Answer(Event::RecoveryDone));
-                out.push(SignalAction::Answer(Event::RecoveryFailed(Fault::State)));
-            }
-            Some(Request::Spawn) => {
-                out.push(SignalAction::Spawned(None));
-                for n in [Nature::Ends, Nature::IgnoresTerm, Nature::Unkillable] {
-                    out.push(SignalAction::Spawned(Some(n)));
+                Request::Recover => {
+                    out.push(SignalAction::Answer(Event::RecoveryDone));
+                    out.push(SignalAction::Answer(Event::RecoveryFailed(Fault::State)));
                 }
-                out.push(SignalAction::Answer(Event::SpawnFailed(
-                    ExecFailure::NotFound,
-                )));
-                out.push(SignalAction::Answer(Event::SpawnFailed(
-                    ExecFailure::NotExecutable,
-                )));
+                Request::Spawn => {
+                    out.push(SignalAction::Spawned(None));
+                    for n in [Nature::Ends, Nature::IgnoresTerm, Nature::Unkillable] {
+                        out.push(SignalAction::Spawned(Some(n)));
+                    }
+                    out.push(SignalAction::Answer(Event::SpawnFailed(
+                        ExecFailure::NotFound,
+                    )));
+                    out.push(SignalAction::Answer(Event::SpawnFailed(
+                        ExecFailure::NotExecutable,
+                    )));
+                }
+                Request::Publish => {
+                    out.push(SignalAction::Answer(Event::CheckpointPublished));
+                    out.push(SignalAction::Answer(Event::CheckpointSkipped));
+                    out.push(SignalAction::Answer(Event::CheckpointFailed));
+                }
+                Request::Release => out.push(SignalAction::Answer(Event::LeaseReleased)),
             }
-            Some(Request::Publish) => {
-                out.push(SignalAction::Answer(Event::CheckpointPublished));
-                out.push(SignalAction::Answer(Event::CheckpointSkipped));
-                out.push(SignalAction::Answer(Event::CheckpointFailed));
-            }
-            Some(Request::Release) => out.push(SignalAction::Answer(Event::LeaseReleased)),
-            None => {}
         }
         // The driver delivers a queued signal whenever the core admits one (not while the
         // synchronous spawn is outstanding).

@@ -577,7 +577,9 @@ impl Core {
             Action::Publish => self.outstanding.add(Request::Publish),
             Action::ReleaseLease => {
                 // A recovery still running is abandoned: the driver stops it before it lets go.
-                self.outstanding.remove(Request::Recover);
+                if !crate::mutant::on("core-release-keeps-recovery") {
+                    self.outstanding.remove(Request::Recover);
+                }
                 self.outstanding.add(Request::Release);
             }
             Action::ArmTimer(t, _) => self.timers |= timer_bit(t),
