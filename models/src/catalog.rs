@@ -1,5 +1,10 @@
 //! The catalogue of models, their CI configurations, their properties' invariant ids and their
 //! mutants, so the CLI, the tests and the README table come from one list.
+//!
+//! It also holds the configurations whose unique state counts are pinned ([`pinned`]): the
+//! counts live in `models/counts.txt`, are written by one command (`tenure-models pin`, add
+//! `--long` for the long set) and are compared by the tests ([`check_pinned`]), so a change of
+//! a model's state space is seen and re-pinned on purpose, never edited by hand.
 
 use crate::checkpoint::{self, CheckpointModel};
 use crate::lease::{self, LeaseModel, LeaseState};
@@ -316,6 +321,208 @@ pub fn assert_src_killed(name: &str) {
     assert!(r.length > 0 && !r.path.is_empty());
 }
 
+/// Which set a pinned configuration belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Set {
+    /// Checked by every `cargo test` (and so by CI).
+    Ci,
+    /// Checked with `TENURE_LONG=1` (models/tests/long.rs).
+    Long,
+}
+
+/// A model configuration whose unique state count is pinned in `models/counts.txt`.
+#[derive(Debug, Clone, Copy)]
+pub struct Pinned {
+    /// The name in the counts file and on the command line.
+    pub name: &'static str,
+    /// The set it belongs to.
+    pub set: Set,
+    /// What is checked, in words.
+    pub what: &'static str,
+    /// Runs the complete search with this many checker threads (the unique count does not
+    /// depend on them).
+    pub run: fn(usize) -> Report,
+}
+
+/// The file the pinned counts live in.
+pub const COUNTS_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/counts.txt");
+
+/// The counts as last pinned (compiled in, so a re-pin rebuilds the tests).
+const COUNTS: &str = include_str!("../counts.txt");
+
+fn lease_symmetry(m: LeaseModel, threads: usize) -> Report {
+    let rep = <LeaseState as Representative>::representative as fn(&LeaseState) -> LeaseState;
+    run::check(m, Search::DfsSymmetry, threads, Some(rep), None)
+}
+
+fn lease_fine(processes: usize) -> LeaseModel {
+    let mut m = LeaseModel::ci(processes);
+    m.atomic_steps = false;
+    m.timers = true;
+    m.recovery_failures = true;
+    m
+}
+
+/// Every configuration with a pinned count: the CI set, then the long set.
+pub fn pinned() -> Vec<Pinned> {
+    vec![
+        Pinned {
+            name: "lease-n3-symmetry",
+            set: Set::Ci,
+            what: "lease, 3 processes, DFS with symmetry reduction",
+            run: |t| lease_symmetry(LeaseModel::ci(3), t),
+        },
+        Pinned {
+            name: "lease-n2-fine",
+            set: Set::Ci,
+            what: "lease, 2 processes, every visible action a step, timers, refusals, BFS",
+            run: |t| run::check(lease_fine(2), Search::Bfs, t, None, None),
+        },
+        Pinned {
+            name: "lease-tree-cgroup",
+            set: Set::Ci,
+            what: "lease, tree world, cgroup containment, BFS",
+            run: |t| {
+                let m = LeaseModel::tree_ci(lease::Contain::Cgroup);
+                run::check(m, Search::Bfs, t, None, None)
+            },
+        },
+        Pinned {
+            name: "lease-tree-lock-fd",
+            set: Set::Ci,
+            what: "lease, tree world, inherited lock descriptor, BFS",
+            run: |t| {
+                let m = LeaseModel::tree_ci(lease::Contain::LockFd);
+                run::check(m, Search::Bfs, t, None, None)
+            },
+        },
+        Pinned {
+            name: "signals",
+            set: Set::Ci,
+            what: "signals, two signals, three workloads, BFS",
+            run: |t| run::check(SignalModel::ci(), Search::Bfs, t, None, None),
+        },
+        Pinned {
+            name: "checkpoint",
+            set: Set::Ci,
+            what: "checkpoint, 4 runs, 2 crashes, 1 corruption, BFS",
+            run: |t| run::check(CheckpointModel::ci(), Search::Bfs, t, None, None),
+        },
+        Pinned {
+            name: "lease-n3-bfs",
+            set: Set::Long,
+            what: "lease, 3 processes, BFS without symmetry (the reduction's baseline)",
+            run: |t| run::check(LeaseModel::ci(3), Search::Bfs, t, None, None),
+        },
+        Pinned {
+            name: "lease-n4-symmetry",
+            set: Set::Long,
+            what: "lease, 4 processes, DFS with symmetry reduction",
+            run: |t| lease_symmetry(LeaseModel::ci(4), t),
+        },
+        Pinned {
+            name: "lease-n3-fine-symmetry",
+            set: Set::Long,
+            what: "lease, 3 processes, every visible action a step, timers, refusals, DFS with symmetry",
+            run: |t| lease_symmetry(lease_fine(3), t),
+        },
+        Pinned {
+            name: "signals-three-signals",
+            set: Set::Long,
+            what: "signals, three signals, BFS",
+            run: |t| {
+                let mut m = SignalModel::ci();
+                m.signals = 3;
+                run::check(m, Search::Bfs, t, None, None)
+            },
+        },
+        Pinned {
+            name: "checkpoint-five-runs-three-crashes",
+            set: Set::Long,
+            what: "checkpoint, 5 runs, 3 crashes, BFS",
+            run: |t| {
+                let mut m = CheckpointModel::ci();
+                m.runs = 5;
+                m.crashes = 3;
+                run::check(m, Search::Bfs, t, None, None)
+            },
+        },
+    ]
+}
+
+/// Reads a counts file: one `name count` per line; `#` starts a comment.
+pub fn parse_counts(text: &str) -> Result<Vec<(String, usize)>, String> {
+    let mut v = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut parts = line.split_whitespace();
+        let (Some(name), Some(count), None) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(format!("line {}: expected `name count`, found {line:?}", i + 1));
+        };
+        let count = count
+            .replace('_', "")
+            .parse()
+            .map_err(|_| format!("line {}: {count:?} is not a count", i + 1))?;
+        v.push((name.to_string(), count));
+    }
+    Ok(v)
+}
+
+/// The pinned count of the configuration `name`.
+pub fn pinned_count(name: &str) -> Option<usize> {
+    parse_counts(COUNTS)
+        .expect("models/counts.txt is written by `tenure-models pin`")
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, c)| c)
+}
+
+/// Writes the counts file for `counts` (in the order of [`pinned`]).
+pub fn render_counts(counts: &[(String, usize)]) -> String {
+    let mut out = String::from(
+        "# Unique state counts of the models' pinned configurations (models/src/catalog.rs).\n\
+         # Written by `cargo run -p tenure-models --release -- pin` (`--long` for the long set);\n\
+         # checked by the tests. Re-pin after an intended change of a model and say why in\n\
+         # models/README.md.\n",
+    );
+    for p in pinned() {
+        if let Some((_, c)) = counts.iter().find(|(n, _)| n == p.name) {
+            out.push_str(&format!("{} {c}\n", p.name));
+        }
+    }
+    out
+}
+
+/// Runs the pinned configuration `name` (complete search), asserts that every property holds
+/// and that the unique state count is the pinned one — the body of every pinned-count test.
+pub fn check_pinned(name: &str) -> Report {
+    let p = pinned()
+        .into_iter()
+        .find(|p| p.name == name)
+        .unwrap_or_else(|| panic!("no pinned configuration {name}"));
+    let threads = match p.set {
+        Set::Ci => 1,
+        Set::Long => 2,
+    };
+    let r = (p.run)(threads);
+    print!("{} ({}):\n{r}", p.name, p.what);
+    assert!(r.all_hold(), "{name}: a property does not hold:\n{r}");
+    let pinned = pinned_count(name).unwrap_or_else(|| {
+        panic!("{name} has no pinned count; run `cargo run -p tenure-models --release -- pin`")
+    });
+    assert_eq!(
+        r.unique, pinned,
+        "{name}: {} unique states, {pinned} pinned; if the model changed on purpose, re-pin with \
+         `cargo run -p tenure-models --release -- pin{}` and say why in models/README.md",
+        r.unique,
+        if p.set == Set::Long { " --long" } else { "" }
+    );
+    r
+}
+
 /// The lease model checked in CI with `processes` slots.
 pub fn lease_ci(processes: usize) -> LeaseModel {
     LeaseModel::ci(processes)
@@ -431,5 +638,49 @@ fn plain(search: Search) -> Search {
     match search {
         Search::DfsSymmetry => Search::Dfs,
         Search::Bfs | Search::Dfs => search,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stateright::Model;
+
+    /// The counts file pins exactly the catalogued configurations, in the form `pin` writes it:
+    /// no stale name, no configuration without a count, no hand-made layout.
+    #[test]
+    fn counts_file_is_what_pin_writes() {
+        let counts = parse_counts(COUNTS).expect("counts.txt parses");
+        let mut names: Vec<&str> = counts.iter().map(|(n, _)| n.as_str()).collect();
+        let mut want: Vec<&str> = pinned().iter().map(|p| p.name).collect();
+        names.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(names, want);
+        assert_eq!(render_counts(&counts), COUNTS);
+    }
+
+    #[test]
+    fn counts_parse_errors_name_the_line() {
+        assert_eq!(
+            parse_counts("# c\nsignals 1_000\n").unwrap(),
+            [("signals".to_string(), 1000)]
+        );
+        assert!(parse_counts("a\n").unwrap_err().starts_with("line 1"));
+        assert!(parse_counts("\na x\n").unwrap_err().starts_with("line 2"));
+    }
+
+    /// Every `src/` mutant names a property its model has.
+    #[test]
+    fn src_mutants_name_real_properties() {
+        for m in src_mutants() {
+            let names: Vec<&str> = match m.model {
+                Which::Lease => lease_ci(2).properties().iter().map(|p| p.name).collect(),
+                Which::Signals => SignalModel::ci().properties().iter().map(|p| p.name).collect(),
+                Which::Checkpoint => {
+                    CheckpointModel::ci().properties().iter().map(|p| p.name).collect()
+                }
+            };
+            assert!(names.contains(&m.breaks), "{}: no property {}", m.name, m.breaks);
+        }
     }
 }
