@@ -460,7 +460,10 @@ pub fn parse_counts(text: &str) -> Result<Vec<(String, usize)>, String> {
         }
         let mut parts = line.split_whitespace();
         let (Some(name), Some(count), None) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(format!("line {}: expected `name count`, found {line:?}", i + 1));
+            return Err(format!(
+                "line {}: expected `name count`, found {line:?}",
+                i + 1
+            ));
         };
         let count = count
             .replace('_', "")
@@ -514,7 +517,8 @@ pub fn check_pinned(name: &str) -> Report {
         panic!("{name} has no pinned count; run `cargo run -p tenure-models --release -- pin`")
     });
     assert_eq!(
-        r.unique, pinned,
+        r.unique,
+        pinned,
         "{name}: {} unique states, {pinned} pinned; if the model changed on purpose, re-pin with \
          `cargo run -p tenure-models --release -- pin{}` and say why in models/README.md",
         r.unique,
@@ -675,12 +679,23 @@ mod tests {
         for m in src_mutants() {
             let names: Vec<&str> = match m.model {
                 Which::Lease => lease_ci(2).properties().iter().map(|p| p.name).collect(),
-                Which::Signals => SignalModel::ci().properties().iter().map(|p| p.name).collect(),
-                Which::Checkpoint => {
-                    CheckpointModel::ci().properties().iter().map(|p| p.name).collect()
-                }
+                Which::Signals => SignalModel::ci()
+                    .properties()
+                    .iter()
+                    .map(|p| p.name)
+                    .collect(),
+                Which::Checkpoint => CheckpointModel::ci()
+                    .properties()
+                    .iter()
+                    .map(|p| p.name)
+                    .collect(),
             };
-            assert!(names.contains(&m.breaks), "{}: no property {}", m.name, m.breaks);
+            assert!(
+                names.contains(&m.breaks),
+                "{}: no property {}",
+                m.name,
+                m.breaks
+            );
         }
     }
 }

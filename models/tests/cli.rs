@@ -47,7 +47,10 @@ fn mutant_prints_its_counterexample() {
     // A bug planted in src/ that the model runs.
     let (code, text) = cli(&["check", "signals", "--mutant", "release-then-publish"]);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("killed") && text.contains("release-lease"), "{text}");
+    assert!(
+        text.contains("killed") && text.contains("release-lease"),
+        "{text}"
+    );
     let (code, text) = cli(&["check", "lease", "--mutant", "no-such-mutant"]);
     assert_eq!(code, 64, "{text}");
     assert!(text.contains("no mutant"), "{text}");
