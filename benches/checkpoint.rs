@@ -4,7 +4,11 @@
 //! - verify a cached checkpoint (full `load`) vs in-process sha2 on the same bytes (in memory,
 //!   and streamed from the same files) and vs `sha256sum`; peak RSS of a child that only loads;
 //! - publish vs writing + fsyncing the same bytes by hand plus one durable pointer replace;
-//! - incremental publish (one 4 MiB file changed) vs writing + fsyncing 4 MiB.
+//! - incremental publish (one 4 MiB file changed) vs writing + fsyncing 4 MiB;
+//! - publish and load of 100,000 small files (1,000,000 with `TENURE_BENCH_FULL=1`) vs writing
+//!   them plainly (with and without an fsync each) and reading them back with sha256, with the
+//!   peak RSS of the publishing and the loading process (issue 10). `TENURE_BENCH_MANY_ONLY=1`
+//!   runs only these.
 //!
 //! Default sizes run in about a minute (`cargo bench --bench checkpoint`); the issue's sizes
 //! (1 GiB verify, 256 MiB publish, 1 GiB incremental) with `TENURE_BENCH_FULL=1`.
@@ -407,8 +411,183 @@ fn bench_incremental(tmp: &Path) {
     store.discard_staging(staging).unwrap();
 }
 
+/// The small files of the many-files benchmark: 100 bytes each, 1,000 per directory.
+fn many_name(i: usize) -> String {
+    format!("d{:04}/f{:06}", i / 1000, i)
+}
+
+fn fill_many(root: &Path, n: usize) {
+    for i in 0..n {
+        let name = many_name(i);
+        if i % 1000 == 0 {
+            std::fs::create_dir_all(root.join(&name).parent().unwrap()).unwrap();
+        }
+        std::fs::write(root.join(&name), payload(100, i as u64)).unwrap();
+    }
+}
+
+/// Child process of [`bench_many`]: publishes a staging area of `n` small files into `state`
+/// and prints the seconds taken and its peak RSS.
+fn many_publish_child(state: &Path, n: usize) {
+    let sd = StateDir::open(state, true).unwrap();
+    set_epoch(&sd, 1);
+    let store = CheckpointStore::open_owned(&sd, StoreOptions::default()).unwrap();
+    let staging = store.staging().unwrap();
+    fill_many(staging.path(), n);
+    rustix::fs::sync();
+    let t = Instant::now();
+    let res = store.publish(1, &staging).unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    let Published::New { checkpoint, .. } = res else {
+        panic!("new checkpoint expected")
+    };
+    assert_eq!(checkpoint.files, n as u64);
+    store.discard_staging(staging).unwrap();
+    println!("{secs} {}", vm_hwm_kib());
+}
+
+/// Child process of [`bench_many`]: loads (verifies every blob of) the checkpoint in `state`
+/// and prints the seconds taken and its peak RSS.
+fn many_load_child(state: &Path, n: usize) {
+    let sd = StateDir::open(state, false).unwrap();
+    let store = CheckpointStore::open(&sd, StoreOptions::default()).unwrap();
+    store.load_summary().unwrap().unwrap(); // warm the cache like the baseline's reads
+    let t = Instant::now();
+    let s = store.load_summary().unwrap().unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(s.files, n as u64);
+    println!("{secs} {}", vm_hwm_kib());
+}
+
+fn child_numbers(args: &[&str]) -> (f64, u64) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut it = text.split_whitespace();
+    (
+        it.next().unwrap().parse().unwrap(),
+        it.next().unwrap().parse().unwrap(),
+    )
+}
+
+/// Publish and load of `n` small files (100 bytes, 1,000 per directory) against writing the
+/// same files plainly (with and without an fsync per file, as publish makes each blob durable)
+/// and reading them back with sha256. Publish and load run in child processes so their peak
+/// RSS is their own.
+fn bench_many(tmp: &Path, n: usize) {
+    let plain = tmp.join(format!("plain-{n}"));
+    std::fs::create_dir_all(&plain).unwrap();
+    rustix::fs::sync();
+    let t = Instant::now();
+    fill_many(&plain, n);
+    let t_write = t.elapsed();
+    std::fs::remove_dir_all(&plain).unwrap();
+    std::fs::create_dir_all(&plain).unwrap();
+    quiesce();
+    let t = Instant::now();
+    for i in 0..n {
+        let name = many_name(i);
+        if i % 1000 == 0 {
+            let d = plain.join(&name);
+            std::fs::create_dir_all(d.parent().unwrap()).unwrap();
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(plain.join(&name))
+            .unwrap();
+        f.write_all(&payload(100, i as u64)).unwrap();
+        f.sync_all().unwrap();
+        if i % 1000 == 999 || i + 1 == n {
+            File::open(plain.join(&name).parent().unwrap())
+                .unwrap()
+                .sync_all()
+                .unwrap();
+        }
+    }
+    let t_fsync = t.elapsed();
+    let read_all = || {
+        let mut buf = vec![0u8; 4096];
+        for i in 0..n {
+            let mut f = File::open(plain.join(many_name(i))).unwrap();
+            let mut h = Sha256::new();
+            loop {
+                let k = f.read(&mut buf).unwrap();
+                if k == 0 {
+                    break;
+                }
+                h.update(&buf[..k]);
+            }
+            std::hint::black_box(h.finalize());
+        }
+    };
+    read_all();
+    let t = Instant::now();
+    read_all();
+    let t_read = t.elapsed();
+    std::fs::remove_dir_all(&plain).unwrap();
+
+    let state = tmp.join(format!("many-{n}"));
+    quiesce();
+    let (s_pub, hwm_pub) =
+        child_numbers(&["--many-publish", state.to_str().unwrap(), &n.to_string()]);
+    let (s_load, hwm_load) =
+        child_numbers(&["--many-load", state.to_str().unwrap(), &n.to_string()]);
+    let manifest_bytes: u64 = std::fs::read_dir(state.join("checkpoints/manifests"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    std::fs::remove_dir_all(&state).unwrap();
+    println!(
+        "{n} small files (100 bytes, 1,000 per directory; manifest {:.1} MiB):",
+        manifest_bytes as f64 / MIB as f64
+    );
+    println!(
+        "  write plainly, no fsync    {:>8.2} s",
+        t_write.as_secs_f64()
+    );
+    println!(
+        "  write plainly + fsync each {:>8.2} s",
+        t_fsync.as_secs_f64()
+    );
+    println!(
+        "  publish                    {:>8.2} s   publish/plain+fsync = {:.2}, publish/plain = {:.2}, peak RSS {:.1} MiB",
+        s_pub,
+        s_pub / t_fsync.as_secs_f64(),
+        s_pub / t_write.as_secs_f64(),
+        hwm_pub as f64 / 1024.0
+    );
+    println!(
+        "  read + sha256 plainly      {:>8.2} s",
+        t_read.as_secs_f64()
+    );
+    println!(
+        "  load (verify every blob)   {:>8.2} s   load/plain = {:.2}, peak RSS {:.1} MiB",
+        s_load,
+        s_load / t_read.as_secs_f64(),
+        hwm_load as f64 / 1024.0
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("--many-publish") => {
+            return many_publish_child(Path::new(&args[2]), args[3].parse().unwrap());
+        }
+        Some("--many-load") => {
+            return many_load_child(Path::new(&args[2]), args[3].parse().unwrap());
+        }
+        _ => {}
+    }
     if args.get(1).map(String::as_str) == Some("--verify-child") {
         let sd = StateDir::open(Path::new(&args[2]), false).unwrap();
         let store = CheckpointStore::open(&sd, StoreOptions::default()).unwrap();
@@ -427,7 +606,16 @@ fn main() {
         "checkpoint store benchmarks ({} sizes)",
         if full() { "full" } else { "default" }
     );
-    bench_verify(tmp.path());
-    bench_publish(tmp.path());
-    bench_incremental(tmp.path());
+    let many_only = std::env::var("TENURE_BENCH_MANY_ONLY").is_ok_and(|v| v == "1");
+    if !many_only {
+        bench_verify(tmp.path());
+        bench_publish(tmp.path());
+        bench_incremental(tmp.path());
+    }
+    // Many small files (issue 10): 100,000 by default, and 1,000,000 with the full sizes
+    // (about a quarter of an hour here, most of it one fsync per file on both sides).
+    bench_many(tmp.path(), scale(100_000));
+    if full() {
+        bench_many(tmp.path(), 1_000_000);
+    }
 }

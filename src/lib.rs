@@ -75,6 +75,25 @@
 //! ```
 #![forbid(unsafe_op_in_unsafe_fn)]
 
+// Every print of the crate goes through `stdio`, which never panics on a closed pipe or stream
+// (issue 10). These shadow the std macros of the same names for every module declared below.
+macro_rules! println {
+    () => { $crate::stdio::out(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::stdio::out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+#[allow(unused_macros)]
+macro_rules! print {
+    ($($arg:tt)*) => { $crate::stdio::out(format_args!($($arg)*)) };
+}
+macro_rules! eprintln {
+    () => { $crate::stdio::err(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::stdio::err(format_args!("{}\n", format_args!($($arg)*))) };
+}
+#[allow(unused_macros)]
+macro_rules! eprint {
+    ($($arg:tt)*) => { $crate::stdio::err(format_args!($($arg)*)) };
+}
+
 pub mod checkpoint;
 pub mod driver;
 pub mod failpoint;
@@ -84,6 +103,7 @@ pub mod machine;
 #[doc(hidden)]
 pub mod mutant;
 pub mod privfs;
+pub mod stdio;
 pub mod sync;
 mod typestate;
 

@@ -69,10 +69,23 @@ EXIT CODES (see spec/lifecycle.md):
     137        the child was killed after the grace period
 ";
 
+// Prints never panic on a closed pipe or stream (issue 10): see `tenure::stdio`.
+macro_rules! println {
+    ($($arg:tt)*) => { tenure::stdio::out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+macro_rules! print {
+    ($($arg:tt)*) => { tenure::stdio::out(format_args!($($arg)*)) };
+}
+macro_rules! eprintln {
+    ($($arg:tt)*) => { tenure::stdio::err(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 /// A usage error: printed with a hint, exit 64, nothing on disk changed.
 struct Usage(String);
 
 fn main() -> ExitCode {
+    // Before anything opens a file: a closed stdout must not become a state file's descriptor.
+    tenure::stdio::reserve_std_fds();
     match real_main() {
         Ok(code) => ExitCode::from(code),
         Err(Usage(msg)) => {
@@ -228,8 +241,10 @@ fn parse_run(args: Vec<OsString>, needs_command: bool) -> Result<RunOptions, Usa
                     Some("start") => ReadyMode::Start,
                     Some("notify") => ReadyMode::Notify,
                     other => {
+                        let given = other
+                            .map_or_else(|| "a non-UTF-8 value".to_owned(), |v| format!("{v:?}"));
                         return Err(Usage(format!(
-                            "--ready takes `start` or `notify`, not {other:?}"
+                            "--ready takes `start` or `notify`, not {given}"
                         )));
                     }
                 }
@@ -407,12 +422,36 @@ fn is_inside(dir: &std::path::Path, path: &std::path::Path) -> bool {
     resolve(path).starts_with(resolve(dir))
 }
 
+/// The long name of an option, whatever spelling was used (`-d` is `--dir`); `None` for an
+/// unknown option, which the subcommand reports.
+fn canonical(flag: &str) -> Option<&'static str> {
+    Some(match flag {
+        "--dir" | "-d" => "--dir",
+        "--wait" | "-w" | "--timeout" => "--wait",
+        "--nonblock" | "-n" => "--nonblock",
+        "--conflict-exit-code" | "-E" => "--conflict-exit-code",
+        "--grace" => "--grace",
+        "--kill-wait" => "--kill-wait",
+        "--ready" => "--ready",
+        "--ready-timeout" => "--ready-timeout",
+        "--env-allow" => "--env-allow",
+        "--keep" => "--keep",
+        "--trace" => "--trace",
+        "--json" => "--json",
+        "--adopt" => "--adopt",
+        _ => return None,
+    })
+}
+
 /// A small argument parser: flags with values (`--flag VALUE` or `--flag=VALUE`), then `--` and
 /// the command.
 struct Parser {
     args: std::collections::VecDeque<OsString>,
     pending: Option<OsString>,
     rest: Vec<OsString>,
+    /// Options already given, by their long name: a repeated option is a usage error rather
+    /// than a silent "last one wins" (issue 10).
+    seen: Vec<&'static str>,
 }
 
 impl Parser {
@@ -421,6 +460,7 @@ impl Parser {
             args: args.into(),
             pending: None,
             rest: Vec::new(),
+            seen: Vec::new(),
         }
     }
 
@@ -441,13 +481,30 @@ impl Parser {
             self.rest = std::iter::once(a).chain(self.args.drain(..)).collect();
             return Ok(None);
         }
-        if let Some((flag, value)) = s.split_once('=')
-            && flag.starts_with("--")
+        let s = match s.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => {
+                self.pending = Some(value.into());
+                flag.to_string()
+            }
+            _ => s,
+        };
+        // `--env-allow` adds to a list, so it may be repeated; every other option is given
+        // at most once.
+        if let Some(long) = canonical(&s)
+            && long != "--env-allow"
         {
-            self.pending = Some(value.into());
-            return Ok(Some(flag.to_string()));
+            self.once(long)?;
         }
         Ok(Some(s))
+    }
+
+    /// Records that the option `long` was given; a second time is a usage error (exit 64).
+    fn once(&mut self, long: &'static str) -> Result<(), Usage> {
+        if self.seen.contains(&long) {
+            return Err(Usage(format!("{long} was given twice; give it once")));
+        }
+        self.seen.push(long);
+        Ok(())
     }
 
     fn value(&mut self, flag: &str) -> Result<OsString, Usage> {
@@ -506,8 +563,10 @@ fn parse_duration(s: &str, zero_ok: bool) -> Result<Duration, &'static str> {
     if !secs.is_finite() || secs > 1e9 {
         return Err("too large");
     }
-    if secs == 0.0 && !zero_ok {
+    // A duration too small to be represented (it rounds to zero nanoseconds) is zero.
+    let d = Duration::from_secs_f64(secs);
+    if d.is_zero() && !zero_ok {
         return Err("must be greater than zero");
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }

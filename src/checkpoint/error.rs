@@ -140,8 +140,18 @@ pub enum CheckpointError {
         /// Why it could not be read.
         reason: String,
     },
+    /// The files offered for publication exceed a limit of the whole checkpoint (card P2).
+    #[error(
+        "{path}: cannot publish: the checkpoint {reason}; nothing was written: publish fewer files"
+    )]
+    OverLimit {
+        /// The file at which the limit was passed.
+        path: PathBuf,
+        /// Which limit.
+        reason: FormatError,
+    },
     /// A file offered for publication has a name the manifest cannot hold.
-    #[error("{path}: cannot publish: the name {reason}; rename the file in the staging area")]
+    #[error("{path}: cannot publish: the name {reason}; rename or move the file")]
     BadEntryName {
         /// The offending file.
         path: PathBuf,
@@ -218,6 +228,36 @@ pub enum CheckpointError {
 }
 
 impl CheckpointError {
+    /// The same error with paths under `from` shown under `to`: a refusal found in a staging
+    /// area that was then kept elsewhere names the file where the user can now find it.
+    pub fn relocate(self, from: &std::path::Path, to: &std::path::Path) -> CheckpointError {
+        let moved = |p: PathBuf| match p.strip_prefix(from) {
+            Ok(rest) if rest.as_os_str().is_empty() => to.to_path_buf(),
+            Ok(rest) => to.join(rest),
+            Err(_) => p,
+        };
+        match self {
+            CheckpointError::BadEntryName { path, reason } => CheckpointError::BadEntryName {
+                path: moved(path),
+                reason,
+            },
+            CheckpointError::OverLimit { path, reason } => CheckpointError::OverLimit {
+                path: moved(path),
+                reason,
+            },
+            CheckpointError::UnsupportedFile { path, kind } => CheckpointError::UnsupportedFile {
+                path: moved(path),
+                kind,
+            },
+            CheckpointError::Io { path, op, source } => CheckpointError::Io {
+                path: moved(path),
+                op,
+                source,
+            },
+            other => other,
+        }
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str, source: io::Error) -> Self {
         CheckpointError::Io {
             path: path.into(),

@@ -5,25 +5,28 @@
 //! what is wrong otherwise. Nothing in this module touches the filesystem, so every rule can be
 //! tested byte by byte.
 
-use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// The manifest format version this build writes and accepts.
-pub const MANIFEST_FORMAT: u32 = 1;
+use super::limits::{self, Limits};
 
-/// The longest entry name accepted, in bytes (PATH_MAX on Linux).
-pub const MAX_NAME_LEN: usize = 4096;
+/// The manifest format version this build writes: a header line, then one line per entry
+/// (see [`ManifestReader`]), so that a manifest of any size is written and read streaming.
+pub const MANIFEST_FORMAT: u32 = 2;
 
-/// The longest single path component accepted, in bytes (NAME_MAX on Linux).
-pub const MAX_COMPONENT_LEN: usize = 255;
+/// The format of earlier versions: one JSON document with every entry; still read.
+pub const LEGACY_MANIFEST_FORMAT: u32 = 1;
 
-/// The largest manifest accepted, in bytes (about 40,000 entries); a bigger file is refused
-/// before it is parsed so a corrupt or hostile manifest cannot make a loader allocate without
-/// bound, and loading stays within its memory budget.
-pub const MAX_MANIFEST_LEN: u64 = 8 * 1024 * 1024;
+/// The longest entry name accepted by default, in bytes (see [`Limits`]).
+pub const MAX_NAME_LEN: usize = Limits::DEFAULT.max_name_len;
+
+/// The longest single path component accepted by default, in bytes (see [`Limits`]).
+pub const MAX_COMPONENT_LEN: usize = Limits::DEFAULT.max_component_len;
+
+/// The largest manifest accepted by default, in bytes (see [`Limits`]).
+pub const MAX_MANIFEST_LEN: u64 = Limits::DEFAULT.max_manifest_bytes;
 
 /// The exact length of a well-formed `CURRENT` file: 20-digit id, a space, 64 hex digits, `\n`.
 pub const CURRENT_LEN: usize = 20 + 1 + 64 + 1;
@@ -72,8 +75,35 @@ pub enum FormatError {
     #[error("holds mode {0:#o} with bits outside 0o777")]
     BadMode(u32),
     /// The manifest format version is not one this build understands.
-    #[error("has format version {0}, this build understands only version 1")]
+    #[error("has format version {0}, this build understands versions 1 and 2")]
     BadVersion(u32),
+    /// An entry name has more components than the limit.
+    #[error(
+        "holds {name:?}, {depth} levels deep, deeper than the {max} levels a checkpoint may nest"
+    )]
+    TooDeep {
+        /// The name (at most 200 characters of it).
+        name: String,
+        /// Its components.
+        depth: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// More entries than the limit.
+    #[error("holds more than the {0} files a checkpoint may hold")]
+    TooManyEntries(u64),
+    /// A line of a format-2 manifest is longer than any writer produces.
+    #[error("has a line longer than {0} bytes")]
+    LineTooLong(usize),
+    /// The number of entry lines differs from the header's count (a truncated or extended
+    /// manifest).
+    #[error("lists {found} files, its header says {header}")]
+    CountMismatch {
+        /// The header's count.
+        header: u64,
+        /// Entry lines found.
+        found: u64,
+    },
     /// A manifest names itself as its own parent or a parent with a larger id.
     #[error("names parent {parent} which is not older than itself ({id})")]
     BadParent {
@@ -85,8 +115,8 @@ pub enum FormatError {
     /// The manifest is not valid JSON of the expected shape.
     #[error("is not a valid manifest: {0}")]
     Json(String),
-    /// The manifest is larger than [`MAX_MANIFEST_LEN`].
-    #[error("is {0} bytes, larger than the 8 MiB a manifest may hold")]
+    /// The manifest is larger than the limit.
+    #[error("is larger than the {0} bytes a manifest may hold")]
     TooLarge(u64),
 }
 
@@ -260,42 +290,56 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    /// Serialises the manifest into the bytes that are stored and digested.
+    /// The header of this manifest.
+    pub fn header(&self) -> Header {
+        Header {
+            format: MANIFEST_FORMAT,
+            id: self.id,
+            parent: self.parent,
+            epoch: self.epoch,
+            created_at_ms: self.created_at_ms,
+            files: self.entries.len() as u64,
+        }
+    }
+
+    /// Serialises the manifest in the current format (2): the bytes that are stored and
+    /// digested.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut v = serde_json::to_vec_pretty(self).expect("a manifest always serialises");
-        v.push(b'\n');
+        let mut v = self.header().to_line();
+        for e in &self.entries {
+            v.extend_from_slice(&e.to_line());
+        }
         v
     }
 
-    /// Parses and validates manifest bytes; see [`Manifest::validate`] for the rules.
+    /// Parses and validates manifest bytes of either format under the default limits; see
+    /// [`ManifestReader`] for the rules. Holds every entry in memory: the store streams
+    /// instead.
     pub fn parse(bytes: &[u8]) -> Result<Self, FormatError> {
-        if bytes.is_empty() {
-            return Err(FormatError::Empty);
+        let mut r = ManifestReader::new(bytes, Limits::DEFAULT)?;
+        let mut entries = Vec::new();
+        while let Some(e) = r.next_entry()? {
+            entries.push(e);
         }
-        if bytes.len() as u64 > MAX_MANIFEST_LEN {
-            return Err(FormatError::TooLarge(bytes.len() as u64));
-        }
-        let m: Manifest =
-            serde_json::from_slice(bytes).map_err(|e| FormatError::Json(e.to_string()))?;
-        m.validate()?;
-        Ok(m)
+        let h = r.header();
+        Ok(Manifest {
+            format: h.format,
+            id: h.id,
+            parent: h.parent,
+            epoch: h.epoch,
+            created_at_ms: h.created_at_ms,
+            entries,
+        })
     }
 
-    /// Checks the rules a parsed manifest must meet: known format, parent older than the
-    /// checkpoint, valid modes, and names that are valid, sorted, unique and never both a file
-    /// and a directory.
+    /// Checks the rules a manifest must meet under the default limits: known format, parent
+    /// older than the checkpoint, valid modes, and names that are valid, sorted, unique and
+    /// never both a file and a directory.
     pub fn validate(&self) -> Result<(), FormatError> {
-        if self.format != MANIFEST_FORMAT {
+        if self.format != MANIFEST_FORMAT && self.format != LEGACY_MANIFEST_FORMAT {
             return Err(FormatError::BadVersion(self.format));
         }
-        if let Some(p) = self.parent
-            && p >= self.id
-        {
-            return Err(FormatError::BadParent {
-                id: self.id,
-                parent: p,
-            });
-        }
+        self.header().validate()?;
         check_entries(&self.entries)
     }
 
@@ -305,38 +349,154 @@ impl Manifest {
     }
 }
 
-/// Checks a list of entries: names valid and strictly increasing, modes within 0o777, no name
-/// used both as a file and as a directory.
-pub fn check_entries(entries: &[Entry]) -> Result<(), FormatError> {
-    let mut files: BTreeSet<&str> = BTreeSet::new();
-    let mut prev: Option<&str> = None;
-    for e in entries {
-        check_name(&e.name)?;
-        if e.mode & !0o777 != 0 {
-            return Err(FormatError::BadMode(e.mode));
-        }
-        if let Some(p) = prev
-            && p.as_bytes() >= e.name.as_bytes()
-        {
-            return Err(FormatError::Unsorted(e.name.clone()));
-        }
-        prev = Some(&e.name);
-        files.insert(&e.name);
+/// The first line of a format-2 manifest: everything but the entries, and how many follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Header {
+    /// Format version ([`MANIFEST_FORMAT`]; [`LEGACY_MANIFEST_FORMAT`] for a legacy manifest).
+    pub format: u32,
+    /// This checkpoint's id.
+    pub id: CheckpointId,
+    /// The checkpoint CURRENT named when this one was published; `None` for the first.
+    pub parent: Option<CheckpointId>,
+    /// The lease epoch of the owner that published it.
+    pub epoch: u64,
+    /// Publication time in milliseconds since the Unix epoch (evidence only).
+    pub created_at_ms: u64,
+    /// How many entry lines follow.
+    pub files: u64,
+}
+
+impl Header {
+    /// The header line, newline included.
+    pub fn to_line(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec(self).expect("a header always serialises");
+        v.push(b'\n');
+        v
     }
-    for e in entries {
-        for (i, b) in e.name.bytes().enumerate() {
-            if b == b'/' && files.contains(&e.name[..i]) {
-                return Err(FormatError::FileDirClash(e.name[..i].to_string()));
-            }
+
+    fn validate(&self) -> Result<(), FormatError> {
+        if let Some(p) = self.parent
+            && p >= self.id
+        {
+            return Err(FormatError::BadParent {
+                id: self.id,
+                parent: p,
+            });
         }
+        Ok(())
+    }
+}
+
+impl Entry {
+    /// The entry's line in a format-2 manifest, newline included.
+    pub fn to_line(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec(self).expect("an entry always serialises");
+        v.push(b'\n');
+        v
+    }
+
+    /// An upper bound of the length of the line of an entry called `name`, whatever its size
+    /// and mode: what publish adds up to check a manifest's size before writing anything.
+    pub fn line_bound(name: &str) -> u64 {
+        let quoted = serde_json::to_vec(name).map_or(6 * name.len() + 2, |v| v.len());
+        limits::ENTRY_LINE_OVERHEAD + quoted as u64 - 2
+    }
+}
+
+/// The longest header line a writer produces (every number at its widest).
+pub const HEADER_LINE_MAX: u64 = 160;
+
+/// The streaming rules of a sorted list of entries, checked one entry at a time in constant
+/// memory: names valid under the limits and strictly increasing by bytes, modes within 0o777,
+/// no name used both as a file and as a directory, at most `max_entries` of them.
+///
+/// Names with a common prefix are contiguous in byte order, so a file that is also a directory
+/// (`a`, then `a/b`) is found with a stack of the earlier names that are prefixes of the last
+/// one (at most one per byte of a name), not a set of every name.
+#[derive(Debug, Clone)]
+pub struct EntryCheck {
+    limits: Limits,
+    prev: String,
+    prefixes: Vec<usize>,
+    count: u64,
+    bytes: u64,
+}
+
+impl EntryCheck {
+    /// A check of an empty list under `limits`.
+    pub fn new(limits: Limits) -> EntryCheck {
+        EntryCheck {
+            limits,
+            prev: String::new(),
+            prefixes: Vec::new(),
+            count: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Checks the next entry of the list.
+    pub fn push(&mut self, name: &str, mode: u32, size: u64) -> Result<(), FormatError> {
+        check_name_with(name, &self.limits)?;
+        if mode & !0o777 != 0 {
+            return Err(FormatError::BadMode(mode));
+        }
+        if self.count > 0 && self.prev.as_bytes() >= name.as_bytes() {
+            return Err(FormatError::Unsorted(name.to_string()));
+        }
+        if self.count >= self.limits.max_entries {
+            return Err(FormatError::TooManyEntries(self.limits.max_entries));
+        }
+        let n = name.as_bytes();
+        while let Some(&len) = self.prefixes.last() {
+            if n.starts_with(&self.prev.as_bytes()[..len]) {
+                break;
+            }
+            self.prefixes.pop();
+        }
+        if let Some(&len) = self.prefixes.last()
+            && n.get(len) == Some(&b'/')
+        {
+            return Err(FormatError::FileDirClash(self.prev[..len].to_string()));
+        }
+        self.prefixes.push(n.len());
+        self.prev.clear();
+        self.prev.push_str(name);
+        self.count += 1;
+        self.bytes = self.bytes.saturating_add(size);
+        Ok(())
+    }
+
+    /// Entries checked so far.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Their total size.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+/// Checks a list of entries under the default limits (see [`EntryCheck`]).
+pub fn check_entries(entries: &[Entry]) -> Result<(), FormatError> {
+    let mut c = EntryCheck::new(Limits::DEFAULT);
+    for e in entries {
+        c.push(&e.name, e.mode, e.size)?;
     }
     Ok(())
 }
 
-/// Checks one entry name: a relative path of `/`-separated components, none empty, `.` or
-/// `..`, no NUL, at most 255 bytes per component and 4096 in all. These rules make every name
-/// safe to re-create under a view directory without escaping it.
+/// Checks one entry name under the default limits (see [`check_name_with`]).
 pub fn check_name(name: &str) -> Result<(), FormatError> {
+    check_name_with(name, &Limits::DEFAULT)
+}
+
+/// Checks one entry name: a relative path of `/`-separated components, none empty, `.` or
+/// `..`, no NUL, at most `max_component_len` bytes per component, `max_name_len` in all and
+/// `max_depth` components. These rules make every name safe to re-create under a view
+/// directory without escaping it.
+pub fn check_name_with(name: &str, limits: &Limits) -> Result<(), FormatError> {
     let bad = |reason| {
         Err(FormatError::BadName {
             name: name.chars().take(200).collect(),
@@ -346,8 +506,8 @@ pub fn check_name(name: &str) -> Result<(), FormatError> {
     if name.is_empty() {
         return bad("it is empty");
     }
-    if name.len() > MAX_NAME_LEN {
-        return bad("it is longer than 4096 bytes");
+    if name.len() > limits.max_name_len {
+        return bad("it is longer than a name may be (4096 bytes by default)");
     }
     if name.contains('\0') {
         return bad("it contains a NUL byte");
@@ -355,15 +515,214 @@ pub fn check_name(name: &str) -> Result<(), FormatError> {
     if name.starts_with('/') {
         return bad("it is absolute");
     }
+    let mut depth = 0;
     for c in name.split('/') {
+        depth += 1;
         match c {
             "" => return bad("it has an empty component"),
             "." | ".." => return bad("it has a `.` or `..` component"),
-            c if c.len() > MAX_COMPONENT_LEN => return bad("a component is longer than 255 bytes"),
+            c if c.len() > limits.max_component_len => {
+                return bad("a component is longer than a component may be (255 bytes by default)");
+            }
             _ => {}
         }
     }
+    if depth > limits.max_depth {
+        return Err(FormatError::TooDeep {
+            name: name.chars().take(200).collect(),
+            depth,
+            max: limits.max_depth,
+        });
+    }
     Ok(())
+}
+
+/// A streaming reader of a manifest of either format, checking every rule as it goes with
+/// memory that does not grow with the number of entries.
+///
+/// Format 2 (written by this version): a header line ([`Header`]), then exactly
+/// `header.files` entry lines, each one JSON object ([`Entry`]) and a newline, sorted by name,
+/// nothing after them. No line may be longer than [`limits::MAX_LINE`], and the file no larger
+/// than `max_manifest_bytes`, so a hostile manifest cannot make a reader allocate without
+/// bound. Format 1 (earlier versions) is one JSON document whose first line is `{`; it is read
+/// whole, up to [`limits::LEGACY_MAX_MANIFEST_BYTES`], and checked by the same rules except
+/// the depth and entry limits, which did not exist when it was written.
+pub struct ManifestReader<R> {
+    r: R,
+    header: Header,
+    check: EntryCheck,
+    legacy: Option<std::vec::IntoIter<Entry>>,
+    read: u64,
+    max_bytes: u64,
+    line: Vec<u8>,
+    done: bool,
+}
+
+/// A format-1 manifest, as earlier versions wrote it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LegacyManifest {
+    format: u32,
+    id: CheckpointId,
+    parent: Option<CheckpointId>,
+    epoch: u64,
+    created_at_ms: u64,
+    entries: Vec<Entry>,
+}
+
+impl<R: std::io::BufRead> ManifestReader<R> {
+    /// Reads and checks the header (for format 1: the whole manifest).
+    pub fn new(r: R, limits: Limits) -> Result<ManifestReader<R>, FormatError> {
+        let mut me = ManifestReader {
+            r,
+            header: Header {
+                format: 0,
+                id: CheckpointId::FIRST,
+                parent: None,
+                epoch: 0,
+                created_at_ms: 0,
+                files: 0,
+            },
+            check: EntryCheck::new(limits),
+            legacy: None,
+            read: 0,
+            max_bytes: limits.max_manifest_bytes,
+            line: Vec::new(),
+            done: false,
+        };
+        if !me.next_line()? {
+            return Err(FormatError::Empty);
+        }
+        if me.line == b"{\n" {
+            return me.legacy(limits);
+        }
+        let header: Header = serde_json::from_slice(&me.line)
+            .map_err(|e| FormatError::Json(format!("header: {e}")))?;
+        if header.format != MANIFEST_FORMAT {
+            return Err(FormatError::BadVersion(header.format));
+        }
+        header.validate()?;
+        if header.files > limits.max_entries {
+            return Err(FormatError::TooManyEntries(limits.max_entries));
+        }
+        me.header = header;
+        Ok(me)
+    }
+
+    fn legacy(mut self, limits: Limits) -> Result<ManifestReader<R>, FormatError> {
+        let mut doc = std::mem::take(&mut self.line);
+        let max = limits::LEGACY_MAX_MANIFEST_BYTES;
+        use std::io::Read;
+        (&mut self.r)
+            .take(max + 1 - doc.len() as u64)
+            .read_to_end(&mut doc)
+            .map_err(|e| FormatError::Json(e.to_string()))?;
+        if doc.len() as u64 > max {
+            return Err(FormatError::TooLarge(max));
+        }
+        self.read = doc.len() as u64;
+        let m: LegacyManifest =
+            serde_json::from_slice(&doc).map_err(|e| FormatError::Json(e.to_string()))?;
+        if m.format != LEGACY_MANIFEST_FORMAT {
+            return Err(FormatError::BadVersion(m.format));
+        }
+        self.header = Header {
+            format: m.format,
+            id: m.id,
+            parent: m.parent,
+            epoch: m.epoch,
+            created_at_ms: m.created_at_ms,
+            files: m.entries.len() as u64,
+        };
+        self.header.validate()?;
+        self.check = EntryCheck::new(Limits {
+            max_entries: u64::MAX,
+            max_depth: usize::MAX,
+            ..limits
+        });
+        self.legacy = Some(m.entries.into_iter());
+        Ok(self)
+    }
+
+    /// Reads one line (newline included) into `self.line`; `false` at end of input.
+    fn next_line(&mut self) -> Result<bool, FormatError> {
+        use std::io::{BufRead, Read};
+        self.line.clear();
+        let n = (&mut self.r)
+            .take(limits::MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut self.line)
+            .map_err(|e| FormatError::Json(e.to_string()))?;
+        if n == 0 {
+            return Ok(false);
+        }
+        self.read += n as u64;
+        if self.read > self.max_bytes {
+            return Err(FormatError::TooLarge(self.max_bytes));
+        }
+        if self.line.last() != Some(&b'\n') {
+            return Err(if n > limits::MAX_LINE {
+                FormatError::LineTooLong(limits::MAX_LINE)
+            } else {
+                FormatError::MissingNewline
+            });
+        }
+        Ok(true)
+    }
+
+    /// The header (for format 1, built from the document).
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Bytes read so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.read
+    }
+
+    /// The underlying reader.
+    pub fn into_inner(self) -> R {
+        self.r
+    }
+
+    /// The next entry, checked; `None` after the last one, once the count and the end of the
+    /// input have been checked too.
+    pub fn next_entry(&mut self) -> Result<Option<Entry>, FormatError> {
+        if self.done {
+            return Ok(None);
+        }
+        if let Some(it) = &mut self.legacy {
+            return match it.next() {
+                Some(e) => {
+                    self.check.push(&e.name, e.mode, e.size)?;
+                    Ok(Some(e))
+                }
+                None => {
+                    self.done = true;
+                    Ok(None)
+                }
+            };
+        }
+        if !self.next_line()? {
+            self.done = true;
+            if self.check.count() != self.header.files {
+                return Err(FormatError::CountMismatch {
+                    header: self.header.files,
+                    found: self.check.count(),
+                });
+            }
+            return Ok(None);
+        }
+        if self.check.count() == self.header.files {
+            return Err(FormatError::CountMismatch {
+                header: self.header.files,
+                found: self.header.files + 1,
+            });
+        }
+        let e: Entry = serde_json::from_slice(&self.line)
+            .map_err(|err| FormatError::Json(format!("entry {}: {err}", self.check.count() + 1)))?;
+        self.check.push(&e.name, e.mode, e.size)?;
+        Ok(Some(e))
+    }
 }
 
 /// The content of `CURRENT`: which manifest is current and the sha256 of its bytes.
@@ -395,11 +754,15 @@ impl Current {
                 expected: CURRENT_LEN,
             });
         }
-        let text = std::str::from_utf8(&bytes[..CURRENT_LEN - 1])
-            .map_err(|_| FormatError::BadId(String::from_utf8_lossy(&bytes[..20]).into()))?;
-        // Byte 20 is ASCII only if the text is valid UTF-8 up to here, which from_utf8 checked.
-        let (id, rest) = text.split_at(20);
-        let id: CheckpointId = id.parse()?;
+        // Split on bytes, then decode each part: valid UTF-8 may hold a multi-byte character
+        // across byte 20, where a split of the text would panic (found by the `current` fuzz
+        // target, issue 10).
+        let (id, rest) = bytes[..CURRENT_LEN - 1].split_at(20);
+        let id: CheckpointId = std::str::from_utf8(id)
+            .map_err(|_| FormatError::BadId(String::from_utf8_lossy(id).into()))?
+            .parse()?;
+        let rest = std::str::from_utf8(rest)
+            .map_err(|_| FormatError::BadDigest(String::from_utf8_lossy(rest).into()))?;
         let digest = rest.strip_prefix(' ').ok_or(FormatError::BadSeparator)?;
         Ok(Current {
             id,
@@ -427,7 +790,7 @@ mod tests {
 
     fn manifest(entries: Vec<Entry>) -> Manifest {
         Manifest {
-            format: 1,
+            format: MANIFEST_FORMAT,
             id: CheckpointId::new(2).unwrap(),
             parent: CheckpointId::new(1),
             epoch: 4,
@@ -514,6 +877,24 @@ mod tests {
         }
     }
 
+    /// Found by fuzzing (issue 10): a multi-byte character across byte 20 of CURRENT made
+    /// the parser panic instead of refusing the file.
+    #[test]
+    fn current_with_a_character_across_the_id_is_refused_not_a_panic() {
+        let bytes = b"00000000000000001c6\xc6\x9a\xcd\x9d024bc\xcc\xa6190072a88d82ee4a1092855d34c75bfa28d2855d34c75bfa28ddA50\n";
+        assert_eq!(bytes.len(), CURRENT_LEN);
+        assert!(matches!(Current::parse(bytes), Err(FormatError::BadId(_))));
+        let mut id_then_char = b"0000000000000000000".to_vec();
+        id_then_char.extend_from_slice("ƚ".as_bytes());
+        id_then_char.extend_from_slice(&[b'a'; 64]);
+        id_then_char.push(b'\n');
+        assert_eq!(id_then_char.len(), CURRENT_LEN);
+        assert!(matches!(
+            Current::parse(&id_then_char),
+            Err(FormatError::BadId(_))
+        ));
+    }
+
     #[test]
     fn manifest_round_trips() {
         let m = manifest(vec![entry("a"), entry("b/c"), entry("b/d")]);
@@ -523,23 +904,127 @@ mod tests {
     #[test]
     fn manifest_refuses_unknown_fields_and_versions() {
         let m = manifest(vec![entry("a")]);
-        let mut v: serde_json::Value = serde_json::from_slice(&m.to_bytes()).unwrap();
-        v["extra"] = 1.into();
+        let text = String::from_utf8(m.to_bytes()).unwrap();
+        let (header, rest) = text.split_once('\n').unwrap();
+        let extra = format!("{}, \"extra\": 1}}\n{rest}", &header[..header.len() - 1]);
         assert!(matches!(
-            Manifest::parse(&serde_json::to_vec(&v).unwrap()),
+            Manifest::parse(extra.as_bytes()),
             Err(FormatError::Json(_))
         ));
-        let mut m2 = m.clone();
-        m2.format = 2;
+        let extra_entry = text.replace("\"mode\":420}", "\"mode\":420,\"x\":1}");
+        assert!(matches!(
+            Manifest::parse(extra_entry.as_bytes()),
+            Err(FormatError::Json(_))
+        ));
+        let v3 = text.replacen("\"format\":2", "\"format\":3", 1);
         assert_eq!(
-            Manifest::parse(&m2.to_bytes()),
-            Err(FormatError::BadVersion(2))
+            Manifest::parse(v3.as_bytes()),
+            Err(FormatError::BadVersion(3))
         );
         assert_eq!(Manifest::parse(b""), Err(FormatError::Empty));
         assert!(matches!(
-            Manifest::parse(b"{not-json"),
+            Manifest::parse(b"{not-json\n"),
             Err(FormatError::Json(_))
         ));
+        // Truncated at a line boundary, or with a line added: the count says so.
+        let cut = format!("{header}\n");
+        assert!(matches!(
+            Manifest::parse(cut.as_bytes()),
+            Err(FormatError::CountMismatch {
+                header: 1,
+                found: 0
+            })
+        ));
+        let more = format!("{text}{}", String::from_utf8(entry("b").to_line()).unwrap());
+        assert!(matches!(
+            Manifest::parse(more.as_bytes()),
+            Err(FormatError::CountMismatch { .. })
+        ));
+        // A missing final newline, or a line longer than any writer makes.
+        assert_eq!(
+            Manifest::parse(&text.as_bytes()[..text.len() - 1]),
+            Err(FormatError::MissingNewline)
+        );
+        let long = format!("{header}\n{}\n", "x".repeat(limits::MAX_LINE + 10));
+        assert_eq!(
+            Manifest::parse(long.as_bytes()),
+            Err(FormatError::LineTooLong(limits::MAX_LINE))
+        );
+    }
+
+    /// Manifests of format 1, as earlier versions wrote them (one pretty-printed document),
+    /// still load, with their own rules.
+    #[test]
+    fn legacy_manifests_still_load() {
+        let entries = vec![entry("a"), entry("b/c")];
+        let legacy = serde_json::json!({
+            "format": 1,
+            "id": "00000000000000000002",
+            "parent": "00000000000000000001",
+            "epoch": 4,
+            "created_at_ms": 1_700_000_000_000u64,
+            "entries": entries,
+        });
+        let mut bytes = serde_json::to_vec_pretty(&legacy).unwrap();
+        bytes.push(b'\n');
+        let m = Manifest::parse(&bytes).unwrap();
+        assert_eq!(m.format, LEGACY_MANIFEST_FORMAT);
+        assert_eq!(m.entries, entries);
+        assert_eq!(m.epoch, 4);
+        let mut bad = legacy.clone();
+        bad["entries"] = serde_json::json!([entry("b"), entry("a")]);
+        let mut bytes = serde_json::to_vec_pretty(&bad).unwrap();
+        bytes.push(b'\n');
+        assert!(matches!(
+            Manifest::parse(&bytes),
+            Err(FormatError::Unsorted(_))
+        ));
+    }
+
+    /// Every limit, at and one past it.
+    #[test]
+    fn limits_hold_at_and_refuse_past() {
+        let l = Limits::DEFAULT;
+        let deep = |n: usize| vec!["d"; n].join("/");
+        assert!(check_name(&deep(l.max_depth)).is_ok());
+        assert!(matches!(
+            check_name(&deep(l.max_depth + 1)),
+            Err(FormatError::TooDeep { .. })
+        ));
+        let long = |n: usize| {
+            let mut s = String::new();
+            while s.len() < n {
+                if !s.is_empty() {
+                    s.push('/');
+                }
+                let part = (n - s.len()).min(200);
+                s.push_str(&"n".repeat(part));
+            }
+            s
+        };
+        assert_eq!(long(l.max_name_len).len(), l.max_name_len);
+        assert!(check_name(&long(l.max_name_len)).is_ok());
+        assert!(check_name(&long(l.max_name_len + 1)).is_err());
+        assert!(check_name(&"c".repeat(l.max_component_len)).is_ok());
+        assert!(check_name(&"c".repeat(l.max_component_len + 1)).is_err());
+        let small = Limits {
+            max_entries: 2,
+            ..l
+        };
+        let mut c = EntryCheck::new(small);
+        c.push("a", 0o600, 1).unwrap();
+        c.push("b", 0o600, 1).unwrap();
+        assert_eq!(c.push("c", 0o600, 1), Err(FormatError::TooManyEntries(2)));
+        // The longest entry line a writer can make stays under the reader's line limit.
+        let worst = "\u{1}".repeat(l.max_name_len);
+        assert!(Entry::line_bound(&worst) < limits::MAX_LINE as u64);
+        let e = Entry {
+            name: worst.clone(),
+            size: u64::MAX,
+            sha256: d(1),
+            mode: 0o777,
+        };
+        assert_eq!(e.to_line().len() as u64, Entry::line_bound(&worst));
     }
 
     #[test]

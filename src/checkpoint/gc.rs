@@ -8,48 +8,44 @@
 //! parse is left alone, and if any *kept* manifest cannot be read no blob is deleted at all,
 //! because the blobs it lists cannot be known.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use super::format::{CheckpointId, Digest, Manifest};
+use super::format::{CheckpointId, Digest};
 
 /// Default number of checkpoints kept: the current one and its parent.
 pub const DEFAULT_KEEP: usize = 2;
 
-/// What the GC may delete, in the order it must delete it: manifests first, so that a crash in
-/// the middle of a GC never leaves a manifest whose blobs are gone.
+/// Which manifests the GC keeps and deletes, in the order it must delete: manifests first, so
+/// that a crash in the middle of a GC never leaves a manifest whose blobs are gone. The blobs
+/// to delete are those no kept manifest names ([`is_garbage`]).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Plan {
     /// The checkpoints kept, newest first.
     pub kept: Vec<CheckpointId>,
     /// Manifests to delete.
     pub manifests: Vec<CheckpointId>,
-    /// Blobs to delete.
-    pub blobs: Vec<Digest>,
-    /// True when blob deletion was skipped because a kept manifest could not be read.
+    /// True when no blob may be deleted because a kept manifest could not be read.
     pub blobs_skipped: bool,
 }
 
-/// How a manifest file in `manifests/` looked to the collector.
-#[derive(Debug, Clone)]
+/// How a manifest file in `manifests/` looked to the collector (its header only).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Seen {
-    /// It parsed and validated; its id matched its file name.
-    Valid(Manifest),
+    /// Its header parsed; its id matched its file name.
+    Valid {
+        /// The parent it names.
+        parent: Option<CheckpointId>,
+    },
     /// It did not parse, or its id disagreed with its file name.
     Unreadable,
 }
 
-/// Computes what to delete. `current` is the id in `CURRENT` (a GC runs only right after a
-/// publish, so it is always present), `manifests` maps each well-named manifest file to what it
-/// held, `blobs` lists the blob files present, and `keep` is at least 1.
-pub fn plan(
-    current: CheckpointId,
-    manifests: &BTreeMap<CheckpointId, Seen>,
-    blobs: &BTreeSet<Digest>,
-    keep: usize,
-) -> Plan {
+/// Computes which manifests to keep and delete. `current` is the id in `CURRENT` (a GC runs
+/// only right after a publish, so it is always present), `manifests` maps each well-named
+/// manifest file to what its header held, and `keep` is at least 1.
+pub fn plan(current: CheckpointId, manifests: &BTreeMap<CheckpointId, Seen>, keep: usize) -> Plan {
     let keep = keep.max(1);
     let mut kept = Vec::new();
-    let mut referenced = BTreeSet::new();
     let mut blobs_skipped = false;
     let mut next = Some(current);
     while let Some(id) = next {
@@ -57,10 +53,9 @@ pub fn plan(
             break;
         }
         match manifests.get(&id) {
-            Some(Seen::Valid(m)) => {
+            Some(Seen::Valid { parent }) => {
                 kept.push(id);
-                referenced.extend(m.entries.iter().map(|e| e.sha256));
-                next = m.parent;
+                next = *parent;
             }
             Some(Seen::Unreadable) => {
                 // A kept manifest we cannot read may list any blob.
@@ -73,118 +68,133 @@ pub fn plan(
     }
     let manifests_del = manifests
         .iter()
-        .filter(|(id, seen)| matches!(seen, Seen::Valid(_)) && !kept.contains(id))
+        .filter(|(id, seen)| matches!(seen, Seen::Valid { .. }) && !kept.contains(id))
         .map(|(id, _)| *id)
         .collect();
-    let blobs_del = if blobs_skipped {
-        Vec::new()
-    } else {
-        blobs.difference(&referenced).copied().collect()
-    };
     Plan {
         kept,
         manifests: manifests_del,
-        blobs: blobs_del,
         blobs_skipped,
     }
+}
+
+/// The blobs the kept checkpoints name, as a sorted list of the first 8 bytes of each digest:
+/// 8 bytes per file whatever the names, so a GC after a publish of a million files stays in a
+/// few megabytes. A garbage blob whose prefix equals a referenced one is kept (one more file
+/// until the next GC); a referenced blob is never taken for garbage.
+#[derive(Debug, Default, Clone)]
+pub struct Referenced {
+    prefixes: Vec<u64>,
+}
+
+impl Referenced {
+    /// Adds a digest a kept manifest names.
+    pub fn add(&mut self, d: &Digest) {
+        self.prefixes.push(prefix(d));
+    }
+
+    /// Sorts and deduplicates; call once after the last [`Referenced::add`].
+    pub fn seal(&mut self) {
+        self.prefixes.sort_unstable();
+        self.prefixes.dedup();
+    }
+}
+
+fn prefix(d: &Digest) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d.0[..8]);
+    u64::from_be_bytes(b)
+}
+
+/// Whether a blob may be deleted: no kept manifest names a digest with its prefix.
+pub fn is_garbage(referenced: &Referenced, d: &Digest) -> bool {
+    referenced.prefixes.binary_search(&prefix(d)).is_err()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::format::Entry;
+    use std::collections::BTreeSet;
 
     fn id(n: u64) -> CheckpointId {
         CheckpointId::new(n).unwrap()
     }
 
-    fn m(n: u64, parent: Option<u64>, blobs: &[u8]) -> Seen {
-        Seen::Valid(Manifest {
-            format: 1,
-            id: id(n),
+    fn m(parent: Option<u64>) -> Seen {
+        Seen::Valid {
             parent: parent.map(id),
-            epoch: 1,
-            created_at_ms: 0,
-            entries: blobs
-                .iter()
-                .enumerate()
-                .map(|(i, b)| Entry {
-                    name: format!("f{i}"),
-                    size: 1,
-                    sha256: Digest([*b; 32]),
-                    mode: 0o600,
-                })
-                .collect(),
-        })
-    }
-
-    fn blobs(bs: &[u8]) -> BTreeSet<Digest> {
-        bs.iter().map(|b| Digest([*b; 32])).collect()
+        }
     }
 
     #[test]
     fn keeps_current_and_parent_by_default() {
-        let ms = BTreeMap::from([
-            (id(1), m(1, None, &[1, 2])),
-            (id(2), m(2, Some(1), &[2, 3])),
-            (id(3), m(3, Some(2), &[3, 4])),
-        ]);
-        let p = plan(id(3), &ms, &blobs(&[1, 2, 3, 4, 9]), DEFAULT_KEEP);
+        let ms = BTreeMap::from([(id(1), m(None)), (id(2), m(Some(1))), (id(3), m(Some(2)))]);
+        let p = plan(id(3), &ms, DEFAULT_KEEP);
         assert_eq!(p.kept, vec![id(3), id(2)]);
         assert_eq!(p.manifests, vec![id(1)]);
-        assert_eq!(p.blobs, blobs(&[1, 9]).into_iter().collect::<Vec<_>>());
         assert!(!p.blobs_skipped);
     }
 
     #[test]
     fn orphans_of_a_crashed_publish_are_collected() {
-        // Manifest 3 was renamed into place but CURRENT still names 2 when the owner died; the
-        // next owner published 3 again... or here 4 after adopting 2 as parent.
-        let ms = BTreeMap::from([
-            (id(2), m(2, None, &[2])),
-            (id(3), m(3, Some(2), &[7])),
-            (id(4), m(4, Some(2), &[4])),
-        ]);
-        let p = plan(id(4), &ms, &blobs(&[2, 4, 7]), 2);
+        // Manifest 3 was renamed into place but CURRENT still named 2 when the owner died; the
+        // next owner published 4 with 2 as parent.
+        let ms = BTreeMap::from([(id(2), m(None)), (id(3), m(Some(2))), (id(4), m(Some(2)))]);
+        let p = plan(id(4), &ms, 2);
         assert_eq!(p.kept, vec![id(4), id(2)]);
         assert_eq!(p.manifests, vec![id(3)]);
-        assert_eq!(p.blobs, vec![Digest([7; 32])]);
     }
 
     #[test]
     fn unreadable_manifests_are_never_deleted() {
         let ms = BTreeMap::from([
             (id(1), Seen::Unreadable),
-            (id(2), m(2, None, &[2])),
-            (id(3), m(3, Some(2), &[3])),
+            (id(2), m(None)),
+            (id(3), m(Some(2))),
         ]);
-        let p = plan(id(3), &ms, &blobs(&[1, 2, 3]), 1);
+        let p = plan(id(3), &ms, 1);
         assert_eq!(p.kept, vec![id(3)]);
         assert_eq!(p.manifests, vec![id(2)]);
-        assert_eq!(p.blobs, blobs(&[1, 2]).into_iter().collect::<Vec<_>>());
     }
 
     #[test]
     fn an_unreadable_kept_manifest_stops_blob_deletion() {
         let ms = BTreeMap::from([
-            (id(1), m(1, None, &[1])),
+            (id(1), m(None)),
             (id(2), Seen::Unreadable),
-            (id(3), m(3, Some(2), &[3])),
+            (id(3), m(Some(2))),
         ]);
-        let p = plan(id(3), &ms, &blobs(&[1, 3, 5]), 3);
+        let p = plan(id(3), &ms, 3);
         assert_eq!(p.kept, vec![id(3), id(2)]);
         assert!(p.blobs_skipped);
-        assert!(p.blobs.is_empty());
         assert_eq!(p.manifests, vec![id(1)], "1 is not reachable from CURRENT");
     }
 
     #[test]
     fn keep_zero_is_treated_as_one_and_a_missing_parent_ends_the_chain() {
-        let ms = BTreeMap::from([(id(5), m(5, Some(4), &[5]))]);
-        let p = plan(id(5), &ms, &blobs(&[5]), 0);
+        let ms = BTreeMap::from([(id(5), m(Some(4)))]);
+        let p = plan(id(5), &ms, 0);
         assert_eq!(p.kept, vec![id(5)]);
-        assert!(p.blobs.is_empty() && p.manifests.is_empty());
-        let p = plan(id(5), &ms, &blobs(&[5]), 10);
+        assert!(p.manifests.is_empty());
+        let p = plan(id(5), &ms, 10);
         assert_eq!(p.kept, vec![id(5)]);
+    }
+
+    #[test]
+    fn a_referenced_blob_is_never_garbage() {
+        let mut r = Referenced::default();
+        let refd: BTreeSet<Digest> = (0..50u8).map(|b| Digest([b; 32])).collect();
+        for d in &refd {
+            r.add(d);
+        }
+        r.seal();
+        for b in 0..=255u8 {
+            let d = Digest([b; 32]);
+            assert_eq!(is_garbage(&r, &d), !refd.contains(&d), "{b}");
+        }
+        // A garbage blob sharing a referenced prefix is kept, never the reverse.
+        let mut twin = [0u8; 32];
+        twin[..8].copy_from_slice(&[7; 8]);
+        assert!(!is_garbage(&r, &Digest(twin)));
     }
 }

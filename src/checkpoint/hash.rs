@@ -325,6 +325,36 @@ impl<R: Read> Read for VerifyingReader<R> {
     }
 }
 
+/// A reader that hashes every byte it passes on: a manifest is parsed and digested in one
+/// streaming pass.
+pub struct HashingReader<R> {
+    inner: R,
+    h: Sha256,
+}
+
+impl<R: Read> HashingReader<R> {
+    /// Wraps `inner`.
+    pub fn new(inner: R) -> Self {
+        HashingReader {
+            inner,
+            h: Sha256::new(),
+        }
+    }
+
+    /// The digest of the bytes read so far.
+    pub fn digest(&self) -> Digest {
+        Digest(self.h.clone().finalize().into())
+    }
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.h.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,11 +4,21 @@
 //! # Layout (all under `<state dir>/checkpoints/`, directories 0700, files 0600 or 0400)
 //! ```text
 //! CURRENT                    "<20-digit id> <sha256 of the manifest file>\n"
-//! manifests/<id>.json        id, parent id, writing epoch, created-at, entries (name/size/sha256/mode)
+//! manifests/<id>.json        format 2: a header line (id, parent id, writing epoch, created-at,
+//!                            number of files), then one line per file (name/size/sha256/mode)
 //! blobs/sha256/<hex>         file contents, named by their sha256, read-only (0400)
 //! staging/<random>/          scratch areas a writer fills for the next publish
 //! views/<random>/            read-only copies of a checkpoint's files for a reader
+//! failed/<epoch>             the staged output of a failed publish, kept (newest `keep`)
 //! ```
+//!
+//! # Limits, streaming and descriptors (issue 10, cards P1 and P2)
+//! One set of [`Limits`] is checked by publish before anything durable and by every load, so
+//! what publish acknowledges always loads. Manifests are written and read a line at a time
+//! ([`ManifestReader`]); a million-file checkpoint publishes and loads in memory that does not
+//! grow with the number of files, and format-1 manifests of earlier versions still load. No
+//! walk recurses, and every walk (publish, views, scratch removal, GC) holds a bounded number of
+//! directory descriptors at any depth (`tree`).
 //!
 //! # Publish protocol ([`CheckpointStore::publish`])
 //! Fence on the epoch; write each new blob (temp, fsync, `renameat` without replacing), fsync the
@@ -56,15 +66,19 @@ pub mod error;
 pub mod format;
 pub mod gc;
 pub mod hash;
+pub mod limits;
 mod store;
 mod tree;
 
 pub use error::CheckpointError;
-pub use format::{CheckpointId, Current, Digest, Entry, FormatError, Manifest};
+pub use format::{
+    CheckpointId, Current, Digest, Entry, EntryCheck, FormatError, Header, Manifest, ManifestReader,
+};
 pub use hash::VerifyingReader;
+pub use limits::Limits;
 pub use store::{
-    Checkpoint, CheckpointStore, GcReport, PublishFile, Published, Source, Staging, StoreOptions,
-    VerifyReport, View,
+    Checkpoint, CheckpointStore, CheckpointSummary, GcReport, PublishFile, Published, Source,
+    Staging, StoreOptions, VerifyReport, View, failed_name, highest_epoch,
 };
 
 /// The store's directory inside a state dir.
@@ -81,6 +95,8 @@ pub const SHA256_DIR: &str = "sha256";
 pub const STAGING_DIR: &str = "staging";
 /// The views' directory inside [`STORE_DIR`].
 pub const VIEWS_DIR: &str = "views";
+/// Where the staged output of a failed publish is kept, as `failed/<epoch>` (card P1).
+pub const FAILED_DIR: &str = "failed";
 
 /// Every crash point of a publish, in the order a publish of one new file reaches them: each
 /// privfs step is `<label>.<step>`, plus `publish.acked` (after the `CURRENT` directory fsync,

@@ -1,21 +1,23 @@
 //! The store itself: open, load, verify, publish, garbage-collect, staging areas and views.
 //! See the module docs of [`crate::checkpoint`] for the layout and the protocols.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustix::fs::Mode;
 
 use super::error::CheckpointError;
-use super::format::{self, CURRENT_LEN, CheckpointId, Current, Digest, Entry, MAX_MANIFEST_LEN};
+use super::format::{self, CURRENT_LEN, CheckpointId, Current, Digest, Entry, Header};
 use super::gc::{self, DEFAULT_KEEP, Seen};
-use super::hash::{self, Mismatch, VerifyingReader};
+use super::hash::{self, HashingReader, Mismatch, VerifyingReader};
+use super::limits::{self, Limits};
 use super::tree;
 use super::{
-    BLOBS_DIR, CURRENT_FILE, MANIFESTS_DIR, SHA256_DIR, STAGING_DIR, STORE_DIR, VIEWS_DIR,
+    BLOBS_DIR, CURRENT_FILE, FAILED_DIR, MANIFESTS_DIR, SHA256_DIR, STAGING_DIR, STORE_DIR,
+    VIEWS_DIR,
 };
 use crate::privfs::{Dir, FileKind, FsError, Links, StateDir};
 
@@ -67,15 +69,50 @@ impl Checkpoint {
     }
 }
 
+impl Checkpoint {
+    /// What it is without its entries.
+    pub fn summary(&self) -> CheckpointSummary {
+        CheckpointSummary {
+            id: self.id,
+            parent: self.parent,
+            epoch: self.epoch,
+            created_at_ms: self.created_at_ms,
+            files: self.entries.len() as u64,
+            bytes: self.total_size(),
+            manifest_sha256: self.manifest_sha256,
+        }
+    }
+}
+
+/// A verified checkpoint without its list of files: what a streaming load or a publish
+/// returns, in memory that does not grow with the number of files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointSummary {
+    /// Its id.
+    pub id: CheckpointId,
+    /// The checkpoint that was current when it was published.
+    pub parent: Option<CheckpointId>,
+    /// The lease epoch of its publisher.
+    pub epoch: u64,
+    /// Publication time, milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+    /// Number of files.
+    pub files: u64,
+    /// Total bytes of all files.
+    pub bytes: u64,
+    /// sha256 of its manifest file, as `CURRENT` records it.
+    pub manifest_sha256: Digest,
+}
+
 /// What a best-effort read-only check found (for `tenure verify` and `status`).
 #[derive(Debug)]
 pub struct VerifyReport {
-    /// What [`CheckpointStore::load`] returns.
-    pub current: Result<Option<Checkpoint>, CheckpointError>,
+    /// What [`CheckpointStore::load_summary`] returns.
+    pub current: Result<Option<CheckpointSummary>, CheckpointError>,
     /// The newest checkpoint older than the current one (or any, when `CURRENT` is unreadable)
     /// whose manifest parses and whose blobs all verify. Evidence for an operator only: nothing
     /// ever loads it in place of the current one.
-    pub newest_valid_older: Option<Checkpoint>,
+    pub newest_valid_older: Option<CheckpointSummary>,
 }
 
 /// Where the bytes of one file of a publish come from.
@@ -105,13 +142,6 @@ pub struct PublishFile<'r> {
     pub source: Source<'r>,
 }
 
-/// One file of a publish, opened only when its blob is written.
-struct Input<'r> {
-    name: String,
-    #[allow(clippy::type_complexity)]
-    open: Box<dyn FnOnce() -> Result<(Source<'r>, u32), CheckpointError> + 'r>,
-}
-
 /// What a GC after a publish did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GcReport {
@@ -139,7 +169,7 @@ pub enum Published {
     /// A new checkpoint is durable and current.
     New {
         /// The new checkpoint.
-        checkpoint: Checkpoint,
+        checkpoint: CheckpointSummary,
         /// Bytes of blobs written (files whose blob already existed are not counted).
         bytes_written: u64,
         /// What the GC afterwards did.
@@ -148,16 +178,20 @@ pub enum Published {
 }
 
 /// An empty private directory a writer fills for the next publish (`TENURE_CHECKPOINT_OUT`).
+///
+/// The area is known by its name, not by a descriptor: a writer that replaces the directory
+/// (`rm -rf "$O"; mkdir "$O"`, or the write-a-temp-dir-then-rename pattern) has its new
+/// directory published, with the same checks (card P1).
 #[derive(Debug)]
 pub struct Staging {
-    dir: Dir,
     name: String,
+    path: PathBuf,
 }
 
 impl Staging {
     /// Absolute path of the area, to hand to the writer.
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        &self.path
     }
 }
 
@@ -191,6 +225,7 @@ pub struct CheckpointStore<'s> {
     dirs: Option<Dirs>,
     owned: bool,
     keep: usize,
+    limits: Limits,
 }
 
 fn check_opts(opts: &StoreOptions) -> Result<(), CheckpointError> {
@@ -237,6 +272,7 @@ impl<'s> CheckpointStore<'s> {
             dirs,
             owned: false,
             keep: opts.keep,
+            limits: Limits::DEFAULT,
         })
     }
 
@@ -260,9 +296,22 @@ impl<'s> CheckpointStore<'s> {
         for scratch in [STAGING_DIR, VIEWS_DIR] {
             if let Some(d) = root.open_dir_optional(scratch)? {
                 for e in d.entries()? {
-                    // Anything else was not made by the store: leave it alone.
-                    if let (FileKind::Directory, Some(name)) = (e.kind, e.name.to_str()) {
-                        tree::remove_tree(&d, name, "open.sweep")?
+                    // Everything in these two directories is scratch of an earlier ownership:
+                    // staging areas and views, and whatever a child left beside its area (a
+                    // `rename into place` temp dir, a symlink). None of it was published, and
+                    // none of it is ever followed: links are removed, not resolved.
+                    match e.kind {
+                        FileKind::Directory => tree::remove_tree(&d, &e.name, "open.sweep")?,
+                        FileKind::Regular
+                        | FileKind::Symlink
+                        | FileKind::Fifo
+                        | FileKind::Socket
+                        | FileKind::CharDevice
+                        | FileKind::BlockDevice
+                        | FileKind::Unknown => match d.unlink(&e.name, "open.sweep") {
+                            Ok(()) | Err(FsError::NotFound { .. }) => {}
+                            Err(err) => return Err(err.into()),
+                        },
                     }
                 }
             }
@@ -292,7 +341,20 @@ impl<'s> CheckpointStore<'s> {
             }),
             owned: true,
             keep: opts.keep,
+            limits: Limits::DEFAULT,
         })
+    }
+
+    /// The same store checking other limits than [`Limits::DEFAULT`], for tests that explore
+    /// the limits at small sizes. Publish and load of one store always use the same limits.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits this store checks.
+    pub fn limits(&self) -> Limits {
+        self.limits
     }
 
     /// The store directory (for messages).
@@ -304,7 +366,7 @@ impl<'s> CheckpointStore<'s> {
         self.path().join(CURRENT_FILE)
     }
 
-    fn manifest_path(&self, id: CheckpointId) -> PathBuf {
+    pub(crate) fn manifest_path(&self, id: CheckpointId) -> PathBuf {
         self.path()
             .join(MANIFESTS_DIR)
             .join(id.manifest_file_name())
@@ -348,58 +410,108 @@ impl<'s> CheckpointStore<'s> {
         }
     }
 
-    /// Reads manifest `id`, checking its digest when `expected` is given, its format, and that
-    /// the id inside matches.
-    fn read_manifest(
+    fn manifests_dir(&self) -> Option<&Dir> {
+        self.dirs.as_ref().and_then(|d| d.manifests.as_ref())
+    }
+
+    fn open_manifest(&self, id: CheckpointId) -> Result<File, CheckpointError> {
+        let missing = || CheckpointError::ManifestMissing {
+            path: self.manifest_path(id),
+            id,
+        };
+        let dir = self.manifests_dir().ok_or_else(missing)?;
+        match dir.open_file(id.manifest_file_name()) {
+            Ok(f) => Ok(f),
+            Err(FsError::NotFound { .. }) => Err(missing()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Streams manifest `id`: checks its digest first when `expected` is given (a pass that
+    /// only hashes), then parses it entry by entry, checking every rule and the limits, and
+    /// calls `each` with every entry. The bytes are hashed again as they are parsed, so a file
+    /// that changed between the passes is refused too. Memory does not grow with the number of
+    /// entries. Returns the header and the digest.
+    fn stream_manifest(
         &self,
         id: CheckpointId,
         expected: Option<&Digest>,
-    ) -> Result<(format::Manifest, Digest), CheckpointError> {
+        mut each: impl FnMut(&Entry) -> Result<(), CheckpointError>,
+    ) -> Result<(Header, Digest), CheckpointError> {
         let path = self.manifest_path(id);
-        let missing = || CheckpointError::ManifestMissing {
+        let malformed = |reason| CheckpointError::ManifestMalformed {
             path: path.clone(),
-            id,
+            reason,
         };
-        let dir = self
-            .dirs
-            .as_ref()
-            .and_then(|d| d.manifests.as_ref())
-            .ok_or_else(missing)?;
-        let bytes = match dir.read_optional(id.manifest_file_name(), MAX_MANIFEST_LEN) {
-            Ok(Some(b)) => b,
-            Ok(None) => return Err(missing()),
-            Err(FsError::TooLarge { len, .. }) => {
-                return Err(CheckpointError::ManifestMalformed {
+        let mut f = self.open_manifest(id)?;
+        let max = self
+            .limits
+            .max_manifest_bytes
+            .max(limits::LEGACY_MAX_MANIFEST_BYTES);
+        if let Some(expected) = expected {
+            let got = hash::digest_reader(&mut (&mut f).take(max + 1), &mut hash::buffer())
+                .map_err(|e| CheckpointError::io(&path, "read", e))?;
+            if got.size > max {
+                return Err(malformed(format::FormatError::TooLarge(max)));
+            }
+            if got.sha256 != *expected {
+                return Err(CheckpointError::ManifestDigestMismatch {
                     path,
-                    reason: format::FormatError::TooLarge(len),
+                    expected: *expected,
+                    actual: got.sha256,
                 });
             }
-            Err(e) => return Err(e.into()),
-        };
-        let actual = hash::digest_bytes(&bytes);
+            f.seek(SeekFrom::Start(0))
+                .map_err(|e| CheckpointError::io(&path, "seek", e))?;
+        }
+        let mut r = format::ManifestReader::new(
+            BufReader::with_capacity(64 << 10, HashingReader::new(f)),
+            self.limits,
+        )
+        .map_err(malformed)?;
+        let header = *r.header();
+        if header.id != id {
+            return Err(CheckpointError::ManifestIdMismatch {
+                path,
+                expected: id,
+                found: header.id,
+            });
+        }
+        while let Some(e) = r.next_entry().map_err(malformed)? {
+            each(&e)?;
+        }
+        let digest = r.into_inner().into_inner().digest();
         if let Some(expected) = expected
-            && actual != *expected
+            && digest != *expected
         {
             return Err(CheckpointError::ManifestDigestMismatch {
                 path,
                 expected: *expected,
-                actual,
+                actual: digest,
             });
         }
-        let m = format::Manifest::parse(&bytes).map_err(|reason| {
+        Ok((header, digest))
+    }
+
+    /// Reads only the header of manifest `id` (for a format-1 manifest, the whole document).
+    fn manifest_header(&self, id: CheckpointId) -> Result<Header, CheckpointError> {
+        let path = self.manifest_path(id);
+        let f = self.open_manifest(id)?;
+        let r = format::ManifestReader::new(BufReader::new(f), self.limits).map_err(|reason| {
             CheckpointError::ManifestMalformed {
                 path: path.clone(),
                 reason,
             }
         })?;
-        if m.id != id {
+        let h = *r.header();
+        if h.id != id {
             return Err(CheckpointError::ManifestIdMismatch {
                 path,
                 expected: id,
-                found: m.id,
+                found: h.id,
             });
         }
-        Ok((m, actual))
+        Ok(h)
     }
 
     fn blobs_dir(&self) -> Option<&Dir> {
@@ -448,39 +560,50 @@ impl<'s> CheckpointStore<'s> {
         }
     }
 
+    /// Verifies checkpoint `id` streaming (manifest digest when `expected` is given, every
+    /// rule, every blob's size and digest), collecting its entries only when `collect`.
     fn load_verified(
         &self,
         id: CheckpointId,
         expected: Option<&Digest>,
         buf: &mut [u8],
-    ) -> Result<Checkpoint, CheckpointError> {
-        let (m, digest) = self.read_manifest(id, expected)?;
-        for e in &m.entries {
+        collect: bool,
+    ) -> Result<(CheckpointSummary, Vec<Entry>), CheckpointError> {
+        let mut entries = Vec::new();
+        let mut bytes = 0u64;
+        let (h, digest) = self.stream_manifest(id, expected, |e| {
             self.verify_entry(e, buf)?;
-        }
-        Ok(Checkpoint {
-            id: m.id,
-            parent: m.parent,
-            epoch: m.epoch,
-            created_at_ms: m.created_at_ms,
-            entries: m.entries,
-            manifest_sha256: digest,
-        })
+            bytes = bytes.saturating_add(e.size);
+            if collect {
+                entries.push(e.clone());
+            }
+            Ok(())
+        })?;
+        Ok((
+            CheckpointSummary {
+                id: h.id,
+                parent: h.parent,
+                epoch: h.epoch,
+                created_at_ms: h.created_at_ms,
+                files: h.files,
+                bytes,
+                manifest_sha256: digest,
+            },
+            entries,
+        ))
     }
 
-    /// Loads the current checkpoint and verifies it completely: `CURRENT`'s format, the
-    /// manifest's digest and format, every blob's size and digest (streamed, constant memory).
-    /// `Ok(None)` when there is no checkpoint yet. Read-only: never repairs, deletes or falls
-    /// back to an older checkpoint. If `CURRENT` changes while loading (an owner published
-    /// meanwhile) the load starts over, at most three times.
-    pub fn load(&self) -> Result<Option<Checkpoint>, CheckpointError> {
+    fn load_inner(
+        &self,
+        collect: bool,
+    ) -> Result<Option<(CheckpointSummary, Vec<Entry>)>, CheckpointError> {
         let mut buf = hash::buffer();
         let mut attempts = 0;
         loop {
             let Some((cur, raw)) = self.read_current_raw()? else {
                 return Ok(None);
             };
-            match self.load_verified(cur.id, Some(&cur.manifest_sha256), &mut buf) {
+            match self.load_verified(cur.id, Some(&cur.manifest_sha256), &mut buf, collect) {
                 Ok(cp) => return Ok(Some(cp)),
                 Err(e) => {
                     attempts += 1;
@@ -493,10 +616,33 @@ impl<'s> CheckpointStore<'s> {
         }
     }
 
+    /// Loads the current checkpoint and verifies it completely: `CURRENT`'s format, the
+    /// manifest's digest and format, every blob's size and digest (streamed, constant memory).
+    /// `Ok(None)` when there is no checkpoint yet. Read-only: never repairs, deletes or falls
+    /// back to an older checkpoint. If `CURRENT` changes while loading (an owner published
+    /// meanwhile) the load starts over, at most three times. The entries are returned in
+    /// memory; [`CheckpointStore::load_summary`] verifies the same without holding them.
+    pub fn load(&self) -> Result<Option<Checkpoint>, CheckpointError> {
+        Ok(self.load_inner(true)?.map(|(s, entries)| Checkpoint {
+            id: s.id,
+            parent: s.parent,
+            epoch: s.epoch,
+            created_at_ms: s.created_at_ms,
+            entries,
+            manifest_sha256: s.manifest_sha256,
+        }))
+    }
+
+    /// [`CheckpointStore::load`] without keeping the entries: the same checks in memory that
+    /// does not grow with the number of files.
+    pub fn load_summary(&self) -> Result<Option<CheckpointSummary>, CheckpointError> {
+        Ok(self.load_inner(false)?.map(|(s, _)| s))
+    }
+
     /// Best-effort read-only check for `tenure verify` and `status`: the result of
-    /// [`CheckpointStore::load`] and the newest valid older checkpoint.
+    /// [`CheckpointStore::load_summary`] and the newest valid older checkpoint.
     pub fn report(&self) -> Result<VerifyReport, CheckpointError> {
-        let current = self.load();
+        let current = self.load_summary();
         let below = match &current {
             Ok(Some(cp)) => Some(cp.id),
             Ok(None) => None,
@@ -510,7 +656,7 @@ impl<'s> CheckpointStore<'s> {
                 if below.is_some_and(|b| id >= b) {
                     continue;
                 }
-                if let Ok(cp) = self.load_verified(id, None, &mut buf) {
+                if let Ok((cp, _)) = self.load_verified(id, None, &mut buf, false) {
                     newest_valid_older = Some(cp);
                     break;
                 }
@@ -523,7 +669,7 @@ impl<'s> CheckpointStore<'s> {
     }
 
     /// Ids of the well-named manifest files, ascending.
-    fn manifest_ids(&self) -> Result<Vec<CheckpointId>, CheckpointError> {
+    pub(crate) fn manifest_ids(&self) -> Result<Vec<CheckpointId>, CheckpointError> {
         let Some(dir) = self.dirs.as_ref().and_then(|d| d.manifests.as_ref()) else {
             return Ok(Vec::new());
         };
@@ -563,27 +709,102 @@ impl<'s> CheckpointStore<'s> {
         }
     }
 
-    /// Creates a fresh, empty, private staging area (owner only).
+    /// Creates a fresh, empty, private staging area (owner only). The directory that keeps
+    /// the outputs of failed publishes is made now too, so that keeping one never needs a new
+    /// directory on a full disk.
     pub fn staging(&self) -> Result<Staging, CheckpointError> {
         let (root, _, _) = self.owned_dirs()?;
+        root.ensure_dir(FAILED_DIR, "staging")?;
         let parent = root.ensure_dir(STAGING_DIR, "staging")?;
         loop {
             let name = tree::random_name()?;
             match parent.create_dir(&name, "staging") {
-                Ok(dir) => return Ok(Staging { dir, name }),
+                Ok(dir) => {
+                    return Ok(Staging {
+                        path: dir.path().to_path_buf(),
+                        name,
+                    });
+                }
                 Err(FsError::AlreadyExists { .. }) => continue,
                 Err(e) => return Err(e.into()),
             }
         }
     }
 
-    /// Removes a staging area and everything in it.
+    /// Removes a staging area and everything in it (whatever its depth).
     pub fn discard_staging(&self, staging: Staging) -> Result<(), CheckpointError> {
         let (root, _, _) = self.owned_dirs()?;
         let parent = root.open_dir(STAGING_DIR)?;
-        let Staging { dir, name } = staging;
-        drop(dir);
-        tree::remove_tree(&parent, &name, "staging")
+        tree::remove_tree(&parent, &staging.name, "staging")
+    }
+
+    /// Keeps the output of a failed publish (card P1): the staging area — whatever its path
+    /// names now, a directory, a symlink or a file — is renamed to `failed/<epoch>` (or
+    /// `failed/<epoch>.<n>` when that is taken), which needs no space and copies nothing, and
+    /// the oldest kept outputs beyond `keep` are removed. Returns the path it is kept at, or
+    /// `None` when the area is gone (the writer removed it: nothing to keep).
+    pub fn keep_failed(
+        &self,
+        staging: &Staging,
+        epoch: u64,
+    ) -> Result<Option<PathBuf>, CheckpointError> {
+        let (root, _, _) = self.owned_dirs()?;
+        let parent = root.open_dir(STAGING_DIR)?;
+        let failed = root.ensure_dir(FAILED_DIR, "failed")?;
+        // Moving a directory to another parent rewrites its `..`, which needs write permission
+        // on it; a child may have left its output read-only.
+        if let Ok(d) = parent.open_dir_any_mode(&staging.name) {
+            let _ = rustix::fs::fchmod(&d, Mode::from_raw_mode(0o700));
+        }
+        let mut n = 0u32;
+        let kept = loop {
+            let name = if n == 0 {
+                epoch.to_string()
+            } else {
+                format!("{epoch}.{n}")
+            };
+            match parent.rename_to(&staging.name, &failed, &name, "failed", true) {
+                Ok(()) => break failed.child_path(&name),
+                Err(FsError::AlreadyExists { .. }) => n += 1,
+                Err(FsError::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            }
+        };
+        // Durable, so the kept output outlives a power loss like the checkpoint would have.
+        failed.sync("failed")?;
+        parent.sync("failed")?;
+        let mut all = failed_entries(&failed)?;
+        all.sort();
+        while all.len() > self.keep {
+            let ((_, _), name) = all.remove(0);
+            match failed.stat(&name)? {
+                Some(st) if FileKind::of_mode(st.st_mode) == FileKind::Directory => {
+                    tree::remove_tree(&failed, &name, "failed")?
+                }
+                Some(_) => match failed.unlink(&name, "failed") {
+                    Ok(()) | Err(FsError::NotFound { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                },
+                None => {}
+            }
+        }
+        Ok(Some(kept))
+    }
+
+    /// The outputs kept by failed publishes, oldest first: their epoch and path (read-only).
+    pub fn failed_outputs(&self) -> Result<Vec<(u64, PathBuf)>, CheckpointError> {
+        let Some(dirs) = &self.dirs else {
+            return Ok(Vec::new());
+        };
+        let Some(failed) = dirs.root.open_dir_optional(FAILED_DIR)? else {
+            return Ok(Vec::new());
+        };
+        let mut all = failed_entries(&failed)?;
+        all.sort();
+        Ok(all
+            .into_iter()
+            .map(|((epoch, _), name)| (epoch, failed.child_path(name)))
+            .collect())
     }
 
     /// Checks the fencing epoch (card H5): the publish must name exactly the epoch persisted
@@ -619,27 +840,60 @@ impl<'s> CheckpointStore<'s> {
     /// Publishes the files of a staging area as the new current checkpoint (owner only), with
     /// the protocol in the module docs. Nested directories become `/`-separated names; an
     /// empty area, or one equal to the current checkpoint, is [`Published::Unchanged`].
+    ///
+    /// The area is looked up by its name now (card P1): if the writer replaced it, the new
+    /// directory is published; if it is now a symlink or a file, the publish is refused. Every
+    /// limit is checked by a first walk that reads no file, before anything durable is
+    /// written (card P2); the second walk stores the blobs. Neither walk recurses, and both
+    /// hold a bounded number of descriptors at any depth.
     pub fn publish(&self, epoch: u64, staging: &Staging) -> Result<Published, CheckpointError> {
-        self.owned_dirs()?;
+        let (root, _, _) = self.owned_dirs()?;
         self.fence(epoch)?;
-        let staged = tree::walk(&staging.dir)?;
-        // Each file is opened only when its turn comes, so a staging area with more files than
-        // the descriptor limit still publishes.
-        let dir = &staging.dir;
-        let files = staged
-            .into_iter()
-            .map(|s| Input {
-                name: s.name.clone(),
-                open: Box::new(move || {
-                    let f = tree::open_staged(dir, &s.name)?;
-                    let st = rustix::fs::fstat(&f).map_err(|e| {
-                        CheckpointError::io(dir.path().join(&s.name), "stat", e.into())
-                    })?;
-                    Ok((Source::File(f), st.st_mode & 0o777))
-                }),
-            })
-            .collect();
-        self.publish_checked(epoch, files, Some(staging.dir.path()))
+        let parent = root.open_dir(STAGING_DIR)?;
+        let top = match parent.stat(&staging.name)? {
+            None => return self.nothing_to_publish(),
+            Some(st) => match FileKind::of_mode(st.st_mode) {
+                FileKind::Directory => parent.open_dir_any_mode(&staging.name)?,
+                FileKind::Symlink => return Err(unsupported(staging.path(), "symlink")),
+                FileKind::Regular => return Err(unsupported(staging.path(), "regular file")),
+                FileKind::Fifo => return Err(unsupported(staging.path(), "fifo")),
+                FileKind::Socket => return Err(unsupported(staging.path(), "socket")),
+                FileKind::CharDevice => {
+                    return Err(unsupported(staging.path(), "character device"));
+                }
+                FileKind::BlockDevice => return Err(unsupported(staging.path(), "block device")),
+                FileKind::Unknown => {
+                    return Err(unsupported(staging.path(), "file of unknown type"));
+                }
+            },
+        };
+        // 0. The limits, before anything is written: names, depth, count, manifest size.
+        let mut walker = tree::Walker::new(&top, self.limits)?;
+        let mut count = 0u64;
+        let mut bound = format::HEADER_LINE_MAX;
+        while let Some(found) = walker.next()? {
+            count += 1;
+            bound += Entry::line_bound(&found.name);
+            self.check_totals(count, bound, &top.path().join(&found.name))?;
+        }
+        drop(walker);
+        let mut walker = tree::Walker::new(&top, self.limits)?;
+        let top_path = top.path().to_path_buf();
+        let mut next = || -> Result<Option<Input<'_>>, CheckpointError> {
+            let Some(found) = walker.next()? else {
+                return Ok(None);
+            };
+            let leaf = found.name.rsplit('/').next().unwrap_or(&found.name);
+            let f = walker.dir()?.open_file_any_mode(leaf)?;
+            let st = rustix::fs::fstat(&f)
+                .map_err(|e| CheckpointError::io(top_path.join(&found.name), "stat", e.into()))?;
+            Ok(Some(Input {
+                name: found.name,
+                mode: st.st_mode & 0o777,
+                source: Source::File(f),
+            }))
+        };
+        self.publish_checked(epoch, count, &mut next, Some(top.path()))
     }
 
     /// Publishes a list of files as the new current checkpoint (owner only); the library form
@@ -648,27 +902,62 @@ impl<'s> CheckpointStore<'s> {
     pub fn publish_files(
         &self,
         epoch: u64,
-        files: Vec<PublishFile<'_>>,
+        mut files: Vec<PublishFile<'_>>,
     ) -> Result<Published, CheckpointError> {
         self.owned_dirs()?;
         self.fence(epoch)?;
-        let files = files
-            .into_iter()
-            .map(|f| {
-                let PublishFile { name, mode, source } = f;
-                Input {
-                    name,
-                    open: Box::new(move || Ok((source, mode))),
+        // Names and limits are checked before any byte is written.
+        files.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
+        let mut check = format::EntryCheck::new(self.limits);
+        let mut bound = format::HEADER_LINE_MAX;
+        for f in &files {
+            check.push(&f.name, f.mode & 0o777, 0).map_err(|reason| {
+                CheckpointError::BadEntryName {
+                    path: PathBuf::from(&f.name),
+                    reason,
                 }
-            })
-            .collect();
-        self.publish_checked(epoch, files, None)
+            })?;
+            bound += Entry::line_bound(&f.name);
+            self.check_totals(check.count(), bound, Path::new(&f.name))?;
+        }
+        let count = files.len() as u64;
+        let mut it = files.into_iter();
+        let mut next = || -> Result<Option<Input<'_>>, CheckpointError> {
+            Ok(it.next().map(|f| Input {
+                name: f.name,
+                mode: f.mode & 0o777,
+                source: f.source,
+            }))
+        };
+        self.publish_checked(epoch, count, &mut next, None)
     }
 
-    fn publish_checked(
+    fn check_totals(&self, count: u64, bound: u64, path: &Path) -> Result<(), CheckpointError> {
+        if count > self.limits.max_entries {
+            return Err(CheckpointError::OverLimit {
+                path: path.to_path_buf(),
+                reason: format::FormatError::TooManyEntries(self.limits.max_entries),
+            });
+        }
+        if bound > self.limits.max_manifest_bytes {
+            return Err(CheckpointError::OverLimit {
+                path: path.to_path_buf(),
+                reason: format::FormatError::TooLarge(self.limits.max_manifest_bytes),
+            });
+        }
+        Ok(())
+    }
+
+    fn nothing_to_publish(&self) -> Result<Published, CheckpointError> {
+        let current = self.read_current()?.map(|c| c.id);
+        Ok(Published::Unchanged { current })
+    }
+
+    fn publish_checked<'r>(
         &self,
         epoch: u64,
-        mut files: Vec<Input<'_>>,
+        count: u64,
+        next: &mut dyn FnMut() -> Result<Option<Input<'r>>, CheckpointError>,
         origin: Option<&Path>,
     ) -> Result<Published, CheckpointError> {
         let (root, manifests, blobs) = self.owned_dirs()?;
@@ -676,84 +965,56 @@ impl<'s> CheckpointStore<'s> {
             Some(o) => o.join(name),
             None => PathBuf::from(name),
         };
-        // Names are checked before any byte is written.
-        files.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
-        let probe: Vec<Entry> = files
-            .iter()
-            .map(|f| Entry {
-                name: f.name.clone(),
-                size: 0,
-                sha256: Digest([0; 32]),
-                mode: 0,
-            })
-            .collect();
-        if let Err(reason) = format::check_entries(&probe) {
-            let name = match &reason {
-                format::FormatError::BadName { name, .. }
-                | format::FormatError::Unsorted(name)
-                | format::FormatError::FileDirClash(name) => name.clone(),
-                _ => String::new(),
-            };
-            return Err(CheckpointError::BadEntryName {
-                path: shown(&name),
-                reason,
-            });
-        }
-        let parent = match self.read_current()? {
+        // CURRENT and the parent manifest's digest are checked before any blob is written.
+        let current = self.read_current()?;
+        let parent = match &current {
             None => None,
-            Some(cur) => Some(self.read_manifest(cur.id, Some(&cur.manifest_sha256))?.0),
+            Some(cur) => {
+                let mut f = self.open_manifest(cur.id)?;
+                let path = self.manifest_path(cur.id);
+                let max = self
+                    .limits
+                    .max_manifest_bytes
+                    .max(limits::LEGACY_MAX_MANIFEST_BYTES);
+                let got = hash::digest_reader(&mut (&mut f).take(max + 1), &mut hash::buffer())
+                    .map_err(|e| CheckpointError::io(&path, "read", e))?;
+                if got.sha256 != cur.manifest_sha256 {
+                    return Err(CheckpointError::ManifestDigestMismatch {
+                        path,
+                        expected: cur.manifest_sha256,
+                        actual: got.sha256,
+                    });
+                }
+                f.seek(SeekFrom::Start(0))
+                    .map_err(|e| CheckpointError::io(&path, "seek", e))?;
+                let r = format::ManifestReader::new(BufReader::new(f), self.limits).map_err(
+                    |reason| CheckpointError::ManifestMalformed {
+                        path: path.clone(),
+                        reason,
+                    },
+                )?;
+                Some((r, path))
+            }
         };
-        let parent_id = parent.as_ref().map(|m| m.id);
-        if files.is_empty() {
+        let parent_id = current.map(|c| c.id);
+        if count == 0 {
             return Ok(Published::Unchanged { current: parent_id });
         }
-        let id = match &parent {
+        let id = match parent_id {
             None => CheckpointId::FIRST,
-            Some(m) => m.id.next().ok_or_else(|| CheckpointError::IdsExhausted {
+            Some(p) => p.next().ok_or_else(|| CheckpointError::IdsExhausted {
                 path: self.current_path(),
             })?,
         };
-
-        // Existing blobs are reused without reading them only when the current checkpoint
-        // names them (its blobs were verified when the owner loaded it). Any other blob with
-        // the right name — an orphan of a crashed publish — is read and checked first, so a
-        // corrupted orphan is refused instead of being referenced by the new checkpoint.
-        let trusted: BTreeSet<Digest> = parent
-            .iter()
-            .flat_map(|m| m.entries.iter().map(|e| e.sha256))
-            .collect();
-
-        // 1. Blobs: temp, fsync, rename (never replacing), then one fsync of the blob dir.
-        let mut buf = hash::buffer();
-        let mut entries = Vec::with_capacity(files.len());
-        let mut bytes_written = 0u64;
-        for f in files {
-            let hint = parent.as_ref().and_then(|m| {
-                m.entries
-                    .binary_search_by(|e| e.name.as_bytes().cmp(f.name.as_bytes()))
-                    .ok()
-                    .map(|i| &m.entries[i])
-            });
-            let (source, mode) = (f.open)()?;
-            let (size, sha256, written) =
-                self.store_blob(blobs, source, &f.name, hint, &trusted, &mut buf, &shown)?;
-            bytes_written += written;
-            entries.push(Entry {
-                name: f.name,
-                size,
-                sha256,
-                mode: mode & 0o777,
-            });
-        }
-        // Always, even when every blob already existed: a blob renamed by an earlier publish
-        // whose directory fsync failed must not be referenced before its entry is durable.
-        blobs.sync("publish.blob").map_err(publish_failed)?;
-        if parent.as_ref().is_some_and(|m| m.entries == entries) {
-            return Ok(Published::Unchanged { current: parent_id });
-        }
-
-        // 2. Manifest: temp, fsync, rename, fsync of the manifests dir.
-        let manifest = format::Manifest {
+        let mut parent = parent.map(|(r, path)| ParentEntries {
+            r,
+            path,
+            pending: None,
+        });
+        // The parent's entries are read alongside the new ones (both sorted by name), so an
+        // unchanged file is found without holding either list in memory.
+        let mut unchanged = parent.as_ref().is_some_and(|p| p.r.header().files == count);
+        let header = Header {
             format: format::MANIFEST_FORMAT,
             id,
             parent: parent_id,
@@ -762,22 +1023,54 @@ impl<'s> CheckpointStore<'s> {
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
-            entries,
+            files: count,
         };
-        let bytes = manifest.to_bytes();
-        let manifest_sha256 = hash::digest_bytes(&bytes);
-        {
-            let mut tmp = manifests
-                .create_temp("publish.manifest")
-                .map_err(publish_failed)?;
-            tmp.write_all(&bytes).map_err(publish_failed)?;
-            // A leftover manifest of this id can only be the orphan of a crashed publish
-            // (CURRENT names its parent), so replacing it is safe.
-            tmp.sync()
-                .map_err(publish_failed)?
-                .rename_into(id.manifest_file_name())
-                .map_err(publish_failed)?;
+        let mut out = ManifestOut::new(manifests, header.to_line());
+
+        // 1. Blobs: temp, fsync, rename (never replacing), then one fsync of the blob dir. The
+        //    manifest's lines are buffered meanwhile (spilled to its temp file when large).
+        let mut buf = hash::buffer();
+        let mut bytes_written = 0u64;
+        let mut bytes = 0u64;
+        let mut seen = 0u64;
+        while let Some(f) = next()? {
+            seen += 1;
+            let hint = match &mut parent {
+                Some(p) => p.find(&f.name)?,
+                None => None,
+            };
+            let (size, sha256, written) =
+                self.store_blob(blobs, f.source, &f.name, hint.as_ref(), &mut buf, &shown)?;
+            bytes_written += written;
+            bytes = bytes.saturating_add(size);
+            let entry = Entry {
+                name: f.name,
+                size,
+                sha256,
+                mode: f.mode & 0o777,
+            };
+            unchanged = unchanged && hint.as_ref() == Some(&entry);
+            out.push(&entry.to_line())?;
         }
+        if seen != count {
+            let path = origin.map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+            return Err(CheckpointError::io(
+                path,
+                "walk",
+                std::io::Error::other(format!(
+                    "the staging area changed while it was published ({count} files, then {seen})"
+                )),
+            ));
+        }
+        // Always, even when every blob already existed: a blob renamed by an earlier publish
+        // whose directory fsync failed must not be referenced before its entry is durable.
+        blobs.sync("publish.blob").map_err(publish_failed)?;
+        if unchanged {
+            return Ok(Published::Unchanged { current: parent_id });
+        }
+
+        // 2. Manifest: temp, fsync, rename, fsync of the manifests dir.
+        let manifest_sha256 = out.finish(id)?;
         manifests.sync("publish.manifest").map_err(publish_failed)?;
 
         // 3. CURRENT, fenced once more right before the only step that makes it visible.
@@ -793,12 +1086,13 @@ impl<'s> CheckpointStore<'s> {
         // 4. Acknowledged: collect what the last `keep` checkpoints do not need.
         let gc = self.collect(id, manifests, blobs);
         Ok(Published::New {
-            checkpoint: Checkpoint {
+            checkpoint: CheckpointSummary {
                 id,
                 parent: parent_id,
                 epoch,
-                created_at_ms: manifest.created_at_ms,
-                entries: manifest.entries,
+                created_at_ms: header.created_at_ms,
+                files: count,
+                bytes,
                 manifest_sha256,
             },
             bytes_written,
@@ -806,18 +1100,19 @@ impl<'s> CheckpointStore<'s> {
         })
     }
 
-    /// Stores one file's bytes as a blob and returns (size, digest, bytes written).
-    #[allow(clippy::too_many_arguments)]
+    /// Stores one file's bytes as a blob and returns (size, digest, bytes written). An
+    /// existing blob is reused unread only when `hint` (the current checkpoint's entry of the
+    /// same name, verified when the owner loaded it) names it; any other is verified first.
     fn store_blob(
         &self,
         blobs: &Dir,
         source: Source<'_>,
         name: &str,
         hint: Option<&Entry>,
-        trusted: &BTreeSet<Digest>,
         buf: &mut [u8],
         shown: &dyn Fn(&str) -> PathBuf,
     ) -> Result<(u64, Digest, u64), CheckpointError> {
+        let trusted = hint.map(|h| h.sha256);
         match source {
             Source::Blob { sha256, size } => {
                 let ok = matches!(
@@ -855,7 +1150,7 @@ impl<'s> CheckpointStore<'s> {
         }
     }
 
-    /// Whether a blob with this digest exists; one with the wrong size, or (when it is not in
+    /// Whether a blob with this digest exists; one with the wrong size, or (when it is not
     /// `trusted`) the wrong content, is refused, never replaced (that would be a repair).
     fn blob_present(
         &self,
@@ -863,12 +1158,12 @@ impl<'s> CheckpointStore<'s> {
         d: &Digest,
         size: u64,
         name: &str,
-        trusted: &BTreeSet<Digest>,
+        trusted: Option<Digest>,
     ) -> Result<bool, CheckpointError> {
         match blobs.stat(d.to_hex())? {
             None => Ok(false),
             Some(st) if st.st_size as u64 == size => {
-                if !trusted.contains(d) {
+                if trusted != Some(*d) {
                     let entry = Entry {
                         name: name.to_string(),
                         size,
@@ -895,7 +1190,7 @@ impl<'s> CheckpointStore<'s> {
         blobs: &Dir,
         src: &mut dyn Read,
         name: &str,
-        trusted: &BTreeSet<Digest>,
+        trusted: Option<Digest>,
         shown: &dyn Fn(&str) -> PathBuf,
     ) -> Result<(u64, Digest, u64), CheckpointError> {
         // The pipeline brings its own fixed set of buffers.
@@ -960,23 +1255,36 @@ impl<'s> CheckpointStore<'s> {
         blobs: &Dir,
         report: &mut GcReport,
     ) -> Result<(), CheckpointError> {
+        // Which manifests to keep needs only their headers.
         let mut seen = BTreeMap::new();
         for id in self.manifest_ids()? {
-            let s = match self.read_manifest(id, None) {
-                Ok((m, _)) => Seen::Valid(m),
+            let s = match self.manifest_header(id) {
+                Ok(h) => Seen::Valid { parent: h.parent },
                 Err(_) => Seen::Unreadable,
             };
             seen.insert(id, s);
         }
-        let present: BTreeSet<Digest> = blobs
-            .entries()?
-            .into_iter()
-            .filter(|e| e.kind == FileKind::Regular)
-            .filter_map(|e| e.name.to_str()?.parse().ok())
-            .collect();
-        let plan = gc::plan(current, &seen, &present, self.keep);
+        let plan = gc::plan(current, &seen, self.keep);
         report.kept = plan.kept.clone();
         report.blobs_skipped = plan.blobs_skipped;
+        // The blobs the kept checkpoints name, streamed from their manifests into a sorted
+        // list of 8-byte digest prefixes (8 bytes per file, not the whole list of entries).
+        // A prefix shared by a garbage blob only keeps that blob: never the reverse.
+        let mut referenced = gc::Referenced::default();
+        if !plan.blobs_skipped {
+            for id in &plan.kept {
+                if let Err(e) = self.stream_manifest(*id, None, |e| {
+                    referenced.add(&e.sha256);
+                    Ok(())
+                }) {
+                    // A kept manifest that cannot be read may name any blob.
+                    report.blobs_skipped = true;
+                    report.error = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        referenced.seal();
         // Manifests go first, so a crash mid-GC does not leave a manifest without its blobs.
         // No directory is fsynced: a deletion lost in a power cut only leaves garbage that the
         // next GC removes again, and what GC deletes is never what a kept checkpoint needs, so
@@ -986,10 +1294,24 @@ impl<'s> CheckpointStore<'s> {
             manifests.unlink(id.manifest_file_name(), "gc.manifest")?;
             report.manifests_removed += 1;
         }
-        for d in &plan.blobs {
-            blobs.unlink(d.to_hex(), "gc.blob")?;
-            report.blobs_removed += 1;
+        if report.blobs_skipped {
+            return Ok(());
         }
+        let mut removed = 0;
+        blobs.for_each_entry(|name, kind| -> Result<bool, CheckpointError> {
+            if kind != FileKind::Regular {
+                return Ok(true);
+            }
+            let Some(d) = name.to_str().and_then(|n| n.parse::<Digest>().ok()) else {
+                return Ok(true);
+            };
+            if gc::is_garbage(&referenced, &d) {
+                blobs.unlink(name, "gc.blob")?;
+                removed += 1;
+            }
+            Ok(true)
+        })?;
+        report.blobs_removed = removed;
         Ok(())
     }
 
@@ -1001,6 +1323,52 @@ impl<'s> CheckpointStore<'s> {
         let name = tree::random_name()?;
         let path = self.materialise_into(checkpoint, &parent, &name)?;
         Ok(View { path, name })
+    }
+
+    /// Verifies the current checkpoint and copies it into a new read-only view in one
+    /// streaming pass over its manifest (owner only): the runner's recovery, in memory and
+    /// descriptors that do not grow with the number of files or their depth. `Ok(None)` when
+    /// there is no checkpoint.
+    pub fn materialise_current(
+        &self,
+    ) -> Result<Option<(CheckpointSummary, View)>, CheckpointError> {
+        let (root, _, _) = self.owned_dirs()?;
+        let Some(cur) = self.read_current()? else {
+            return Ok(None);
+        };
+        let parent = root.ensure_dir(VIEWS_DIR, "view")?;
+        let name = tree::random_name()?;
+        let top = parent.create_dir(&name, "view")?;
+        let path = top.path().to_path_buf();
+        let mut bytes = 0u64;
+        let res = (|| {
+            let mut w = tree::ViewWriter::new(&top);
+            let mut buf = hash::buffer();
+            let (h, digest) = self.stream_manifest(cur.id, Some(&cur.manifest_sha256), |e| {
+                self.copy_into_view(&mut w, e, &mut buf)?;
+                bytes = bytes.saturating_add(e.size);
+                Ok(())
+            })?;
+            w.finish()?;
+            Ok::<_, CheckpointError>(CheckpointSummary {
+                id: h.id,
+                parent: h.parent,
+                epoch: h.epoch,
+                created_at_ms: h.created_at_ms,
+                files: h.files,
+                bytes,
+                manifest_sha256: digest,
+            })
+        })();
+        drop(top);
+        match res {
+            Ok(s) => Ok(Some((s, View { path, name }))),
+            Err(e) => {
+                // Best effort: a leftover view is scratch that the next owned open sweeps.
+                let _ = tree::remove_tree(&parent, &name, "view");
+                Err(e)
+            }
+        }
     }
 
     /// Copies `checkpoint`'s files into a new directory `name` under `parent`, re-creating
@@ -1016,7 +1384,14 @@ impl<'s> CheckpointStore<'s> {
     ) -> Result<PathBuf, CheckpointError> {
         let top = parent.create_dir(name, "view")?;
         let path = top.path().to_path_buf();
-        let res = self.fill_view(checkpoint, &top);
+        let res = (|| {
+            let mut w = tree::ViewWriter::new(&top);
+            let mut buf = hash::buffer();
+            for e in &checkpoint.entries {
+                self.copy_into_view(&mut w, e, &mut buf)?;
+            }
+            w.finish()
+        })();
         drop(top);
         match res {
             Ok(()) => Ok(path),
@@ -1028,88 +1403,53 @@ impl<'s> CheckpointStore<'s> {
         }
     }
 
-    fn fill_view(&self, cp: &Checkpoint, top: &Dir) -> Result<(), CheckpointError> {
-        let mut buf = hash::buffer();
-        // Directories created so far, by relative name; made read-only at the end, deepest
-        // first, because a read-only directory cannot receive new entries.
-        let mut dirs: BTreeMap<String, Dir> = BTreeMap::new();
-        for e in &cp.entries {
-            let (dir_name, leaf) = match e.name.rsplit_once('/') {
-                Some((d, l)) => (Some(d), l),
-                None => (None, e.name.as_str()),
-            };
-            if let Some(d) = dir_name {
-                let mut so_far = String::new();
-                for comp in d.split('/') {
-                    let key = if so_far.is_empty() {
-                        comp.to_string()
-                    } else {
-                        format!("{so_far}/{comp}")
-                    };
-                    if !dirs.contains_key(&key) {
-                        let parent = if so_far.is_empty() {
-                            top
-                        } else {
-                            &dirs[&so_far]
-                        };
-                        let created = parent.create_dir(comp, "view")?;
-                        dirs.insert(key.clone(), created);
-                    }
-                    so_far = key;
-                }
-            }
-            let dir = dir_name.map(|d| &dirs[d]).unwrap_or(top);
-            let mut out = dir.create_exclusive(leaf, "view")?;
-            let out_path = dir.child_path(leaf);
-            let mut src = self.open_blob(e)?;
-            // Read at most one byte past the promised size: enough to notice a longer blob.
-            let limit = e.size.saturating_add(1);
-            let mut sink = |chunk: &[u8], _: u64| {
-                out.write_all(chunk)
-                    .map_err(|err| CheckpointError::io(&out_path, "write", err))
-            };
-            let got = if e.size >= hash::PIPELINE_MIN {
-                hash::pipe(&mut src, Some(limit), &mut sink)
-            } else {
-                hash::copy_small(&mut src, limit, &mut buf, &mut sink)
-            }
-            .map_err(|err| match err {
-                hash::PipeError::Read(err) => {
-                    CheckpointError::io(self.blob_path(&e.sha256), "read", err)
-                }
-                hash::PipeError::Sink(err) => err,
-            })?;
-            let size = got.size;
-            if size != e.size {
-                return Err(self.mismatch(
-                    e,
-                    Mismatch::Size {
-                        expected: e.size,
-                        actual: size.min(e.size + 1),
-                    },
-                ));
-            }
-            let got = got.sha256;
-            if got != e.sha256 {
-                return Err(self.mismatch(
-                    e,
-                    Mismatch::Digest {
-                        expected: e.sha256,
-                        actual: got,
-                    },
-                ));
-            }
-            rustix::fs::fchmod(&out, Mode::from_raw_mode(e.mode & 0o500))
-                .map_err(|err| CheckpointError::io(&out_path, "make read-only", err.into()))?;
+    fn copy_into_view(
+        &self,
+        w: &mut tree::ViewWriter<'_>,
+        e: &Entry,
+        buf: &mut [u8],
+    ) -> Result<(), CheckpointError> {
+        let (dir, leaf) = w.dir_for(&e.name)?;
+        let mut out = dir.create_exclusive(leaf, "view")?;
+        let out_path = dir.child_path(leaf);
+        let mut src = self.open_blob(e)?;
+        // Read at most one byte past the promised size: enough to notice a longer blob.
+        let limit = e.size.saturating_add(1);
+        let mut sink = |chunk: &[u8], _: u64| {
+            out.write_all(chunk)
+                .map_err(|err| CheckpointError::io(&out_path, "write", err))
+        };
+        let got = if e.size >= hash::PIPELINE_MIN {
+            hash::pipe(&mut src, Some(limit), &mut sink)
+        } else {
+            hash::copy_small(&mut src, limit, buf, &mut sink)
         }
-        for (key, d) in dirs.iter().rev() {
-            rustix::fs::fchmod(d, Mode::from_raw_mode(0o500)).map_err(|err| {
-                CheckpointError::io(top.path().join(key), "make read-only", err.into())
-            })?;
+        .map_err(|err| match err {
+            hash::PipeError::Read(err) => {
+                CheckpointError::io(self.blob_path(&e.sha256), "read", err)
+            }
+            hash::PipeError::Sink(err) => err,
+        })?;
+        if got.size != e.size {
+            return Err(self.mismatch(
+                e,
+                Mismatch::Size {
+                    expected: e.size,
+                    actual: got.size.min(e.size + 1),
+                },
+            ));
         }
-        rustix::fs::fchmod(top, Mode::from_raw_mode(0o500))
-            .map_err(|err| CheckpointError::io(top.path(), "make read-only", err.into()))?;
-        Ok(())
+        if got.sha256 != e.sha256 {
+            return Err(self.mismatch(
+                e,
+                Mismatch::Digest {
+                    expected: e.sha256,
+                    actual: got.sha256,
+                },
+            ));
+        }
+        rustix::fs::fchmod(&out, Mode::from_raw_mode(e.mode & 0o500))
+            .map_err(|err| CheckpointError::io(&out_path, "make read-only", err.into()))
     }
 
     /// Removes a view made by [`CheckpointStore::materialise`].
@@ -1118,6 +1458,134 @@ impl<'s> CheckpointStore<'s> {
         let parent = root.open_dir(VIEWS_DIR)?;
         tree::remove_tree(&parent, &view.name, "view")
     }
+}
+
+/// One file of a publish.
+struct Input<'r> {
+    name: String,
+    mode: u32,
+    source: Source<'r>,
+}
+
+/// The current checkpoint's entries, read alongside a publish's sorted names.
+struct ParentEntries {
+    r: format::ManifestReader<BufReader<File>>,
+    path: PathBuf,
+    pending: Option<Entry>,
+}
+
+impl ParentEntries {
+    /// The parent's entry called `name`, if any; names must be asked in increasing order.
+    fn find(&mut self, name: &str) -> Result<Option<Entry>, CheckpointError> {
+        loop {
+            if self.pending.is_none() {
+                self.pending =
+                    self.r
+                        .next_entry()
+                        .map_err(|reason| CheckpointError::ManifestMalformed {
+                            path: self.path.clone(),
+                            reason,
+                        })?;
+            }
+            match &self.pending {
+                None => return Ok(None),
+                Some(e) => match e.name.as_bytes().cmp(name.as_bytes()) {
+                    std::cmp::Ordering::Less => self.pending = None,
+                    std::cmp::Ordering::Equal => return Ok(self.pending.take()),
+                    std::cmp::Ordering::Greater => return Ok(None),
+                },
+            }
+        }
+    }
+}
+
+/// A manifest being written: lines are buffered, and spilled to the temp file once the buffer
+/// is large, so a small publish creates its manifest after its blobs (the order the crash
+/// points list) and a large one never holds its manifest in memory.
+struct ManifestOut<'d> {
+    dir: &'d Dir,
+    tmp: Option<crate::privfs::TempFile<'d>>,
+    pending: Vec<u8>,
+    hash: sha2::Sha256,
+}
+
+/// Bytes of manifest lines buffered before they are written out.
+const MANIFEST_SPILL: usize = 1 << 20;
+
+impl<'d> ManifestOut<'d> {
+    fn new(dir: &'d Dir, header: Vec<u8>) -> ManifestOut<'d> {
+        use sha2::Digest as _;
+        let mut hash = sha2::Sha256::new();
+        hash.update(&header);
+        ManifestOut {
+            dir,
+            tmp: None,
+            pending: header,
+            hash,
+        }
+    }
+
+    fn push(&mut self, line: &[u8]) -> Result<(), CheckpointError> {
+        use sha2::Digest as _;
+        self.hash.update(line);
+        self.pending.extend_from_slice(line);
+        if self.pending.len() >= MANIFEST_SPILL {
+            self.spill()?;
+        }
+        Ok(())
+    }
+
+    fn spill(&mut self) -> Result<(), CheckpointError> {
+        if self.tmp.is_none() {
+            self.tmp = Some(
+                self.dir
+                    .create_temp("publish.manifest")
+                    .map_err(publish_failed)?,
+            );
+        }
+        let tmp = self.tmp.as_mut().expect("created above");
+        tmp.write_all(&self.pending).map_err(publish_failed)?;
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// Writes the rest, fsyncs and renames the manifest into place; returns its digest.
+    fn finish(mut self, id: CheckpointId) -> Result<Digest, CheckpointError> {
+        use sha2::Digest as _;
+        self.spill()?;
+        let digest = Digest(self.hash.clone().finalize().into());
+        // A leftover manifest of this id can only be the orphan of a crashed publish (CURRENT
+        // names its parent), so replacing it is safe.
+        self.tmp
+            .take()
+            .expect("spill creates the temp file")
+            .sync()
+            .map_err(publish_failed)?
+            .rename_into(id.manifest_file_name())
+            .map_err(publish_failed)?;
+        Ok(digest)
+    }
+}
+
+fn unsupported(path: &Path, kind: &'static str) -> CheckpointError {
+    CheckpointError::UnsupportedFile {
+        path: path.to_path_buf(),
+        kind,
+    }
+}
+
+/// A kept output in `failed/`: (epoch, n) from its name, and the name.
+type FailedEntry = ((u64, u32), std::ffi::OsString);
+
+/// The kept outputs in `failed/`, for names `<epoch>` and `<epoch>.<n>`.
+fn failed_entries(failed: &Dir) -> Result<Vec<FailedEntry>, CheckpointError> {
+    let mut all = Vec::new();
+    for e in failed.entries()? {
+        if let Some(key) = e.name.to_str().and_then(failed_name) {
+            all.push((key, e.name));
+        }
+    }
+    Ok(all)
 }
 
 /// Replaces `CURRENT` durably: temp file in the store directory, write, fsync, `renameat` over
@@ -1140,4 +1608,42 @@ pub(crate) fn replace_current(root: &Dir, current: &Current) -> Result<(), Check
             new: current.id,
             source,
         })
+}
+
+/// The highest lease epoch the store records (card P3), and where: the epochs of the
+/// manifests in `manifests/` and the names of kept outputs in `failed/`. Best effort and
+/// read-only: an unreadable manifest records nothing.
+pub fn highest_epoch(state: &StateDir) -> Option<crate::lease::epoch::Seen> {
+    let store = CheckpointStore::open(state, StoreOptions::default()).ok()?;
+    let mut best: Option<crate::lease::epoch::Seen> = None;
+    let mut consider = |epoch: u64, path: PathBuf| {
+        if best.as_ref().is_none_or(|b| epoch > b.epoch) {
+            best = Some(crate::lease::epoch::Seen { epoch, path });
+        }
+    };
+    for id in store.manifest_ids().unwrap_or_default() {
+        if let Ok(h) = store.manifest_header(id) {
+            consider(h.epoch, store.manifest_path(id));
+        }
+    }
+    if let Some(dirs) = &store.dirs
+        && let Ok(Some(failed)) = dirs.root.open_dir_optional(FAILED_DIR)
+        && let Ok(entries) = failed.entries()
+    {
+        for e in entries {
+            if let Some((epoch, _)) = e.name.to_str().and_then(failed_name) {
+                consider(epoch, failed.child_path(&e.name));
+            }
+        }
+    }
+    best
+}
+
+/// The epoch and sequence number in the name of a kept output (`<epoch>` or `<epoch>.<n>`).
+pub fn failed_name(name: &str) -> Option<(u64, u32)> {
+    let (epoch, n) = match name.split_once('.') {
+        Some((a, b)) => (a.parse().ok()?, b.parse().ok()?),
+        None => (name.parse().ok()?, 0),
+    };
+    Some((epoch, n))
 }

@@ -1,9 +1,10 @@
-//! Directory trees inside the store: walking a staging area into flat entry names, opening a
-//! nested entry, and removing scratch trees (staging areas and views).
+//! Directory trees inside the store, walked without recursion and with a bounded number of
+//! descriptors at any depth: the staging-area walk of a publish ([`Walker`]), writing views
+//! ([`ViewWriter`]) and removing scratch trees ([`remove_tree`]).
 //!
 //! Everything goes through privfs descriptors; nothing here follows a symlink.
 
-use std::fs::File;
+use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
 use rustix::fs::Mode;
@@ -12,115 +13,123 @@ use super::error::CheckpointError;
 use super::format::{self, FormatError};
 use crate::privfs::{Dir, FileKind, FsError};
 
-/// A regular file found in a staging area.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Staged {
-    /// Relative name with `/` separators.
-    pub name: String,
-}
-
-/// Walks `root` depth-first and lists its regular files by relative name, sorted by name
-/// bytes. Symlinks and special files are refused; directories are descended, empty ones
-/// contribute nothing.
-pub(crate) fn walk(root: &Dir) -> Result<Vec<Staged>, CheckpointError> {
-    let mut out = Vec::new();
-    walk_into(root, "", &mut out)?;
-    out.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
-    Ok(out)
-}
-
-fn walk_into(dir: &Dir, prefix: &str, out: &mut Vec<Staged>) -> Result<(), CheckpointError> {
-    for e in dir.entries()? {
-        let path = dir.child_path(&e.name);
-        let Ok(leaf) = std::str::from_utf8(e.name.as_bytes()) else {
-            return Err(CheckpointError::BadEntryName {
-                path,
-                reason: FormatError::BadName {
-                    name: e.name.to_string_lossy().into_owned(),
-                    reason: "it is not valid UTF-8",
-                },
-            });
-        };
-        let name = format!("{prefix}{leaf}");
-        // Checking the name before descending also bounds the recursion: a name can be at most
-        // 4096 bytes, so the walk is at most 2048 directories deep.
-        format::check_name(&name).map_err(|reason| CheckpointError::BadEntryName {
-            path: path.clone(),
-            reason,
-        })?;
-        match e.kind {
-            FileKind::Regular => out.push(Staged { name }),
-            FileKind::Directory => {
-                let sub = dir.open_dir_any_mode(&e.name)?;
-                walk_into(&sub, &format!("{name}/"), out)?;
-            }
-            FileKind::Symlink => return Err(unsupported(path, "symlink")),
-            FileKind::Fifo => return Err(unsupported(path, "fifo")),
-            FileKind::Socket => return Err(unsupported(path, "socket")),
-            FileKind::CharDevice => return Err(unsupported(path, "character device")),
-            FileKind::BlockDevice => return Err(unsupported(path, "block device")),
-            FileKind::Unknown => return Err(unsupported(path, "file of unknown type")),
-        }
-    }
-    Ok(())
-}
-
 fn unsupported(path: std::path::PathBuf, kind: &'static str) -> CheckpointError {
     CheckpointError::UnsupportedFile { path, kind }
 }
 
-/// Opens the staged file `name` (a `/`-separated relative name from [`walk`]) under `root`,
-/// one component at a time so no component can be a symlink.
-pub(crate) fn open_staged(root: &Dir, name: &str) -> Result<File, CheckpointError> {
-    let mut parts: Vec<&str> = name.split('/').collect();
-    let leaf = parts.pop().expect("split yields at least one part");
-    let mut held: Option<Dir> = None;
-    for p in parts {
-        let next = held.as_ref().unwrap_or(root).open_dir_any_mode(p)?;
-        held = Some(next);
-    }
-    Ok(held.as_ref().unwrap_or(root).open_file_any_mode(leaf)?)
-}
-
 /// Removes the directory `name` under `parent` and everything in it. Used only for scratch
-/// trees the store created (staging areas and views), never for checkpoint state. Write
-/// permission is restored on each directory first because views are made read-only.
-pub(crate) fn remove_tree(parent: &Dir, name: &str, label: &str) -> Result<(), CheckpointError> {
-    let dir = match parent.open_dir_any_mode(name) {
+/// trees the store created or was handed (staging areas, views, kept outputs), never for
+/// checkpoint state.
+///
+/// There is no recursion, and the descriptors and memory it uses do not depend on the depth or
+/// the width of the tree (a leftover staging area 8,000 levels deep is removed like a flat
+/// one): instead of descending, it *hoists*. Each subdirectory of the top directory is emptied
+/// one level at a time: its files are unlinked and its own subdirectories are renamed up into
+/// the top directory under fresh names, then it is removed. Every directory is renamed at most
+/// once and every file unlinked once, so the work is linear in the size of the tree, and only
+/// two directory descriptors are open at a time. Nothing ever leaves the tree (no `..`, no
+/// link is followed: a symlink is an entry like a file and is unlinked). Write permission is
+/// restored on each directory first because views are made read-only.
+pub(crate) fn remove_tree(
+    parent: &Dir,
+    name: impl AsRef<OsStr>,
+    label: &str,
+) -> Result<(), CheckpointError> {
+    let name = name.as_ref();
+    let top = match parent.open_dir_any_mode(name) {
         Ok(d) => d,
         Err(FsError::NotFound { .. }) => return Ok(()),
         Err(e) => return Err(e.into()),
     };
-    rustix::fs::fchmod(&dir, Mode::from_raw_mode(0o700))
-        .map_err(|e| CheckpointError::io(dir.path(), "make writable", e.into()))?;
-    for e in dir.entries()? {
-        match e.kind {
-            FileKind::Directory => {
-                let Some(sub) = e.name.to_str() else {
-                    return Err(CheckpointError::BadEntryName {
-                        path: dir.child_path(&e.name),
-                        reason: FormatError::BadName {
-                            name: e.name.to_string_lossy().into_owned(),
-                            reason: "it is not valid UTF-8",
-                        },
-                    });
-                };
-                remove_tree(&dir, sub, label)?;
+    make_writable(&top)?;
+    loop {
+        let mut seen = false;
+        top.for_each_entry(|entry, kind| -> Result<bool, CheckpointError> {
+            seen = true;
+            match kind {
+                FileKind::Directory => hoist(&top, entry, label)?,
+                FileKind::Regular
+                | FileKind::Symlink
+                | FileKind::Fifo
+                | FileKind::Socket
+                | FileKind::CharDevice
+                | FileKind::BlockDevice
+                | FileKind::Unknown => unlink_gone_ok(&top, entry, label)?,
             }
-            FileKind::Regular
-            | FileKind::Symlink
-            | FileKind::Fifo
-            | FileKind::Socket
-            | FileKind::CharDevice
-            | FileKind::BlockDevice
-            | FileKind::Unknown => match dir.unlink(&e.name, label) {
-                Ok(()) | Err(FsError::NotFound { .. }) => {}
-                Err(err) => return Err(err.into()),
-            },
+            Ok(true)
+        })?;
+        // Directories hoisted during the pass may not have been listed by it: go again until
+        // a pass finds the top directory empty.
+        if !seen {
+            break;
         }
     }
-    drop(dir);
+    drop(top);
     match parent.remove_dir(name, label) {
+        Ok(()) | Err(FsError::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Empties the subdirectory `name` of `top` by one level (files unlinked, subdirectories
+/// renamed into `top` under fresh names) and removes it.
+fn hoist(top: &Dir, name: &OsStr, label: &str) -> Result<(), CheckpointError> {
+    let sub = match top.open_dir_any_mode(name) {
+        Ok(d) => d,
+        Err(FsError::NotFound { .. }) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    make_writable(&sub)?;
+    loop {
+        let mut seen = false;
+        sub.for_each_entry(|entry, kind| -> Result<bool, CheckpointError> {
+            seen = true;
+            match kind {
+                FileKind::Directory => {
+                    // Moving a directory to another parent rewrites its `..`, which needs
+                    // write permission on it.
+                    match sub.open_dir_any_mode(entry) {
+                        Ok(d) => make_writable(&d)?,
+                        Err(FsError::NotFound { .. }) => return Ok(true),
+                        Err(e) => return Err(e.into()),
+                    }
+                    loop {
+                        let fresh = format!(".rm-{}", random_name()?);
+                        match sub.rename_to(entry, top, &fresh, label, true) {
+                            Ok(()) | Err(FsError::NotFound { .. }) => break,
+                            Err(FsError::AlreadyExists { .. }) => continue,
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                }
+                FileKind::Regular
+                | FileKind::Symlink
+                | FileKind::Fifo
+                | FileKind::Socket
+                | FileKind::CharDevice
+                | FileKind::BlockDevice
+                | FileKind::Unknown => unlink_gone_ok(&sub, entry, label)?,
+            }
+            Ok(true)
+        })?;
+        if !seen {
+            break;
+        }
+    }
+    drop(sub);
+    match top.remove_dir(name, label) {
+        Ok(()) | Err(FsError::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn make_writable(d: &Dir) -> Result<(), CheckpointError> {
+    rustix::fs::fchmod(d, Mode::from_raw_mode(0o700))
+        .map_err(|e| CheckpointError::io(d.path(), "make writable", e.into()))
+}
+
+fn unlink_gone_ok(d: &Dir, name: &OsStr, label: &str) -> Result<(), CheckpointError> {
+    match d.unlink(name, label) {
         Ok(()) | Err(FsError::NotFound { .. }) => Ok(()),
         Err(e) => Err(e.into()),
     }
@@ -131,4 +140,445 @@ pub(crate) fn random_name() -> Result<String, CheckpointError> {
     let mut b = [0u8; 8];
     crate::privfs::random_bytes(&mut b)?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// How many directory descriptors a [`DirCursor`] keeps open at most: the walks of the store
+/// hold this many (plus two or three transient ones) whatever the depth of the tree.
+pub(crate) const CURSOR_FDS: usize = 16;
+
+/// One level of a [`DirCursor`]: a directory below the cursor's top.
+#[derive(Debug)]
+struct Level {
+    name: std::ffi::OsString,
+    dir: Option<Dir>,
+    dev_ino: (u64, u64),
+}
+
+/// The path from a top directory down to the current directory of a walk, holding at most
+/// [`CURSOR_FDS`] descriptors: when the path is deeper, the descriptors of the shallowest
+/// levels are closed and reopened by name from the nearest open ancestor when the walk comes
+/// back up, each reopened level checked against the device and inode it had (a tree that
+/// changes under a walk is refused, never followed elsewhere). Memory is one name per level,
+/// and names are bounded by the entry-name limit.
+#[derive(Debug)]
+pub(crate) struct DirCursor<'t> {
+    top: &'t Dir,
+    levels: Vec<Level>,
+    open: usize,
+}
+
+fn dev_ino(d: &Dir) -> Result<(u64, u64), CheckpointError> {
+    let st = rustix::fs::fstat(d).map_err(|e| CheckpointError::io(d.path(), "stat", e.into()))?;
+    Ok((st.st_dev, st.st_ino))
+}
+
+impl<'t> DirCursor<'t> {
+    pub(crate) fn new(top: &'t Dir) -> DirCursor<'t> {
+        DirCursor {
+            top,
+            levels: Vec::new(),
+            open: 0,
+        }
+    }
+
+    /// Levels below the top.
+    pub(crate) fn depth(&self) -> usize {
+        self.levels.len()
+    }
+
+    /// Enters `dir`, a subdirectory `name` of the current directory the caller just opened.
+    pub(crate) fn push(&mut self, name: &OsStr, dir: Dir) -> Result<(), CheckpointError> {
+        let id = dev_ino(&dir)?;
+        self.levels.push(Level {
+            name: name.to_owned(),
+            dir: Some(dir),
+            dev_ino: id,
+        });
+        self.open += 1;
+        self.trim(self.levels.len() - 1);
+        Ok(())
+    }
+
+    /// Over the budget, closes the descriptor of the shallowest open level above `keep`.
+    fn trim(&mut self, keep: usize) {
+        if self.open <= CURSOR_FDS {
+            return;
+        }
+        if let Some(l) = self.levels[..keep].iter_mut().find(|l| l.dir.is_some()) {
+            l.dir = None;
+            self.open -= 1;
+        }
+    }
+
+    /// Leaves the current directory and returns it (opened again if its descriptor was
+    /// closed).
+    pub(crate) fn pop(&mut self) -> Result<Option<Dir>, CheckpointError> {
+        self.current()?;
+        Ok(self.pop_closed())
+    }
+
+    /// Leaves the current directory without needing its descriptor.
+    pub(crate) fn pop_closed(&mut self) -> Option<Dir> {
+        let l = self.levels.pop()?;
+        if l.dir.is_some() {
+            self.open -= 1;
+        }
+        l.dir
+    }
+
+    /// The current directory, reopening it (and the levels above it that are closed) by name
+    /// from the nearest open ancestor if needed.
+    pub(crate) fn current(&mut self) -> Result<&Dir, CheckpointError> {
+        let Some(last) = self.levels.len().checked_sub(1) else {
+            return Ok(self.top);
+        };
+        if self.levels[last].dir.is_none() {
+            let start = self.levels[..last]
+                .iter()
+                .rposition(|l| l.dir.is_some())
+                .map_or(0, |i| i + 1);
+            for i in start..=last {
+                let parent = match i.checked_sub(1) {
+                    None => self.top,
+                    Some(p) => self.levels[p].dir.as_ref().expect("opened in order"),
+                };
+                let d = parent.open_dir_any_mode(&self.levels[i].name)?;
+                if dev_ino(&d)? != self.levels[i].dev_ino {
+                    return Err(CheckpointError::io(
+                        d.path(),
+                        "walk",
+                        std::io::Error::other("the directory was replaced during the walk"),
+                    ));
+                }
+                self.levels[i].dir = Some(d);
+                self.open += 1;
+                // Stay within the budget as we go down, keeping the level just opened.
+                self.trim(i);
+            }
+        }
+        Ok(match self.levels.last() {
+            Some(l) => l.dir.as_ref().expect("the current level is open"),
+            None => self.top,
+        })
+    }
+}
+
+/// One entry of a directory listing, in an arena.
+#[derive(Debug, Clone, Copy)]
+struct Item {
+    start: u32,
+    len: u32,
+    kind: FileKind,
+}
+
+/// A directory's entries, sorted so that a depth-first walk yields names in byte order of the
+/// full `/`-joined names (a directory sorts as its name followed by `/`). Stored compactly
+/// (one arena of names): about 16 bytes plus the name per entry.
+#[derive(Debug, Default)]
+struct Listing {
+    arena: Vec<u8>,
+    items: Vec<Item>,
+    next: usize,
+}
+
+impl Listing {
+    fn read(dir: &Dir) -> Result<Listing, CheckpointError> {
+        let mut l = Listing::default();
+        dir.for_each_entry(|name, kind| -> Result<bool, CheckpointError> {
+            let b = name.as_bytes();
+            l.items.push(Item {
+                start: l.arena.len() as u32,
+                len: b.len() as u32,
+                kind,
+            });
+            l.arena.extend_from_slice(b);
+            Ok(true)
+        })?;
+        let arena = &l.arena;
+        let key = |it: &Item| {
+            let name = &arena[it.start as usize..(it.start + it.len) as usize];
+            let slash: &[u8] = if it.kind == FileKind::Directory {
+                b"/"
+            } else {
+                b""
+            };
+            (name, slash)
+        };
+        l.items.sort_by(|a, b| {
+            let (an, asl) = key(a);
+            let (bn, bsl) = key(b);
+            an.iter().chain(asl).cmp(bn.iter().chain(bsl))
+        });
+        Ok(l)
+    }
+
+    fn next(&mut self) -> Option<(&[u8], FileKind)> {
+        let it = *self.items.get(self.next)?;
+        self.next += 1;
+        Some((
+            &self.arena[it.start as usize..(it.start + it.len) as usize],
+            it.kind,
+        ))
+    }
+}
+
+/// A regular file found by a [`Walker`].
+pub(crate) struct Found {
+    /// Its `/`-separated name relative to the top.
+    pub name: String,
+}
+
+/// A depth-first walk of a staging area that yields its regular files in byte order of their
+/// names (the manifest's order), checking each name against the limits as it goes: a name
+/// that is not UTF-8 or breaks a rule, a tree deeper than the limit, a symlink or special file
+/// are refused with an error naming the path. No recursion; descriptors are bounded by the
+/// [`DirCursor`]; memory is the listings of the directories on the current path.
+pub(crate) struct Walker<'t> {
+    cursor: DirCursor<'t>,
+    frames: Vec<(Listing, usize)>,
+    prefix: String,
+    limits: super::Limits,
+}
+
+impl<'t> Walker<'t> {
+    pub(crate) fn new(top: &'t Dir, limits: super::Limits) -> Result<Walker<'t>, CheckpointError> {
+        let first = Listing::read(top)?;
+        Ok(Walker {
+            cursor: DirCursor::new(top),
+            frames: vec![(first, 0)],
+            prefix: String::new(),
+            limits,
+        })
+    }
+
+    /// The directory holding the file [`Walker::next`] returned last.
+    pub(crate) fn dir(&mut self) -> Result<&Dir, CheckpointError> {
+        self.cursor.current()
+    }
+
+    /// The next regular file, or `None` at the end.
+    pub(crate) fn next(&mut self) -> Result<Option<Found>, CheckpointError> {
+        loop {
+            let Some((listing, _)) = self.frames.last_mut() else {
+                return Ok(None);
+            };
+            let Some((leaf, kind)) = listing.next() else {
+                // Done with this directory: back to its parent's names.
+                self.frames.pop();
+                if let Some((_, parent_len)) = self.frames.last() {
+                    self.prefix.truncate(*parent_len);
+                    self.cursor.pop_closed();
+                }
+                continue;
+            };
+            let leaf = leaf.to_vec();
+            let path = || {
+                self.cursor
+                    .top
+                    .path()
+                    .join(&self.prefix)
+                    .join(OsStr::from_bytes(&leaf))
+            };
+            let Ok(leaf_str) = std::str::from_utf8(&leaf) else {
+                return Err(CheckpointError::BadEntryName {
+                    path: path(),
+                    reason: FormatError::BadName {
+                        name: String::from_utf8_lossy(&leaf).into_owned(),
+                        reason: "it is not valid UTF-8",
+                    },
+                });
+            };
+            let name = format!("{}{leaf_str}", self.prefix);
+            let depth = self.cursor.depth() + 1;
+            match kind {
+                FileKind::Regular => {
+                    format::check_name_with(&name, &self.limits).map_err(|reason| {
+                        CheckpointError::BadEntryName {
+                            path: path(),
+                            reason,
+                        }
+                    })?;
+                    return Ok(Some(Found { name }));
+                }
+                FileKind::Directory => {
+                    // Names under it have one more component: refuse descending past the
+                    // limit unless the directory is empty (empty directories are not recorded).
+                    let sub = self
+                        .cursor
+                        .current()?
+                        .open_dir_any_mode(OsStr::from_bytes(&leaf))?;
+                    let listing = Listing::read(&sub)?;
+                    if listing.items.is_empty() {
+                        continue;
+                    }
+                    let inner = format!("{name}/x");
+                    if depth + 1 > self.limits.max_depth {
+                        return Err(CheckpointError::BadEntryName {
+                            path: path(),
+                            reason: FormatError::TooDeep {
+                                name: inner.chars().take(200).collect(),
+                                depth: depth + 1,
+                                max: self.limits.max_depth,
+                            },
+                        });
+                    }
+                    // The directory's own name must leave room for a name inside it.
+                    if let Err(reason) = format::check_name_with(&inner, &self.limits) {
+                        return Err(CheckpointError::BadEntryName {
+                            path: path(),
+                            reason,
+                        });
+                    }
+                    self.cursor.push(OsStr::from_bytes(&leaf), sub)?;
+                    self.prefix.push_str(leaf_str);
+                    self.prefix.push('/');
+                    let len = self.prefix.len();
+                    self.frames.push((listing, len));
+                }
+                FileKind::Symlink => return Err(unsupported(path(), "symlink")),
+                FileKind::Fifo => return Err(unsupported(path(), "fifo")),
+                FileKind::Socket => return Err(unsupported(path(), "socket")),
+                FileKind::CharDevice => return Err(unsupported(path(), "character device")),
+                FileKind::BlockDevice => return Err(unsupported(path(), "block device")),
+                FileKind::Unknown => return Err(unsupported(path(), "file of unknown type")),
+            }
+        }
+    }
+}
+
+/// Writes a view in manifest order: the directories of the entry names are created as they
+/// are first needed and made read-only (0500) as soon as the walk leaves them for good (names
+/// sharing a directory are contiguous in manifest order), through a [`DirCursor`], so a view
+/// of any depth takes a bounded number of descriptors.
+pub(crate) struct ViewWriter<'t> {
+    cursor: DirCursor<'t>,
+    path: Vec<String>,
+}
+
+impl<'t> ViewWriter<'t> {
+    pub(crate) fn new(top: &'t Dir) -> ViewWriter<'t> {
+        ViewWriter {
+            cursor: DirCursor::new(top),
+            path: Vec::new(),
+        }
+    }
+
+    /// The directory for entry `name` (created as needed) and the name's last component.
+    pub(crate) fn dir_for<'n>(
+        &mut self,
+        name: &'n str,
+    ) -> Result<(&Dir, &'n str), CheckpointError> {
+        let (dirs, leaf) = match name.rsplit_once('/') {
+            Some((d, l)) => (d.split('/').collect::<Vec<_>>(), l),
+            None => (Vec::new(), name),
+        };
+        let common = self
+            .path
+            .iter()
+            .zip(&dirs)
+            .take_while(|(a, b)| a.as_str() == **b)
+            .count();
+        while self.path.len() > common {
+            self.leave()?;
+        }
+        for comp in &dirs[common..] {
+            let d = self.cursor.current()?.create_dir(comp, "view")?;
+            self.cursor.push(OsStr::new(comp), d)?;
+            self.path.push((*comp).to_owned());
+        }
+        Ok((self.cursor.current()?, leaf))
+    }
+
+    fn leave(&mut self) -> Result<(), CheckpointError> {
+        if let Some(d) = self.cursor.pop()? {
+            rustix::fs::fchmod(&d, Mode::from_raw_mode(0o500))
+                .map_err(|e| CheckpointError::io(d.path(), "make read-only", e.into()))?;
+        }
+        self.path.pop();
+        Ok(())
+    }
+
+    /// Makes every directory read-only, the top last.
+    pub(crate) fn finish(mut self) -> Result<(), CheckpointError> {
+        while !self.path.is_empty() {
+            self.leave()?;
+        }
+        let top = self.cursor.top;
+        rustix::fs::fchmod(top, Mode::from_raw_mode(0o500))
+            .map_err(|e| CheckpointError::io(top.path(), "make read-only", e.into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::privfs::StateDir;
+
+    fn open_fds() -> usize {
+        std::fs::read_dir("/proc/self/fd").unwrap().count()
+    }
+
+    /// The walk of a 300-level tree holds at most [`CURSOR_FDS`] (plus a few) descriptors and
+    /// finds the bottom file; removing it needs two.
+    #[test]
+    fn deep_walks_hold_a_bounded_number_of_descriptors() {
+        let t = tempfile::tempdir().unwrap();
+        let sd = StateDir::open(&t.path().join("s"), true).unwrap();
+        let top = sd.root().create_dir("top", "t").unwrap();
+        {
+            let mut d = top.try_clone().unwrap();
+            for _ in 0..300 {
+                d = d.create_dir("d", "t").unwrap();
+            }
+            d.create_exclusive("f", "t").unwrap();
+            // A file at the top after the deep branch: the walk comes back up through levels
+            // whose descriptors it closed.
+            top.create_exclusive("z", "t").unwrap();
+        }
+        let before = open_fds();
+        let limits = crate::checkpoint::Limits {
+            max_depth: 1000,
+            ..crate::checkpoint::Limits::DEFAULT
+        };
+        let mut w = Walker::new(&top, limits).unwrap();
+        let mut most = 0;
+        let mut found = Vec::new();
+        while let Some(f) = w.next().unwrap() {
+            most = most.max(open_fds());
+            found.push(f.name);
+            w.dir().unwrap();
+            most = most.max(open_fds());
+        }
+        assert_eq!(
+            found,
+            vec![vec!["d"; 300].join("/") + "/f", "z".to_string()]
+        );
+        assert!(
+            most <= before + CURSOR_FDS + 2,
+            "{most} open, {before} before"
+        );
+        drop(w);
+        // A view of the same shape: created, made read-only on the way back up.
+        let view = sd.root().create_dir("view", "t").unwrap();
+        let mut vw = ViewWriter::new(&view);
+        for name in &found {
+            let (d, leaf) = vw.dir_for(name).unwrap();
+            d.create_exclusive(leaf, "t").unwrap();
+            most = most.max(open_fds());
+        }
+        vw.finish().unwrap();
+        assert!(
+            most <= before + CURSOR_FDS + 3,
+            "{most} open, {before} before"
+        );
+        let deep_dir = t.path().join("s/view").join(vec!["d"; 300].join("/"));
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&deep_dir).unwrap().permissions().mode() & 0o777,
+            0o500
+        );
+        remove_tree(sd.root(), "view", "t").unwrap();
+        remove_tree(sd.root(), "top", "t").unwrap();
+        assert!(sd.root().stat("top").unwrap().is_none());
+    }
 }

@@ -30,9 +30,17 @@ pub struct EventLog {
 impl EventLog {
     /// Opens (creating) the log of `dir`, but only if the control folder exists: a run that
     /// never touched the dir must not create anything just to log (card G1).
+    /// A log file that privfs refuses (a symlink, a FIFO, a permissive or foreign file) is
+    /// not written, and says so in one warning line on stderr rather than silently (issue 10).
     pub fn open(dir: &StateDir) -> Option<EventLog> {
         let control = dir.root().open_dir_optional(CONTROL_DIR).ok()??;
-        let file = control.open_or_create_file(LOG_FILE, "events").ok()?;
+        let file = match control.open_or_create_file(LOG_FILE, "events") {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("tenure: warning: {e}; the events of this run are not logged");
+                return None;
+            }
+        };
         let flags = rustix::fs::fcntl_getfl(&file).ok()?;
         rustix::fs::fcntl_setfl(&file, flags | rustix::fs::OFlags::APPEND).ok()?;
         Some(EventLog {

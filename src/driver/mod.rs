@@ -158,7 +158,7 @@ pub struct RunReport {
 }
 
 struct Recovered {
-    checkpoint: Option<(CheckpointId, usize, u64)>,
+    checkpoint: Option<(CheckpointId, u64, u64)>,
     view: Option<View>,
     staging: Staging,
 }
@@ -219,6 +219,8 @@ struct Runner<'a> {
     child_status: Option<ChildStatus>,
     /// A live process left by a crashed owner that SIGKILL did not stop.
     orphan_alive: Option<String>,
+    /// Where the output of a failed publish was kept (card P1).
+    kept_output: Option<String>,
     /// The workload's tree (created at spawn).
     tree: Option<Tree>,
     /// The main process exited and `main-exited` was fed: waiting for `tree-empty`.
@@ -285,6 +287,7 @@ impl<'a> Runner<'a> {
             failure: None,
             child_status: None,
             orphan_alive: None,
+            kept_output: None,
             tree: None,
             tree_remains: false,
             rejected: BTreeSet::new(),
@@ -458,7 +461,8 @@ impl<'a> Runner<'a> {
         let refused = matches!(&result, Err(e) if e.is_refusal());
         self.log = match log {
             Some(l) => Some(l),
-            None if refused => None,
+            // Already tried while waiting (and warned if the log file is refused).
+            None if refused || contended => None,
             None => EventLog::open(&dir),
         };
         if contended {
@@ -468,6 +472,15 @@ impl<'a> Runner<'a> {
         match result {
             Ok(mut l) => {
                 self.epoch = Some(l.epoch());
+                // Card P3: a rewound epoch file is one warning line, never a reused epoch.
+                if let Some(r) = l.rewound() {
+                    eprintln!("tenure: warning: {r}");
+                    self.log(
+                        "epoch-rewound",
+                        json!({"file_epoch": r.file, "recorded_epoch": r.seen.epoch,
+                               "recorded_in": r.seen.path}),
+                    );
+                }
                 self.queue
                     .push_back(Event::LeaseGranted { epoch: l.epoch() });
                 // A crashed owner's child may have outlived it (invariant I7 across a crash):
@@ -784,8 +797,8 @@ impl<'a> Runner<'a> {
                 self.published = Some(checkpoint.id);
                 self.log(
                     "checkpoint-published",
-                    json!({"checkpoint": checkpoint.id.get(), "files": checkpoint.entries.len(),
-                           "bytes": checkpoint.total_size(), "bytes_written": bytes_written,
+                    json!({"checkpoint": checkpoint.id.get(), "files": checkpoint.files,
+                           "bytes": checkpoint.bytes, "bytes_written": bytes_written,
                            "gc_error": gc.error}),
                 );
                 self.queue.push_back(Event::CheckpointPublished);
@@ -798,7 +811,41 @@ impl<'a> Runner<'a> {
                 self.queue.push_back(Event::CheckpointSkipped);
             }
             Err(e) => {
+                // Card P1: the child's output is never lost. The staging area (whatever its
+                // path names now) is kept under `checkpoints/failed/<epoch>`, and the error and
+                // the fix name that place, not the staging area that no longer exists.
+                let kept = CheckpointStore::attach_owned(
+                    dir,
+                    StoreOptions {
+                        keep: self.opts.keep,
+                    },
+                )
+                .and_then(|s| s.keep_failed(&rec.staging, epoch));
+                let e = match &kept {
+                    Ok(Some(k)) => e.relocate(rec.staging.path(), k),
+                    _ => e,
+                };
                 eprintln!("tenure: {e}");
+                let kept = match kept {
+                    Ok(Some(k)) => {
+                        let d = dir.path().display();
+                        let k = k.display();
+                        eprintln!(
+                            "tenure: the child's output was kept in {k}; fix it there, then publish it with: tenure run --dir {d} -- sh -c 'cp -a {k}/. \"$TENURE_CHECKPOINT_OUT\"'"
+                        );
+                        Some(k.to_string())
+                    }
+                    Ok(None) => None,
+                    Err(err) => {
+                        eprintln!(
+                            "tenure: the child's output could not be kept: {err}; it is still in {}, and the next owner of {} removes it",
+                            rec.staging.path().display(),
+                            dir.path().display()
+                        );
+                        Some(rec.staging.path().display().to_string())
+                    }
+                };
+                self.kept_output = kept;
                 // A failure after CURRENT was renamed (its directory fsync) leaves the new
                 // checkpoint current but not durable: read what CURRENT names now rather than
                 // claiming it is unchanged.
@@ -817,7 +864,7 @@ impl<'a> Runner<'a> {
                 self.log(
                     "publish-failed",
                     json!({"error": e.to_string(), "current_before": before.map(|c| c.get()),
-                           "current": now.map(|c| c.get())}),
+                           "current": now.map(|c| c.get()), "kept": self.kept_output}),
                 );
                 self.queue.push_back(Event::CheckpointFailed);
             }
@@ -845,7 +892,11 @@ impl<'a> Runner<'a> {
             if let Some(v) = rec.view {
                 let _ = store.remove_view(v);
             }
-            let _ = store.discard_staging(rec.staging);
+            // A staging area whose publish failed was moved to `failed/` (or, if that failed
+            // too, is left for the next owner's sweep): nothing is discarded then.
+            if self.kept_output.is_none() {
+                let _ = store.discard_staging(rec.staging);
+            }
         }
         // The machine releases only once the whole workload is gone: the cgroup is empty.
         if let Some(t) = &self.tree {
@@ -1444,13 +1495,14 @@ fn recover(
             ),
         )
     })?;
-    let current = store.load().map_err(fail)?;
     if cancelled() {
         return Err(abandoned());
     }
-    let view = match &current {
-        Some(c) => Some(store.materialise(c).map_err(fail)?),
-        None => None,
+    // One streaming pass verifies the checkpoint and copies it into the child's view, in
+    // memory and descriptors that do not grow with its size or depth.
+    let (current, view) = match store.materialise_current().map_err(fail)? {
+        Some((c, v)) => (Some(c), Some(v)),
+        None => (None, None),
     };
     if cancelled() {
         if let Some(v) = view {
@@ -1460,7 +1512,7 @@ fn recover(
     }
     let staging = store.staging().map_err(fail)?;
     Ok(Recovered {
-        checkpoint: current.map(|c| (c.id, c.entries.len(), c.total_size())),
+        checkpoint: current.map(|c| (c.id, c.files, c.bytes)),
         view,
         staging,
     })

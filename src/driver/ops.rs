@@ -2,7 +2,7 @@
 //! state dir without owning it (except `init`, which takes the lease for an instant), and never
 //! change a refused dir.
 
-use crate::checkpoint::{Checkpoint, CheckpointError, CheckpointStore, StoreOptions};
+use crate::checkpoint::{CheckpointError, CheckpointStore, CheckpointSummary, StoreOptions};
 use crate::lease::{
     self, AcquireOptions, Identity, LeaseStatus, Liveness, OwnerState, SignalOutcome, WaitBound,
 };
@@ -36,6 +36,17 @@ pub struct Status {
     pub containment: ContainmentView,
     /// The current checkpoint.
     pub checkpoint: CheckpointView,
+    /// Outputs of failed publishes kept under `checkpoints/failed/`, oldest first (card P1).
+    pub failed_publishes: Vec<FailedView>,
+}
+
+/// The output of a failed publish, kept (card P1).
+#[derive(Debug, Clone, Serialize)]
+pub struct FailedView {
+    /// The epoch of the owner whose publish failed.
+    pub epoch: u64,
+    /// Where its output is kept.
+    pub path: String,
 }
 
 /// The containment of the recorded owner's workload as `status` shows it (spec/runner.md,
@@ -127,7 +138,7 @@ pub struct CheckpointView {
     /// The epoch that published it.
     pub epoch: Option<u64>,
     /// Number of files.
-    pub files: Option<usize>,
+    pub files: Option<u64>,
     /// Total bytes.
     pub bytes: Option<u64>,
     /// Why it is invalid.
@@ -155,7 +166,7 @@ pub fn phase_word(st: &LeaseStatus) -> String {
     }
 }
 
-fn checkpoint_view(r: Result<Option<Checkpoint>, CheckpointError>) -> CheckpointView {
+fn checkpoint_view(r: Result<Option<CheckpointSummary>, CheckpointError>) -> CheckpointView {
     match r {
         Ok(None) => CheckpointView {
             state: "none".into(),
@@ -169,8 +180,8 @@ fn checkpoint_view(r: Result<Option<Checkpoint>, CheckpointError>) -> Checkpoint
             state: "valid".into(),
             id: Some(c.id.get()),
             epoch: Some(c.epoch),
-            files: Some(c.entries.len()),
-            bytes: Some(c.total_size()),
+            files: Some(c.files),
+            bytes: Some(c.bytes),
             error: None,
         },
         Err(e) => CheckpointView {
@@ -187,8 +198,21 @@ fn checkpoint_view(r: Result<Option<Checkpoint>, CheckpointError>) -> Checkpoint
 /// Collects the status of `dir` (read-only).
 pub fn collect(dir: &StateDir) -> Result<Status, lease::LeaseError> {
     let st = lease::status(dir)?;
-    let checkpoint =
-        checkpoint_view(CheckpointStore::open(dir, StoreOptions::default()).and_then(|s| s.load()));
+    let (checkpoint, failed_publishes) = match CheckpointStore::open(dir, StoreOptions::default()) {
+        Err(e) => (checkpoint_view(Err(e)), Vec::new()),
+        Ok(store) => (
+            checkpoint_view(store.load_summary()),
+            store
+                .failed_outputs()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(epoch, path)| FailedView {
+                    epoch,
+                    path: path.display().to_string(),
+                })
+                .collect(),
+        ),
+    };
     Ok(Status {
         dir: dir.path().display().to_string(),
         phase: phase_word(&st),
@@ -217,6 +241,7 @@ pub fn collect(dir: &StateDir) -> Result<Status, lease::LeaseError> {
             .collect(),
         containment: containment_view(dir, st.owner.as_ref()),
         checkpoint,
+        failed_publishes,
     })
 }
 
@@ -230,16 +255,26 @@ fn open_existing(dir: &Path) -> Result<StateDir, u8> {
 /// `tenure status`: prints the phase, epoch, owner, waiters and checkpoint. Exit 0, or 65 when
 /// the dir or a record is refused (an invalid registration fails closed, card H8).
 pub fn status(dir: &Path, json: bool) -> u8 {
-    let d = match open_existing(dir) {
+    // With `--json` a refusal is JSON too (`{"dir", "error": {"code", "message"}}`), so a
+    // script that parses stdout learns why instead of finding nothing (issue 10).
+    let refused = |message: String| {
+        eprintln!("tenure: {message}");
+        if json {
+            let v = serde_json::json!({
+                "dir": dir.display().to_string(),
+                "error": {"code": EXIT_REFUSED, "message": message},
+            });
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        }
+        EXIT_REFUSED
+    };
+    let d = match StateDir::open(dir, false) {
         Ok(d) => d,
-        Err(code) => return code,
+        Err(e) => return refused(e.to_string()),
     };
     let s = match collect(&d) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("tenure: {e}");
-            return EXIT_REFUSED;
-        }
+        Err(e) => return refused(e.to_string()),
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
@@ -309,6 +344,12 @@ pub fn status(dir: &Path, json: bool) -> u8 {
             s.checkpoint.error.as_deref().unwrap_or("")
         ),
     }
+    for f in &s.failed_publishes {
+        println!(
+            "failed:     the publish of epoch {} failed; its output is kept in {}",
+            f.epoch, f.path
+        );
+    }
     0
 }
 
@@ -354,8 +395,8 @@ pub fn verify(dir: &Path) -> u8 {
             println!(
                 "checkpoint {} is valid: {} files, {} bytes, published at epoch {}",
                 c.id.get(),
-                c.entries.len(),
-                c.total_size(),
+                c.files,
+                c.bytes,
                 c.epoch
             );
             0
@@ -430,29 +471,128 @@ pub fn init(dir: &Path, adopt: bool) -> u8 {
     }
 }
 
-/// `tenure stop`: sends SIGTERM to the recorded owner through the identity-checked pidfd path,
-/// waits for the lease to be released, sends SIGKILL after `grace`, and says what it did. A
-/// recorded identity that does not match the live process (a recycled pid) is never signalled
-/// (card D7). Exit 0 when the dir ends up released (or had no live owner), 70 when the owner did
-/// not stop.
+/// `stop` found the lease held but no record of its holder within the grace: the owner is
+/// still starting (between taking the lock and writing its record). Nothing was signalled; run
+/// `stop` again (card P5). The same code as `busy`: try again later.
+pub const EXIT_STOP_STARTING: u8 = crate::machine::EXIT_BUSY;
+/// The lease is free, but not by an orderly release: the owner had to be SIGKILLed after the
+/// grace (mid-drain, so its checkpoint may not have been published), or it ended by itself
+/// without releasing. The same code as a child killed after the grace.
+pub const EXIT_STOP_KILLED: u8 = crate::machine::EXIT_KILLED;
+
+/// Whether `o` can be the record of the process holding the lock right now: an owning phase,
+/// written for this dir (card P4), naming a live process.
+fn names_the_holder(st: &LeaseStatus, o: &lease::OwnerRecord) -> bool {
+    let owning = match o.phase {
+        PhaseKind::Recovering | PhaseKind::Ready | PhaseKind::Draining => true,
+        PhaseKind::Cold | PhaseKind::Released | PhaseKind::Cancelled | PhaseKind::Refused => false,
+    };
+    let ours = st
+        .identity
+        .as_ref()
+        .is_some_and(|m| o.root_id == Some(m.root_id));
+    owning && ours && st.owner_liveness == Some(Liveness::Live)
+}
+
+/// How the ownership `stop` signalled ended.
+enum End {
+    /// Its record says `released`: the drain finished and the lease was let go in order.
+    Orderly,
+    /// The lock is free (or owned by a successor) but it never recorded a release.
+    Unreleased(PhaseKind),
+    /// It still holds the lock at the deadline.
+    StillHeld,
+}
+
+/// Waits until the ownership of `owner` ends, and says how.
+fn wait_end(d: &StateDir, owner: &lease::OwnerRecord, deadline: Instant) -> End {
+    loop {
+        if let Ok(s) = lease::status(d) {
+            match &s.owner {
+                Some(r) if r.token == owner.token && r.phase == PhaseKind::Released => {
+                    return End::Orderly;
+                }
+                _ => {}
+            }
+            if !s.held || s.epoch != owner.epoch {
+                // A successor may have overwritten the record already: the event log says
+                // whether this ownership released in order.
+                let released = crate::driver::eventlog::read(d).iter().any(|e| {
+                    e["kind"] == "released"
+                        && e["pid"] == owner.identity.pid
+                        && e["epoch"] == owner.epoch
+                });
+                if released {
+                    return End::Orderly;
+                }
+                let phase = s
+                    .owner
+                    .as_ref()
+                    .filter(|r| r.token == owner.token)
+                    .map_or(owner.phase, |r| r.phase);
+                return End::Unreleased(phase);
+            }
+        }
+        if Instant::now() >= deadline {
+            return End::StillHeld;
+        }
+        std::thread::sleep(STOP_POLL);
+    }
+}
+
+/// `tenure stop`: sends SIGTERM to the owner holding the lease through the identity-checked
+/// pidfd path, waits for an orderly release, sends SIGKILL after `grace`, and says what it did.
+/// A recorded identity that does not match the live process (a recycled pid) is never
+/// signalled (card D7), nor is a record written for another dir (card P4).
+///
+/// It tells the truth (card P5): when the lock is held but the record does not yet name the
+/// holder (an owner between taking the lock and writing its record), it waits up to `grace`
+/// for that record and stops the owner it names, or exits [`EXIT_STOP_STARTING`] saying the
+/// owner is starting. Exit 0 only when no owner holds the lease or after an orderly release;
+/// [`EXIT_STOP_KILLED`] when the owner had to be SIGKILLed (or ended without releasing), 70
+/// when it still holds the lease after SIGKILL, 65 for a refused dir.
 pub fn stop(dir: &Path, grace: Duration) -> u8 {
     let d = match open_existing(dir) {
         Ok(d) => d,
         Err(code) => return code,
     };
-    let st = match lease::status(&d) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("tenure: {e}");
-            return EXIT_REFUSED;
+    let first_look = Instant::now() + grace;
+    let mut said_waiting = false;
+    let (owner, marker) = loop {
+        let st = match lease::status(&d) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("tenure: {e}");
+                return EXIT_REFUSED;
+            }
+        };
+        if !st.held {
+            println!(
+                "no live owner of {}; nothing was signalled",
+                d.path().display()
+            );
+            return 0;
         }
-    };
-    let Some(owner) = st.owner.clone().filter(|_| st.held) else {
-        println!(
-            "no live owner of {}; nothing was signalled",
-            d.path().display()
-        );
-        return 0;
+        if let Some(o) = st.owner.as_ref().filter(|o| names_the_holder(&st, o)) {
+            break (o.clone(), st.identity.clone());
+        }
+        if Instant::now() >= first_look {
+            eprintln!(
+                "tenure: {} is owned, but its owner is still starting: no record names it after {:.1}s; nothing was signalled: run `tenure stop` again",
+                d.path().display(),
+                grace.as_secs_f64()
+            );
+            return EXIT_STOP_STARTING;
+        }
+        if !said_waiting {
+            said_waiting = true;
+            println!(
+                "the lease of {} is held by an owner that is still starting; waiting up to {:.1}s for its record",
+                d.path().display(),
+                grace.as_secs_f64()
+            );
+        }
+        std::thread::sleep(STOP_POLL);
     };
     let id = owner.identity.clone();
     let started = Instant::now();
@@ -461,33 +601,32 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
             "sent SIGTERM to owner pid {} (epoch {})",
             id.pid, owner.epoch
         ),
-        Ok(SignalOutcome::Dead) => {
-            println!(
-                "the recorded owner pid {} is gone; nothing was signalled",
-                id.pid
-            );
-            return 0;
-        }
-        Ok(SignalOutcome::Mismatch { .. }) => {
-            println!(
-                "pid {} now belongs to another process; nothing was signalled",
-                id.pid
-            );
-            return 0;
-        }
+        // It ended between the look and the signal: how it ended is read below.
+        Ok(SignalOutcome::Dead) | Ok(SignalOutcome::Mismatch { .. }) => {}
         Err(e) => {
             eprintln!("tenure: {e}");
             return EXIT_IO;
         }
     }
-    if wait_released(&d, owner.epoch, started + grace) {
-        println!(
-            "owner pid {} released {} after {:.1}s",
-            id.pid,
-            d.path().display(),
-            started.elapsed().as_secs_f64()
-        );
-        return 0;
+    match wait_end(&d, &owner, started + grace) {
+        End::Orderly => {
+            println!(
+                "owner pid {} released {} after {:.1}s",
+                id.pid,
+                d.path().display(),
+                started.elapsed().as_secs_f64()
+            );
+            return 0;
+        }
+        End::Unreleased(phase) => {
+            eprintln!(
+                "tenure: owner pid {} ended without an orderly release (its record says {phase}); the lease of {} is free, but its last checkpoint may not have been published",
+                id.pid,
+                d.path().display()
+            );
+            return EXIT_STOP_KILLED;
+        }
+        End::StillHeld => {}
     }
     println!(
         "owner pid {} did not release within {:.1}s; sending SIGKILL",
@@ -496,14 +635,18 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
     );
     // The processes the owner runs go first: killing the owner drops the lock at once, and its
     // child would otherwise still run (until its parent-death signal lands) while a successor
-    // already owns the dir. Each is signalled only if its identity still matches.
+    // already owns the dir. Each is signalled only if its identity still matches and its entry
+    // belongs to this dir.
     if let Ok(now) = lease::status(&d) {
         for r in now
             .registry
             .iter()
             .filter(|r| r.kind == lease::INSTANCES_DIR)
         {
-            if let Some(rec) = r.record.as_ref().filter(|rec| rec.epoch == owner.epoch)
+            if let Some(rec) = r
+                .record
+                .as_ref()
+                .filter(|rec| rec.epoch == owner.epoch && rec.root_id == owner.root_id)
                 && let Ok(SignalOutcome::Delivered) =
                     lease::signal_owner(&rec.identity, rustix::process::Signal::KILL)
             {
@@ -517,7 +660,7 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
     // The rest of its workload too (card T1): what its cgroup holds, if the record names one
     // that still carries the recorded identity.
     if let (Some(lease::Containment::Cgroup(rec)), Some(marker)) =
-        (&owner.containment, st.identity.as_ref())
+        (&owner.containment, marker.as_ref())
     {
         match lease::cgroup::end_recorded(
             rec,
@@ -558,16 +701,31 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
         }
     }
     // The kernel drops the lock when the owner (and, without a cgroup, its workload) is dead.
-    if wait_released(&d, owner.epoch, Instant::now() + Duration::from_secs(10)) {
-        println!("owner pid {} was killed; the lease is free", id.pid);
-        0
-    } else {
-        eprintln!(
-            "tenure: did not stop: owner pid {} still holds {}",
-            id.pid,
-            d.path().display()
-        );
-        EXIT_DID_NOT_STOP
+    match wait_end(&d, &owner, Instant::now() + Duration::from_secs(10)) {
+        End::Orderly => {
+            println!(
+                "owner pid {} released {} just before SIGKILL",
+                id.pid,
+                d.path().display()
+            );
+            0
+        }
+        End::Unreleased(_) => {
+            eprintln!(
+                "tenure: owner pid {} was killed with SIGKILL mid-drain; the lease of {} is free, but its last checkpoint may not have been published",
+                id.pid,
+                d.path().display()
+            );
+            EXIT_STOP_KILLED
+        }
+        End::StillHeld => {
+            eprintln!(
+                "tenure: did not stop: owner pid {} still holds {}",
+                id.pid,
+                d.path().display()
+            );
+            EXIT_DID_NOT_STOP
+        }
     }
 }
 

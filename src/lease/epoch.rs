@@ -88,6 +88,56 @@ pub fn next(control: &Dir) -> Result<u64, EpochError> {
         })
 }
 
+/// An epoch the dir recorded outside the epoch file, and where (a manifest, a registry entry,
+/// the owner record, a kept output).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// The epoch.
+    pub epoch: u64,
+    /// The file or directory that records it.
+    pub path: PathBuf,
+}
+
+/// The epoch file was behind an epoch recorded elsewhere: it was rewound (restored from an
+/// old backup, edited) or lost its last write. The next epoch skips past what was seen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{path} holds epoch {file}, but {} records epoch {}; the next epoch is {next}, above every epoch this dir has recorded",
+    .seen.path.display(), .seen.epoch
+)]
+pub struct Rewound {
+    /// The epoch file.
+    pub path: PathBuf,
+    /// What it held.
+    pub file: u64,
+    /// The highest epoch recorded elsewhere.
+    pub seen: Seen,
+    /// The epoch handed out instead.
+    pub next: u64,
+}
+
+/// The rule that epochs never repeat (card P3, invariant I2), as one pure function so that it
+/// can be run by a plan or a model: the next epoch is one above the highest epoch the dir has
+/// recorded anywhere — the epoch file and every other record (`highest`). A file behind that
+/// record is reported as [`Rewound`], never reused.
+pub fn next_after(
+    path: &std::path::Path,
+    file: u64,
+    highest: Option<&Seen>,
+) -> Result<(u64, Option<Rewound>), EpochError> {
+    let top = highest.map_or(file, |s| s.epoch.max(file));
+    let next = top.checked_add(1).ok_or_else(|| EpochError::Exhausted {
+        path: path.to_path_buf(),
+    })?;
+    let rewound = highest.filter(|s| s.epoch > file).map(|s| Rewound {
+        path: path.to_path_buf(),
+        file,
+        seen: s.clone(),
+        next,
+    });
+    Ok((next, rewound))
+}
+
 /// Reads the current epoch, writes the next one durably and returns it. Only the lock holder
 /// may call this.
 pub fn bump(control: &Dir) -> Result<u64, EpochError> {
@@ -158,6 +208,38 @@ mod tests {
                 reason: "too large",
                 ..
             })
+        ));
+    }
+
+    #[test]
+    fn next_is_above_every_recorded_epoch() {
+        let p = std::path::Path::new("/s/.tenure/epoch");
+        assert_eq!(next_after(p, 4, None).unwrap(), (5, None));
+        let seen = Seen {
+            epoch: 3,
+            path: "/s/m".into(),
+        };
+        assert_eq!(next_after(p, 4, Some(&seen)).unwrap(), (5, None));
+        let seen = Seen {
+            epoch: 9,
+            path: "/s/m".into(),
+        };
+        let (next, rewound) = next_after(p, 1, Some(&seen)).unwrap();
+        assert_eq!(next, 10);
+        let r = rewound.expect("a rewound file is reported");
+        assert_eq!((r.file, r.next), (1, 10));
+        assert!(
+            r.to_string()
+                .contains("holds epoch 1, but /s/m records epoch 9"),
+            "{r}"
+        );
+        let top = Seen {
+            epoch: u64::MAX,
+            path: "/s/m".into(),
+        };
+        assert!(matches!(
+            next_after(p, 1, Some(&top)),
+            Err(EpochError::Exhausted { .. })
         ));
     }
 

@@ -13,7 +13,9 @@
 //!     registry/instances/<epoch>-<name>.json  processes the owner runs, while it owns
 //! ```
 //! Only the kernel lock says who owns; every file is evidence, written under the lock (except
-//! waiter entries, written by each waiter about itself).
+//! waiter entries, written by each waiter about itself). The owner record and registry entries
+//! carry the `root_id` of the marker: only records of this dir's identity are ever signalled or
+//! swept, so a copied dir never acts on the original's processes (card P4).
 //!
 //! ## Cold, foreign and moved dirs (card L8)
 //! A state dir is **cold** when it holds no entry other than the control folder `.tenure/`, and
@@ -37,7 +39,9 @@
 //! 3. try the lock; when held by another: publish a waiter entry, call `on_wait` once with the
 //!    owner record, and wait (see `lock` for the inotify-based wake-up) until the bound expires
 //!    (`busy`), the cancel fd becomes readable (`cancelled`) or the lock is ours;
-//! 4. under the lock: inspect again; write the next epoch, the marker (if the dir is cold) and
+//! 4. under the lock: inspect again; write the next epoch (one above every epoch the dir
+//!    records anywhere — epoch file, owner record, registry, manifests, kept outputs: card P3,
+//!    [`epoch::next_after`]), the marker (if the dir is cold) and
 //!    the owner record each to a temp file and fsync it, rename them into place (epoch first,
 //!    marker without replacing) and fsync the control folder once; then write the registry
 //!    entry, sweep leftovers of dead owners and waiters and remove our own waiter entry. Only
@@ -332,11 +336,11 @@ fn read_json<T: DeserializeOwned>(dir: &Dir, name: &str) -> Result<Option<T>, Le
     let Some(bytes) = bytes else {
         return Ok(None);
     };
-    serde_json::from_slice(&bytes)
+    record::parse(&bytes)
         .map(Some)
-        .map_err(|e| LeaseError::CorruptRecord {
+        .map_err(|reason| LeaseError::CorruptRecord {
             path: dir.child_path(name),
-            reason: e.to_string(),
+            reason,
         })
 }
 
@@ -388,6 +392,8 @@ struct Inspection {
     marker: Option<DirIdentity>,
     /// The persisted epoch (0 when none).
     epoch: u64,
+    /// The owner record, when present.
+    owner: Option<OwnerRecord>,
 }
 
 /// Inspects a state dir without changing anything; refuses foreign, moved or corrupt state.
@@ -429,13 +435,15 @@ fn inspect(dir: &StateDir) -> Result<Inspection, LeaseError> {
         }
     }
     let mut current_epoch = 0;
+    let mut owner = None;
     if let Some(c) = &control {
-        read_owner(c)?;
+        owner = read_owner(c)?;
         current_epoch = epoch::read(c)?;
     }
     Ok(Inspection {
         marker,
         epoch: current_epoch,
+        owner,
     })
 }
 
@@ -578,6 +586,12 @@ fn become_owner(
     phase: PhaseKind,
     want_cgroup: bool,
 ) -> Result<Lease, LeaseError> {
+    // A named point between taking the lock and writing the owner record: tests hold an
+    // owner here (`gate`) to show what `stop` and `status` see of an owner that is starting.
+    crate::failpoint::hit("lease.locked").map_err(|source| LeaseError::Lock {
+        path: control.child_path(LOCK_FILE),
+        source,
+    })?;
     let found = inspect(dir)?;
     // Card T2: a crashed owner's workload may outlive it in the cgroup its record names. It is
     // ended here, under the lock and *before* our record replaces that one: if we crash
@@ -589,12 +603,14 @@ fn become_owner(
     // Temp files in the control folder can only be left by an owner that crashed mid-write
     // (waiters write in `waiters/`), so the new owner removes them.
     control.remove_temp_files("lease.sweep")?;
-    let epoch = found
-        .epoch
-        .checked_add(1)
-        .ok_or_else(|| epoch::EpochError::Exhausted {
-            path: control.child_path(epoch::EPOCH_FILE),
-        })?;
+    // Card P3: the next epoch is above every epoch the dir recorded anywhere, not just above
+    // the epoch file, which may have been rewound.
+    let highest = highest_recorded(dir, control, found.owner.as_ref())?;
+    let (epoch, rewound) = epoch::next_after(
+        &control.child_path(epoch::EPOCH_FILE),
+        found.epoch,
+        highest.as_ref(),
+    )?;
     let mut token = [0u8; 16];
     crate::privfs::random_bytes(&mut token)?;
     let (marker, new_marker) = match found.marker {
@@ -621,6 +637,7 @@ fn become_owner(
         acquired_at: now_ms(),
         phase,
         identity: me,
+        root_id: Some(marker.root_id),
         containment: cgroup
             .as_ref()
             .and_then(|g| g.0.as_ref())
@@ -647,8 +664,8 @@ fn become_owner(
     let registry = control.ensure_dir(REGISTRY_DIR, "lease.registry")?;
     let leases = registry.ensure_dir(LEASES_DIR, "lease.registry")?;
     let instances = registry.ensure_dir(INSTANCES_DIR, "lease.registry")?;
-    sweep_leases(&leases, epoch)?;
-    let orphans = sweep_instances(&instances, epoch)?;
+    sweep_leases(&leases, epoch, marker.root_id)?;
+    let orphans = sweep_instances(&instances, epoch, marker.root_id)?;
     // Created by the owner so that a waiter never has to create it (and a cancelled waiter
     // leaves no folder behind).
     control.ensure_dir(WAITERS_DIR, "lease.waiters")?;
@@ -660,6 +677,7 @@ fn become_owner(
         name: "owner".to_owned(),
         identity: record.identity.clone(),
         since: record.acquired_at,
+        root_id: Some(marker.root_id),
     };
     leases.replace_volatile(format!("{epoch}.json"), &to_json(&entry), "lease.registry")?;
     Ok(Lease {
@@ -670,6 +688,7 @@ fn become_owner(
         guard: Some(guard),
         record,
         orphans,
+        rewound,
         previous,
         root_id: marker.root_id,
         leftovers,
@@ -746,17 +765,61 @@ fn durable_temp<'d>(
 
 /// The epoch a registry entry name starts with (`<epoch>.json` or `<epoch>-<name>.json`).
 fn entry_epoch(name: &std::ffi::OsStr) -> Option<u64> {
-    let s = name.to_str()?;
-    let stem = s.strip_suffix(".json")?;
-    let digits = stem.split('-').next()?;
-    digits.parse().ok()
+    record::registry_entry_epoch(name.to_str()?)
 }
 
-/// Removes owner entries of earlier ownerships: whoever wrote them no longer holds the lock.
-fn sweep_leases(leases: &Dir, epoch: u64) -> Result<(), LeaseError> {
+/// The highest epoch the dir records outside the epoch file (card P3): the owner record,
+/// registry entries (by name, so an unreadable entry still counts), the checkpoint manifests
+/// and kept outputs of failed publishes. Read-only.
+fn highest_recorded(
+    dir: &StateDir,
+    control: &Dir,
+    owner: Option<&OwnerRecord>,
+) -> Result<Option<epoch::Seen>, LeaseError> {
+    let mut best: Option<epoch::Seen> = owner.map(|o| epoch::Seen {
+        epoch: o.epoch,
+        path: control.child_path(OWNER_FILE),
+    });
+    let mut consider = |e: u64, path: PathBuf| {
+        if best.as_ref().is_none_or(|b| e > b.epoch) {
+            best = Some(epoch::Seen { epoch: e, path });
+        }
+    };
+    if let Some(registry) = control.open_dir_optional(REGISTRY_DIR)? {
+        for kind in [LEASES_DIR, INSTANCES_DIR] {
+            if let Some(d) = registry.open_dir_optional(kind)? {
+                for e in d.entries()? {
+                    if let Some(n) = entry_epoch(&e.name) {
+                        consider(n, d.child_path(&e.name));
+                    }
+                }
+            }
+        }
+    }
+    if let Some(seen) = crate::checkpoint::highest_epoch(dir) {
+        consider(seen.epoch, seen.path);
+    }
+    Ok(best)
+}
+
+/// Whether a record belongs to the dir whose marker has `root_id` (card P4): records without
+/// a root id (older versions) or with another one (a copied dir) are never acted on.
+fn is_ours(record_root: Option<Token>, root_id: Token) -> bool {
+    record_root == Some(root_id)
+}
+
+/// Removes owner entries of earlier ownerships of this dir: whoever wrote them no longer holds
+/// the lock. Entries of another dir's identity are left alone (card P4).
+fn sweep_leases(leases: &Dir, epoch: u64, root_id: Token) -> Result<(), LeaseError> {
     let mut removed = false;
     for e in leases.entries()? {
-        if entry_epoch(&e.name).is_some_and(|n| n < epoch) {
+        if entry_epoch(&e.name).is_none_or(|n| n >= epoch) {
+            continue;
+        }
+        let rec = read_json::<RegistryRecord>(leases, &e.name.to_string_lossy())
+            .ok()
+            .flatten();
+        if rec.is_some_and(|r| is_ours(r.root_id, root_id)) {
             leases.unlink(&e.name, "lease.sweep")?;
             removed = true;
         }
@@ -768,9 +831,16 @@ fn sweep_leases(leases: &Dir, epoch: u64) -> Result<(), LeaseError> {
     Ok(())
 }
 
-/// Removes instance entries of earlier ownerships whose process is gone; returns those still
-/// alive (orphans of a crashed owner, which the new owner must deal with).
-fn sweep_instances(instances: &Dir, epoch: u64) -> Result<Vec<RegistryRecord>, LeaseError> {
+/// Removes instance entries of earlier ownerships of this dir whose process is gone; returns
+/// those still alive (orphans of a crashed owner, which the new owner must deal with). Entries
+/// that do not carry this dir's root id — unreadable ones, older versions', a copied dir's —
+/// are neither swept nor returned: a process named by another dir's record is never signalled
+/// (card P4).
+fn sweep_instances(
+    instances: &Dir,
+    epoch: u64,
+    root_id: Token,
+) -> Result<Vec<RegistryRecord>, LeaseError> {
     let mut orphans = Vec::new();
     let mut removed = false;
     for e in instances.entries()? {
@@ -781,11 +851,13 @@ fn sweep_instances(instances: &Dir, epoch: u64) -> Result<Vec<RegistryRecord>, L
             .ok()
             .flatten();
         match rec {
+            Some(r) if !is_ours(r.root_id, root_id) => {}
             Some(r) if r.identity.liveness() == Liveness::Live => orphans.push(r),
-            _ => {
+            Some(_) => {
                 instances.unlink(&e.name, "lease.sweep")?;
                 removed = true;
             }
+            None => {}
         }
     }
     instances.remove_temp_files("lease.sweep")?;
@@ -820,11 +892,7 @@ fn waiter_liveness(waiters: &Dir, name: &str) -> Liveness {
     if let Ok(Some(rec)) = read_json::<WaiterRecord>(waiters, name) {
         return rec.identity.liveness();
     }
-    let parsed = name
-        .strip_suffix(".json")
-        .and_then(|s| s.split_once('-'))
-        .and_then(|(p, s)| Some((p.parse::<u32>().ok()?, s.parse::<u64>().ok()?)));
-    match parsed {
+    match record::waiter_entry_name(name) {
         Some((pid, start)) => match Identity::of_pid(pid) {
             Ok(now) if now.start_time == start => Liveness::Live,
             Ok(_) => Liveness::Recycled,
@@ -845,6 +913,7 @@ pub struct Lease {
     guard: Option<lock::LockGuard>,
     record: OwnerRecord,
     orphans: Vec<RegistryRecord>,
+    rewound: Option<epoch::Rewound>,
     previous: Option<OwnerRecord>,
     root_id: Token,
     leftovers: Vec<u32>,
@@ -886,6 +955,12 @@ impl Lease {
         &self.orphans
     }
 
+    /// Set when the epoch file was behind an epoch the dir recorded elsewhere (card P3): the
+    /// epoch of this ownership skipped past it. Callers warn about it in one line.
+    pub fn rewound(&self) -> Option<&epoch::Rewound> {
+        self.rewound.as_ref()
+    }
+
     /// Rewrites the owner record with a new phase (card H8). The new record is fsynced before it
     /// replaces the old one, so a reader (or a reboot) always finds a complete record; the
     /// directory is not fsynced: after a power loss the rename may be lost and the record show
@@ -915,6 +990,7 @@ impl Lease {
             name: name.to_owned(),
             identity: identity.clone(),
             since: now_ms(),
+            root_id: self.record.root_id,
         };
         self.instances.replace_volatile(
             format!("{}-{name}.json", self.record.epoch),
@@ -1275,26 +1351,82 @@ pub fn adopt(dir: &StateDir) -> Result<DirIdentity, LeaseError> {
     }
     let guard = lock::LockGuard::new(lock_file, lock_path.clone());
     let now = now_ms();
+    let fresh = || -> Result<DirIdentity, LeaseError> {
+        let mut root_id = [0u8; 16];
+        crate::privfs::random_bytes(&mut root_id)?;
+        Ok(DirIdentity {
+            version: RECORD_VERSION,
+            root_id: Token(root_id),
+            path: dir.path().to_path_buf(),
+            created_at: now,
+            adopted_at: Some(now),
+        })
+    };
     let marker = match read_marker(&control)? {
         Some(m) if m.path == dir.path() => return Ok(m),
+        // The dir was copied (`cp -a a a.copy`): the original still holds the same identity at
+        // its path, so the copy becomes a dir of its own (card P4).
+        Some(m) if still_holds(&m) => fresh()?,
+        // Moved: the identity moves with it.
         Some(m) => DirIdentity {
             path: dir.path().to_path_buf(),
             adopted_at: Some(now),
             ..m
         },
-        None => {
-            let mut root_id = [0u8; 16];
-            crate::privfs::random_bytes(&mut root_id)?;
-            DirIdentity {
-                version: RECORD_VERSION,
-                root_id: Token(root_id),
-                path: dir.path().to_path_buf(),
-                created_at: now,
-                adopted_at: Some(now),
-            }
-        }
+        None => fresh()?,
     };
     control.replace_durable(IDENTITY_FILE, &to_json(&marker), "lease.marker")?;
+    clear_foreign_records(&control, marker.root_id)?;
     guard.unlock().map_err(lock_err)?;
     Ok(marker)
+}
+
+/// Whether the dir a marker names still exists at its recorded path with the same root id.
+fn still_holds(m: &DirIdentity) -> bool {
+    let Ok(other) = StateDir::open(&m.path, false) else {
+        return false;
+    };
+    let Ok(Some(control)) = other.root().open_dir_optional(CONTROL_DIR) else {
+        return false;
+    };
+    matches!(read_marker(&control), Ok(Some(o)) if o.root_id == m.root_id)
+}
+
+/// Removes the records an adopted dir holds of another identity (card P4): the owner record,
+/// registry entries and waiter entries that do not carry `root_id` name processes of the dir
+/// they were copied from, and must never be signalled or shown as this dir's. Called under the
+/// lock by [`adopt`], the explicit act that makes the dir this identity's.
+fn clear_foreign_records(control: &Dir, root_id: Token) -> Result<(), LeaseError> {
+    let gone_ok = |r: Result<(), FsError>| match r {
+        Ok(()) | Err(FsError::NotFound { .. }) => Ok(()),
+        Err(e) => Err(LeaseError::from(e)),
+    };
+    if let Ok(Some(o)) = read_json::<OwnerRecord>(control, OWNER_FILE)
+        && !is_ours(o.root_id, root_id)
+    {
+        gone_ok(control.unlink(OWNER_FILE, "lease.adopt"))?;
+    }
+    if let Some(registry) = control.open_dir_optional(REGISTRY_DIR)? {
+        for kind in [LEASES_DIR, INSTANCES_DIR] {
+            let Some(d) = registry.open_dir_optional(kind)? else {
+                continue;
+            };
+            for e in d.entries()? {
+                let rec = read_json::<RegistryRecord>(&d, &e.name.to_string_lossy())
+                    .ok()
+                    .flatten();
+                if !rec.is_some_and(|r| is_ours(r.root_id, root_id)) {
+                    gone_ok(d.unlink(&e.name, "lease.adopt"))?;
+                }
+            }
+        }
+    }
+    // Waiter entries name processes waiting for the dir they were written in.
+    if let Some(w) = control.open_dir_optional(WAITERS_DIR)? {
+        for e in w.entries()? {
+            gone_ok(w.unlink(&e.name, "lease.adopt"))?;
+        }
+    }
+    control.sync("lease.adopt")?;
+    Ok(())
 }

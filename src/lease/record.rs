@@ -95,6 +95,11 @@ pub struct OwnerRecord {
     pub phase: PhaseKind,
     /// The owner process.
     pub identity: Identity,
+    /// The root id of the dir's identity marker when the record was written (card P4): a
+    /// record copied into another dir (`cp -a`) is recognised as not this dir's and never
+    /// acted on. Absent in records of older versions, which are treated as foreign.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_id: Option<Token>,
     /// How this ownership contains its workload (a cgroup: from the acquisition on, before any
     /// process can enter it, so that a successor can end what a crashed owner left running,
     /// card T2).
@@ -146,6 +151,52 @@ pub struct RegistryRecord {
     pub identity: Identity,
     /// When the entry was written (unix milliseconds).
     pub since: u64,
+    /// The root id of the dir the entry belongs to (card P4; see [`OwnerRecord::root_id`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_id: Option<Token>,
+}
+
+/// Parses a JSON record of the control folder, as every reader of it does (the fuzz targets
+/// call the same functions).
+pub fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(bytes).map_err(|e| e.to_string())
+}
+
+fn versioned(version: u32) -> Result<(), String> {
+    if version == RECORD_VERSION {
+        Ok(())
+    } else {
+        Err(format!(
+            "format version {version}, this tenure reads {RECORD_VERSION}"
+        ))
+    }
+}
+
+/// Parses an owner record (`owner.json`) and checks its version.
+pub fn parse_owner(bytes: &[u8]) -> Result<OwnerRecord, String> {
+    let r: OwnerRecord = parse(bytes)?;
+    versioned(r.version)?;
+    Ok(r)
+}
+
+/// Parses a dir identity marker (`identity.json`) and checks its version.
+pub fn parse_marker(bytes: &[u8]) -> Result<DirIdentity, String> {
+    let m: DirIdentity = parse(bytes)?;
+    versioned(m.version)?;
+    Ok(m)
+}
+
+/// The epoch a registry entry's name starts with (`<epoch>.json` or `<epoch>-<name>.json`).
+pub fn registry_entry_epoch(name: &str) -> Option<u64> {
+    let stem = name.strip_suffix(".json")?;
+    let digits = stem.split('-').next()?;
+    digits.parse().ok()
+}
+
+/// The pid and start time a waiter entry's name holds (`<pid>-<start>.json`).
+pub fn waiter_entry_name(name: &str) -> Option<(u32, u64)> {
+    let (p, s) = name.strip_suffix(".json")?.split_once('-')?;
+    Some((p.parse().ok()?, s.parse().ok()?))
 }
 
 /// The current time in unix milliseconds.
@@ -220,6 +271,7 @@ mod tests {
                 exe: PathBuf::from("/bin/x"),
                 pidfs_ino: None,
             },
+            root_id: Some(Token([2; 16])),
             containment: None,
         };
         let json = serde_json::to_string(&rec).unwrap();

@@ -214,6 +214,11 @@ impl FileKind {
     fn of(st: &Stat) -> FileKind {
         FileKind::from_file_type(FileType::from_raw_mode(st.st_mode))
     }
+
+    /// The kind a `st_mode` describes.
+    pub fn of_mode(mode: u32) -> FileKind {
+        FileKind::from_file_type(FileType::from_raw_mode(mode))
+    }
 }
 
 impl fmt::Display for FileKind {
@@ -479,6 +484,12 @@ impl StateDir {
     /// created 0700 (existing parents are left alone). The dir itself must not be a symlink and
     /// must be a directory owned by the effective uid with no group/other bits.
     pub fn open(path: &Path, create: bool) -> Result<StateDir, FsError> {
+        // `link/` and `link/.` resolve through a symlink even with `O_NOFOLLOW` (the kernel
+        // follows the last component when a slash or `.` comes after it), so the path is
+        // normalised lexically first: a trailing `/` or `/.` never changes whether a symlinked
+        // dir is refused.
+        let normalised = normalise(path);
+        let path = normalised.as_path();
         if create {
             Self::create_missing(path)?;
         }
@@ -592,6 +603,18 @@ impl StateDir {
             Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => Ok(false),
             Err(e) => Err(FsError::io("look at", self.path().to_path_buf(), e)),
         }
+    }
+}
+
+/// `path` without trailing slashes and without `.` components after the first one (what
+/// `Path::components` yields), so the last component is the one the path names. An empty
+/// result (the path was `.`-only) is `.`.
+pub fn normalise(path: &Path) -> PathBuf {
+    let p: PathBuf = path.components().collect();
+    if p.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        p
     }
 }
 
@@ -1053,6 +1076,37 @@ impl Dir {
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+
+    /// Calls `f` with the name and kind of each entry (without `.` and `..`), in directory
+    /// order, streaming: memory does not grow with the number of entries. `f` may remove or
+    /// rename the entry it is given (entries added meanwhile may or may not be seen); it stops
+    /// the listing by returning `Ok(false)`.
+    pub fn for_each_entry<E: From<FsError>>(
+        &self,
+        mut f: impl FnMut(&OsStr, FileKind) -> Result<bool, E>,
+    ) -> Result<(), E> {
+        let iter = rustix::fs::Dir::read_from(&self.fd)
+            .map_err(|e| FsError::io("list", self.path.clone(), e))?;
+        for item in iter {
+            let item = item.map_err(|e| FsError::io("list", self.path.clone(), e))?;
+            let name = OsStr::from_bytes(item.file_name().to_bytes());
+            if name == "." || name == ".." {
+                continue;
+            }
+            let mut kind = FileKind::from_file_type(item.file_type());
+            if kind == FileKind::Unknown {
+                // Some filesystems do not fill d_type; ask lstat.
+                match self.stat(name)? {
+                    Some(st) => kind = FileKind::of(&st),
+                    None => continue,
+                }
+            }
+            if !f(name, kind)? {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Removes temp files left by a crash (names starting with [`TEMP_PREFIX`]) and syncs the

@@ -1,0 +1,365 @@
+//! Issue 10, the data path through the runner: the child's output survives every failure (card
+//! P1), publish accepts only what load accepts, under the same descriptor limit (card P2), and
+//! no walk recurses or holds a descriptor per level. Real runner, real children, real files.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+/// The kept output named in a failed run's stderr.
+fn kept_path(stderr: &str) -> PathBuf {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("the child's output was kept in "))
+        .unwrap_or_else(|| panic!("no kept output named:\n{stderr}"));
+    let rest = line.split("kept in ").nth(1).unwrap();
+    PathBuf::from(rest.split("; fix it there").next().unwrap())
+}
+
+/// The fix the failed run printed, run as a user would (through `sh -c`).
+fn run_the_fix(stderr: &str) -> std::process::Output {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("then publish it with: "))
+        .unwrap();
+    let cmd = line.split("then publish it with: ").nth(1).unwrap();
+    let cmd = cmd.replacen("tenure ", &format!("{} ", bin()), 1);
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Card P1: a child that replaces `$TENURE_CHECKPOINT_OUT` — removes and re-creates it, or
+/// writes a temp dir and renames it into place — has what the path names published.
+#[test]
+fn p1_a_replaced_output_dir_is_published() {
+    let env = Env::new();
+    env.run_to_end(
+        &["-n"],
+        &sh(
+            r#"O="$TENURE_CHECKPOINT_OUT"; rm -rf "$O"; mkdir "$O"; echo 7 > "$O/counter""#,
+            &[],
+        ),
+    )
+    .expect_code(0);
+    assert_eq!(env.checkpoint_file("counter").as_deref(), Some("7\n"));
+    let f = env.run_to_end(
+        &["-n"],
+        &sh(
+            r#"O="$TENURE_CHECKPOINT_OUT"; mkdir "$O.new" && echo 8 > "$O.new/counter" && mkdir "$O.new/sub" && echo deep > "$O.new/sub/f" && rm -rf "$O" && mv "$O.new" "$O""#,
+            &[],
+        ),
+    );
+    f.expect_code(0);
+    assert!(f.stderr.contains("published"), "{}", f.stderr);
+    assert_eq!(env.checkpoint_file("counter").as_deref(), Some("8\n"));
+    assert_eq!(env.checkpoint_file("sub/f").as_deref(), Some("deep\n"));
+}
+
+/// Card P1: an output path replaced by a symlink is refused (74), never followed, and kept.
+#[test]
+fn p1_an_output_replaced_by_a_symlink_is_refused_and_kept() {
+    let env = Env::new();
+    env.run_to_end(
+        &["-n"],
+        &sh(r#"echo 1 > "$TENURE_CHECKPOINT_OUT/counter""#, &[]),
+    )
+    .expect_code(0);
+    let before = env.current_bytes();
+    let outside = env.path("outside");
+    fs::create_dir(&outside).unwrap();
+    fs::write(outside.join("secret"), b"s").unwrap();
+    let f = env.run_to_end(
+        &["-n"],
+        &sh(
+            r#"rm -rf "$TENURE_CHECKPOINT_OUT"; ln -s "$1" "$TENURE_CHECKPOINT_OUT""#,
+            &[outside.to_str().unwrap()],
+        ),
+    );
+    f.expect_code(74);
+    assert!(
+        f.stderr.contains("cannot publish a symlink"),
+        "{}",
+        f.stderr
+    );
+    let kept = kept_path(&f.stderr);
+    assert!(kept.ends_with("checkpoints/failed/2"), "{}", kept.display());
+    assert!(
+        fs::symlink_metadata(&kept)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(env.current_bytes(), before, "CURRENT is unchanged");
+    assert_eq!(fs::read(outside.join("secret")).unwrap(), b"s");
+}
+
+/// Card P1: a publish that fails (here an I/O error at a blob's fsync, as on a full disk)
+/// keeps the child's output under `checkpoints/failed/<epoch>`, names it in the error and in
+/// `status` (text and JSON), and the fix the message gives works; kept outputs are bounded by
+/// `--keep`.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature (cargo test --all-features)"
+)]
+fn p1_a_failed_publish_keeps_the_output_and_names_a_fix_that_works() {
+    let env = Env::new();
+    let failing = |n: &str| {
+        let mut c = tenure();
+        c.env("TENURE_FAILPOINTS", "publish.blob.fsync=eio")
+            .args(["run", "-n", "--keep", "2", "--dir"])
+            .arg(&env.dir)
+            .args(sh(
+                r#"echo "$1" > "$TENURE_CHECKPOINT_OUT/counter"; mkdir "$TENURE_CHECKPOINT_OUT/d"; echo x > "$TENURE_CHECKPOINT_OUT/d/y""#,
+                &[n],
+            ));
+        let f = env.start(c).wait();
+        f.expect_code(74);
+        f
+    };
+    let f = failing("41");
+    assert!(f.stderr.contains("CURRENT is unchanged"), "{}", f.stderr);
+    let kept = kept_path(&f.stderr);
+    assert!(kept.ends_with("checkpoints/failed/1"), "{}", kept.display());
+    assert_eq!(read(&kept.join("counter")), "41\n");
+    assert_eq!(read(&kept.join("d/y")), "x\n");
+    assert!(env.current_bytes().is_none());
+    assert!(
+        fs::read_dir(env.dir.join("checkpoints/staging"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "the output was moved, not copied"
+    );
+    let end = f.end();
+    assert_eq!(end["summary"], "publish-failed/74", "{end}");
+    let failed_event = env
+        .events()
+        .into_iter()
+        .find(|e| e["kind"] == "publish-failed")
+        .unwrap();
+    assert_eq!(failed_event["kept"], kept.display().to_string());
+
+    let text = env.tool("status", &[]);
+    assert!(
+        text.stdout.contains(&format!(
+            "the publish of epoch 1 failed; its output is kept in {}",
+            kept.display()
+        )),
+        "{}",
+        text.stdout
+    );
+    let st = env.status();
+    assert_eq!(st["failed_publishes"][0]["epoch"], 1, "{st}");
+    assert_eq!(
+        st["failed_publishes"][0]["path"],
+        kept.display().to_string(),
+        "{st}"
+    );
+
+    // Bounded by --keep 2: three failures keep the newest two.
+    failing("42");
+    let f3 = failing("43");
+    let st = env.status();
+    let epochs: Vec<u64> = st["failed_publishes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["epoch"].as_u64().unwrap())
+        .collect();
+    assert_eq!(epochs, vec![2, 3], "{st}");
+    assert!(!kept.exists(), "the oldest kept output was removed");
+
+    // The fix printed by the last failure publishes its output.
+    let out = run_the_fix(&f3.stderr);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(env.checkpoint_file("counter").as_deref(), Some("43\n"));
+    assert_eq!(env.checkpoint_file("d/y").as_deref(), Some("x\n"));
+}
+
+/// Card P1: a name the manifest cannot hold (not UTF-8) is refused with 74; the error names
+/// the file where it is now kept, and after renaming it there the printed fix publishes it.
+#[test]
+fn p1_a_bad_name_names_the_kept_file_and_the_fix_works() {
+    let env = Env::new();
+    let f = env.run_to_end(
+        &["-n"],
+        &sh(
+            r#"printf 'v\n' > "$TENURE_CHECKPOINT_OUT/$(printf 'bad\377')"; echo ok > "$TENURE_CHECKPOINT_OUT/good""#,
+            &[],
+        ),
+    );
+    f.expect_code(74);
+    let kept = kept_path(&f.stderr);
+    let bad = kept.join(std::ffi::OsStr::from_bytes(b"bad\xff"));
+    assert!(bad.exists(), "{}", f.stderr);
+    assert!(
+        f.stderr.contains(&format!("{}/bad", kept.display())),
+        "the error names the kept file: {}",
+        f.stderr
+    );
+    assert!(!f.stderr.contains("staging area"), "{}", f.stderr);
+    fs::rename(&bad, kept.join("bad-renamed")).unwrap();
+    let out = run_the_fix(&f.stderr);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(env.checkpoint_file("bad-renamed").as_deref(), Some("v\n"));
+    assert_eq!(env.checkpoint_file("good").as_deref(), Some("ok\n"));
+}
+
+/// Card P2: what publish accepts, load accepts. A checkpoint whose manifest is larger than the
+/// 8 MiB earlier versions could read (2,200 files with 4,000-byte names) publishes, verifies
+/// and is recovered by the next run.
+#[test]
+fn p2_a_large_manifest_that_publishes_also_loads() {
+    let env = Env::new();
+    let script = r#"O="$TENURE_CHECKPOINT_OUT"
+d="$O"
+for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+  d="$d/$(printf '%0250d' $i)"
+done
+mkdir -p "$d"
+i=0
+while [ $i -lt 2200 ]; do echo $i > "$d/f$i"; i=$((i+1)); done
+echo done > "$O/marker""#;
+    env.run_to_end(&["-n"], &sh(script, &[])).expect_code(0);
+    let manifests: Vec<PathBuf> = fs::read_dir(env.dir.join("checkpoints/manifests"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let size = fs::metadata(&manifests[0]).unwrap().len();
+    assert!(size > 8 << 20, "the manifest is {size} bytes");
+    let v = env.tool("verify", &[]);
+    v.expect_code(0);
+    assert!(v.stdout.contains("2201 files"), "{}", v.stdout);
+    assert_eq!(env.checkpoint_file("marker").as_deref(), Some("done\n"));
+}
+
+/// Card P2: a staging area deeper than the depth limit (256) is refused at publish with a
+/// clear error, before anything durable, and kept; one exactly at the limit publishes and
+/// loads.
+#[test]
+fn p2_deeper_than_the_limit_is_refused_at_publish() {
+    let env = Env::new();
+    let nest = |levels: usize| {
+        format!(
+            r#"d="$TENURE_CHECKPOINT_OUT"; i=1; while [ $i -lt {levels} ]; do d="$d/d"; i=$((i+1)); done; mkdir -p "$d"; echo bottom > "$d/f""#
+        )
+    };
+    env.run_to_end(&["-n"], &sh(&nest(256), &[])).expect_code(0);
+    let deep = vec!["d"; 255].join("/") + "/f";
+    assert_eq!(env.checkpoint_file(&deep).as_deref(), Some("bottom\n"));
+    // CURRENT, manifests and blobs; `failed/` receives the kept output.
+    let durable = || {
+        let mut t = env.checkpoint_tree();
+        t.retain(|p, _| !p.starts_with("failed"));
+        t
+    };
+    let before = durable();
+    let f = env.run_to_end(&["-n"], &sh(&nest(257), &[]));
+    f.expect_code(74);
+    assert!(
+        f.stderr
+            .contains("257 levels deep, deeper than the 256 levels a checkpoint may nest"),
+        "{}",
+        f.stderr
+    );
+    assert_same_tree(&before, &durable());
+    let kept = kept_path(&f.stderr);
+    assert!(kept.join(vec!["d"; 256].join("/")).join("f").exists());
+}
+
+/// Raises nothing, lowers `RLIMIT_NOFILE` for one command: `sh -c 'ulimit -n N; exec ...'`.
+fn limited(n: u32, args: &[&str], dir: &Path) -> std::process::Output {
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+        .arg(bin())
+        .args(
+            args.iter()
+                .map(|a| a.replace("{DIR}", &dir.display().to_string())),
+        )
+        .env_remove("TENURE_FAILPOINTS")
+        .env_remove("NOTIFY_SOCKET")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Makes a chain of `levels` directories named `d` under `top` (through descriptors, since the
+/// path is longer than PATH_MAX), with a file at the bottom.
+fn deep_chain(top: &Path, levels: usize) {
+    use rustix::fs::{CWD, Mode, OFlags, mkdirat, openat};
+    let mut fd = openat(CWD, top, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap();
+    for _ in 0..levels {
+        mkdirat(&fd, "d", Mode::from_raw_mode(0o700)).unwrap();
+        fd = openat(&fd, "d", OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap();
+    }
+    let f = openat(
+        &fd,
+        "f",
+        OFlags::CREATE | OFlags::WRONLY,
+        Mode::from_raw_mode(0o600),
+    )
+    .unwrap();
+    rustix::io::write(&f, b"x").unwrap();
+}
+
+/// No walk recurses or holds a descriptor per level: under `ulimit -n 64`, a 250-level
+/// checkpoint publishes, verifies and is recovered (the child reads the bottom file), and a
+/// leftover staging area 8,000 levels deep is cleaned by the next owner without crashing.
+#[test]
+fn walks_hold_few_descriptors_and_never_recurse() {
+    let env = Env::new();
+    let nest = r#"d="$TENURE_CHECKPOINT_OUT"; i=1; while [ $i -lt 250 ]; do d="$d/d"; i=$((i+1)); done; mkdir -p "$d"; echo bottom > "$d/f""#;
+    let out = limited(
+        64,
+        &["run", "-n", "--dir", "{DIR}", "--", "sh", "-c", nest],
+        &env.dir,
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = limited(64, &["verify", "--dir", "{DIR}"], &env.dir);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let deep = vec!["d"; 249].join("/") + "/f";
+    let read_back = format!(r#"cat "$TENURE_CHECKPOINT/{deep}" > "$1""#);
+    let sink = env.path("bottom");
+    let out = limited(
+        64,
+        &[
+            "run",
+            "-n",
+            "--dir",
+            "{DIR}",
+            "--",
+            "sh",
+            "-c",
+            &read_back,
+            "sh",
+            sink.to_str().unwrap(),
+        ],
+        &env.dir,
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(read(&sink), "bottom\n");
+
+    // A crashed run's staging area, 8,000 levels deep.
+    let leftover = env.dir.join("checkpoints/staging/0123456789abcdef");
+    fs::create_dir(&leftover).unwrap();
+    deep_chain(&leftover, 8000);
+    let out = limited(64, &["run", "-n", "--dir", "{DIR}", "--", "true"], &env.dir);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(!leftover.exists());
+    let st: Value = serde_json::from_slice(
+        &limited(64, &["status", "--json", "--dir", "{DIR}"], &env.dir).stdout,
+    )
+    .unwrap();
+    assert_eq!(st["checkpoint"]["state"], "valid", "{st}");
+}
