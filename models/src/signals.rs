@@ -28,6 +28,14 @@
 //! The world records what an observer would see: when the lease is taken and released, whether
 //! a child may still run, what CURRENT holds, how often the drain hook ran, and each end record
 //! and exit code. The properties are about those records.
+//!
+//! Besides what must never happen, the model checks what the cards require to happen (the
+//! obligations): an event creates an obligation (`SignalState::owed`) and an action of the
+//! driver discharges it — a stop while cold is owed the cancellation, a stop while recovering
+//! the refusal with nothing published, a stop while ready the forward before any SIGKILL, a
+//! stray for a running workload its relay — and every publish must come after a clean exit,
+//! every drain after its hook. An obligation left undischarged when its step ends, or a
+//! forbidden action before it, is a violation.
 
 use crate::driver::{ChildView, Driver, Request, Restart};
 use crate::spec::ExitTable;
@@ -171,7 +179,8 @@ const V_CLEAN: u16 = 512;
 const V_RELAY: u16 = 1024;
 const V_HOOK: u16 = 2048;
 
-/// Obligations a fed event created and an action must discharge (the `OWE_*` bits of `SignalState::owed`).
+/// Obligations a fed event created and an action must discharge (the bits of
+/// `SignalState::owed`).
 const OWE_CANCEL: u8 = 1;
 const OWE_REFUSE: u8 = 2;
 const OWE_FORWARD: u8 = 4;
