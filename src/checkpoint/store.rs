@@ -820,21 +820,19 @@ impl<'s> CheckpointStore<'s> {
                 path: path.clone(),
                 reason: e.to_string(),
             })?;
-        if persisted > epoch {
-            return Err(CheckpointError::StaleEpoch {
+        match crate::lease::epoch::fence(epoch, persisted) {
+            Ok(()) => Ok(()),
+            Err(crate::lease::epoch::Fenced::Stale) => Err(CheckpointError::StaleEpoch {
                 path,
                 epoch,
                 persisted,
-            });
-        }
-        if persisted < epoch {
-            return Err(CheckpointError::UnknownEpoch {
+            }),
+            Err(crate::lease::epoch::Fenced::Unknown) => Err(CheckpointError::UnknownEpoch {
                 path,
                 epoch,
                 persisted,
-            });
+            }),
         }
-        Ok(())
     }
 
     /// Publishes the files of a staging area as the new current checkpoint (owner only), with

@@ -138,6 +138,35 @@ pub fn next_after(
     Ok((next, rewound))
 }
 
+/// Why a request naming an epoch is fenced off (card H5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fenced {
+    /// A newer ownership exists: the requester is a stale owner.
+    Stale,
+    /// The dir never granted the requester's epoch.
+    Unknown,
+}
+
+/// The fence (card H5, invariant I3), as one pure function for every check and for the models:
+/// a request naming `mine` may take effect only while the dir's persisted epoch is exactly
+/// `mine`. An older persisted epoch was never granted to the requester; a newer one means a
+/// later owner exists.
+pub fn fence(mine: u64, persisted: u64) -> Result<(), Fenced> {
+    // The mutant `lease-fence-off-by-one` lets the owner just before the current one through.
+    let stale = if crate::mutant::on("lease-fence-off-by-one") {
+        persisted > mine.saturating_add(1)
+    } else {
+        persisted > mine
+    };
+    if stale {
+        Err(Fenced::Stale)
+    } else if persisted < mine {
+        Err(Fenced::Unknown)
+    } else {
+        Ok(())
+    }
+}
+
 /// Reads the current epoch, writes the next one durably and returns it. Only the lock holder
 /// may call this.
 pub fn bump(control: &Dir) -> Result<u64, EpochError> {

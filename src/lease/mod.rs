@@ -693,7 +693,7 @@ pub fn read_epoch(dir: &StateDir) -> Result<u64, LeaseError> {
 /// checkpoint, retiring) that a stale owner must not have.
 pub fn check_epoch(dir: &StateDir, epoch: u64) -> Result<(), LeaseError> {
     let current = read_epoch(dir)?;
-    if current > epoch {
+    if epoch::fence(epoch, current) == Err(epoch::Fenced::Stale) {
         return Err(LeaseError::StaleEpoch {
             dir: dir.path().to_path_buf(),
             mine: epoch,

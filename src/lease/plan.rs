@@ -819,11 +819,17 @@ impl<S: Steps> Plan for Driven<S> {
                     self.phase = Phase::EndList { list, acc };
                 }
                 LeaseRes::File(Ok(Done::Entries(v))) => {
+                    // A batch shorter than asked for is the last one.
+                    let last = v.len() < LIST_BATCH;
                     acc.extend(
                         v.into_iter()
                             .map(|(n, k)| (n.to_string_lossy().into_owned(), k)),
                     );
-                    self.phase = Phase::List { list, acc };
+                    self.phase = if last {
+                        Phase::EndList { list, acc }
+                    } else {
+                        Phase::List { list, acc }
+                    };
                 }
                 LeaseRes::File(Err(e)) => {
                     self.stray.push(list);
@@ -1256,6 +1262,8 @@ pub struct AcquireSteps {
     leases: Vec<String>,
     /// The instance entries (names) under the lock.
     instances: Vec<String>,
+    /// Whether both registry folders exist (their listings found them).
+    registry_made: bool,
     /// The waiter entries (names) under the lock.
     waiters: Vec<String>,
     /// The highest epoch recorded outside the epoch file.
@@ -1307,6 +1315,7 @@ impl AcquireSteps {
             removed: false,
             leases: Vec::new(),
             instances: Vec::new(),
+            registry_made: false,
             waiters: Vec::new(),
             highest: None,
             marker: None,
@@ -1415,6 +1424,10 @@ impl AcquireSteps {
     /// Whether the previous owner's recorded cgroup must be ended: it did not release in
     /// order (an orderly release happens only once the workload is gone) and named one.
     fn leftovers_to_end(&self) -> Option<(CgroupRecord, Token, u64)> {
+        // The mutant `lease-skip-leftovers` never ends them.
+        if crate::mutant::on("lease-skip-leftovers") {
+            return None;
+        }
         let prev = self.previous.as_ref()?;
         let marker = self.found.marker.as_ref()?;
         if prev.phase == PhaseKind::Released || self.leftovers_done {
@@ -1553,7 +1566,7 @@ impl AcquireSteps {
                     .collect();
                 self.sweep_from(SweepKind::Instances, 0);
             }
-            SweepKind::Instances => self.st = St::MakeWaitersOwned,
+            SweepKind::Instances => self.st = St::ListWaiters,
             SweepKind::Waiters => self.st = St::WriteEntry,
         }
     }
@@ -1600,6 +1613,16 @@ impl AcquireSteps {
     fn after_records(&mut self) {
         if self.leftovers_to_end().is_some() {
             self.st = St::EndLeftovers;
+        } else {
+            self.registry();
+        }
+    }
+
+    /// The registry folders are made once, by the first owner (their listings said whether
+    /// they exist); then the sweeps.
+    fn registry(&mut self) {
+        if self.registry_made {
+            self.start_sweeps();
         } else {
             self.st = St::MakeRegistry;
         }
@@ -1685,13 +1708,31 @@ impl Inspection {
     fn handle(&mut self, res: Res) -> Option<Result<Found, LeaseError>> {
         let done = |s: &mut Inspection| Some(Ok(std::mem::take(&mut s.found)));
         match (self.st, res) {
+            // The marker first: a dir that has one (and it names this dir) needs no listing;
+            // only a dir without one is listed, for entries tenure did not create.
             (ISt::StillAt, Res::Flag(true)) => {
-                self.st = ISt::ListRoot;
+                self.st = ISt::ReadMarker;
                 None
             }
             (ISt::StillAt, Res::Flag(false)) => Some(Err(LeaseError::Moved {
                 dir: self.path.clone(),
             })),
+            (ISt::ReadMarker, Res::Bytes(Some(b))) => {
+                match marker_from(Some(b), self.control_path(IDENTITY_FILE)) {
+                    Ok(m) => self.found.marker = m,
+                    Err(e) => return Some(Err(e)),
+                }
+                if let Err(e) = self.check_marker() {
+                    return Some(Err(e));
+                }
+                self.found.control = true;
+                self.st = ISt::ReadOwner;
+                None
+            }
+            (ISt::ReadMarker, Res::Bytes(None)) => {
+                self.st = ISt::ListRoot;
+                None
+            }
             (ISt::ListRoot, Res::Listed(entries)) => {
                 let entries = entries.unwrap_or_default();
                 self.found.control = entries.iter().any(|(n, _)| n == CONTROL_DIR);
@@ -1699,25 +1740,15 @@ impl Inspection {
                     .into_iter()
                     .map(|(n, _)| n)
                     .find(|n| n != CONTROL_DIR);
-                if self.found.control {
-                    self.st = ISt::ReadMarker;
-                    return None;
-                }
-                match self.check_marker() {
-                    Ok(()) => done(self),
-                    Err(e) => Some(Err(e)),
-                }
-            }
-            (ISt::ReadMarker, Res::Bytes(b)) => {
-                match marker_from(b, self.control_path(IDENTITY_FILE)) {
-                    Ok(m) => self.found.marker = m,
-                    Err(e) => return Some(Err(e)),
-                }
                 if let Err(e) = self.check_marker() {
                     return Some(Err(e));
                 }
-                self.st = ISt::ReadOwner;
-                None
+                if self.found.control {
+                    self.st = ISt::ReadOwner;
+                    None
+                } else {
+                    done(self)
+                }
             }
             (ISt::ReadMarker, Res::Failed(e)) => Some(Err(match record_read_error(e) {
                 LeaseError::CorruptRecord { path, reason } => {
@@ -2101,11 +2132,11 @@ impl Steps for AcquireSteps {
                         return;
                     }
                 }
-                self.st = if self.record.is_some() {
-                    St::MakeRegistry
+                if self.record.is_some() {
+                    self.registry();
                 } else {
-                    St::ListControl
-                };
+                    self.st = St::ListControl;
+                }
             }
             (St::ListControl, Res::Listed(entries)) => {
                 // Temp files in the control folder can only be left by an owner that crashed
@@ -2136,10 +2167,12 @@ impl Steps for AcquireSteps {
             },
             (St::SyncTemps, Res::Done) => self.st = St::ListLeases,
             (St::ListLeases, Res::Listed(entries)) => {
+                self.registry_made = entries.is_some();
                 self.leases = names(entries);
                 self.st = St::ListInstances;
             }
             (St::ListInstances, Res::Listed(entries)) => {
+                self.registry_made &= entries.is_some();
                 self.instances = names(entries);
                 self.st = St::CheckpointEpoch;
             }
@@ -2244,9 +2277,11 @@ impl Steps for AcquireSteps {
                     St::ListWaiters
                 };
             }
-            (St::SyncWaitersOwned, Res::Done) => self.st = St::ListWaiters,
-            (St::ListWaiters, Res::Listed(entries)) => {
-                self.waiters = names(entries);
+            (St::SyncWaitersOwned, Res::Done) => self.st = St::WriteEntry,
+            // The owner makes `waiters/` once, so that a waiter never has to.
+            (St::ListWaiters, Res::Listed(None)) => self.st = St::MakeWaitersOwned,
+            (St::ListWaiters, Res::Listed(Some(entries))) => {
+                self.waiters = names(Some(entries));
                 self.temps_found.clear();
                 self.sweep_from(SweepKind::Waiters, 0);
             }
