@@ -179,6 +179,9 @@ pub const NO_OVERLAP: &str = "no two workloads at once";
 pub const RELEASE_AFTER_TREE: &str = "release after the tree";
 /// Card L7: once a dir has its identity marker, its root id never changes.
 pub const MARKER_WRITTEN_ONCE: &str = "marker written once";
+/// Issue 11: a process started after a power loss acquires without a refusal or an error
+/// (what the power loss left is what the protocol made durable, and nothing it reads is torn).
+pub const CLEAN_AFTER_POWER_LOSS: &str = "a successor after power loss starts clean";
 
 const V_EPOCH: u16 = 1;
 const V_FENCE: u16 = 2;
@@ -220,6 +223,10 @@ pub struct LeaseModel {
     /// in one model step (see the module docs); `false` makes every visible operation and
     /// action a step of its own.
     pub atomic_steps: bool,
+    /// Without `atomic_steps`: only the operations a crash in between matters for — renames,
+    /// lock operations, ending or making a cgroup — end a model step (the tree world's grain:
+    /// a crash between the owner record's rename and the end of the leftovers it names).
+    pub coarse: bool,
     /// Power losses the world may inflict in all.
     pub power_losses: u8,
     /// Times an operator may restore an old epoch file (card P3).
@@ -263,6 +270,7 @@ impl LeaseModel {
             recovery_failures: false,
             timers: false,
             atomic_steps: true,
+            coarse: false,
             power_losses: 0,
             rewinds: 0,
             lock_removals: 0,
@@ -284,6 +292,7 @@ impl LeaseModel {
             recovery_failures: false,
             timers: true,
             atomic_steps: false,
+            coarse: true,
             power_losses: 0,
             rewinds: 0,
             lock_removals: 0,
@@ -292,6 +301,18 @@ impl LeaseModel {
                 contain,
                 close_fd: false,
             }),
+        }
+    }
+
+    /// The tree world at the coarser grain checked in CI: plans run to their next lock
+    /// operation in one step, one crash (an owner whose descendant outlives it, and its
+    /// successor's takeover).
+    pub fn tree_small(contain: Contain) -> LeaseModel {
+        LeaseModel {
+            crashes: 1,
+            atomic_steps: true,
+            coarse: false,
+            ..LeaseModel::tree_ci(contain)
         }
     }
 
@@ -307,6 +328,7 @@ impl LeaseModel {
             recovery_failures: false,
             timers: false,
             atomic_steps: true,
+            coarse: false,
             power_losses: 0,
             rewinds: 1,
             lock_removals: 0,
@@ -328,6 +350,7 @@ impl LeaseModel {
             recovery_failures: false,
             timers: false,
             atomic_steps: true,
+            coarse: false,
             power_losses: 0,
             rewinds: 0,
             lock_removals: 1,
@@ -336,12 +359,40 @@ impl LeaseModel {
         }
     }
 
+    /// Issue 11: runs one after another in one pid slot (restarts), and one power loss at any
+    /// point (every process gone, the files as any prefix of their unsynced changes left
+    /// them): no epoch is handed out twice, and a successor after the power loss starts clean.
+    pub fn power_ci() -> LeaseModel {
+        LeaseModel {
+            processes: 1,
+            restarts: 2,
+            crashes: 0,
+            signals: 0,
+            stopper: false,
+            recovery_failures: false,
+            timers: false,
+            atomic_steps: true,
+            coarse: false,
+            power_losses: 1,
+            rewinds: 0,
+            lock_removals: 0,
+            mutation: None,
+            tree: None,
+        }
+    }
+
     /// The configuration that kills the `src/` mutant `name` (see the mutation table).
     pub fn for_src_mutant(name: &str) -> LeaseModel {
         match name {
-            "lease-leftovers-after-record" | "lease-skip-leftovers" => {
-                LeaseModel::tree_ci(Contain::Cgroup)
-            }
+            "lease-epoch-not-synced"
+            | "lease-epoch-data-unsynced"
+            | "lease-marker-not-synced"
+            | "lease-empty-record-refused" => LeaseModel::power_ci(),
+            "lease-skip-leftovers" => LeaseModel::tree_small(Contain::Cgroup),
+            "lease-leftovers-after-record" => LeaseModel {
+                timers: false,
+                ..LeaseModel::tree_ci(Contain::Cgroup)
+            },
             "lease-epoch-file-only" => LeaseModel::rewind_ci(),
             "lease-fence-off-by-one" => LeaseModel::lock_lost_ci(),
             _ => LeaseModel::ci(2),
@@ -460,6 +511,8 @@ pub struct Proc {
     pub ended: Option<PhaseKind>,
     /// Whether this incarnation was launched after a power loss.
     pub after_power_loss: bool,
+    /// Whether its acquisition failed (refused or an I/O error), not busy or cancelled.
+    pub lease_failed: bool,
 }
 
 impl Proc {
@@ -479,6 +532,7 @@ impl Proc {
             settle_fed: false,
             ended: None,
             after_power_loss: false,
+            lease_failed: false,
         }
     }
 
@@ -711,30 +765,28 @@ pub enum LeaseAction {
 }
 
 /// Whether an operation ends a model step when every visible operation is a step of its own:
-/// whatever another process or a crash can tell apart (entries, syncs, locks, processes).
-fn visible(op: &LeaseOp<'_>) -> bool {
+/// whatever another process or a crash can tell apart (entries, locks, processes; syncs only
+/// while a power loss can still come, `syncs`: without one, nothing can tell a synced file
+/// from an unsynced one).
+fn visible(op: &LeaseOp<'_>, coarse: bool, syncs: bool) -> bool {
     match op {
-        LeaseOp::File(step) => matches!(
-            step.op,
+        LeaseOp::File(step) => match step.op {
+            Op::Rename { .. } => true,
             Op::Mkdir { .. }
-                | Op::CreateNew { .. }
-                | Op::Rename { .. }
-                | Op::Unlink { .. }
-                | Op::Rmdir { .. }
-                | Op::RemoveTree { .. }
-                | Op::Fsync { .. }
-                | Op::SyncDir { .. }
-                | Op::SyncFs { .. }
-        ),
-        LeaseOp::OpenLock { .. }
-        | LeaseOp::TryLock
+            | Op::CreateNew { .. }
+            | Op::Unlink { .. }
+            | Op::Rmdir { .. }
+            | Op::RemoveTree { .. } => !coarse,
+            Op::Fsync { .. } | Op::SyncDir { .. } | Op::SyncFs { .. } => syncs,
+            _ => false,
+        },
+        LeaseOp::TryLock
         | LeaseOp::Wait
         | LeaseOp::Unlock
-        | LeaseOp::Contended(_)
         | LeaseOp::Kill(_)
         | LeaseOp::EndCgroup { .. }
-        | LeaseOp::CreateCgroup { .. }
-        | LeaseOp::RemoveCgroup => true,
+        | LeaseOp::CreateCgroup { .. } => true,
+        LeaseOp::OpenLock { .. } | LeaseOp::Contended(_) | LeaseOp::RemoveCgroup => !coarse,
         LeaseOp::Cancelled
         | LeaseOp::StillAtPath
         | LeaseOp::Liveness(_)
@@ -1026,7 +1078,7 @@ impl LeaseState {
             let boundary = if m.atomic_steps {
                 lock_op(&op)
             } else {
-                visible(&op)
+                visible(&op, m.coarse, self.power_left > 0)
             };
             let res = World { s: self, m, p }.execute(op);
             job.handle(res);
@@ -1124,6 +1176,7 @@ impl LeaseState {
                         } else {
                             Fault::Io
                         };
+                        self.procs[p].lease_failed = true;
                         self.feed(p, Event::LeaseFailed(fault));
                     }
                 },
@@ -1685,6 +1738,14 @@ impl Model for LeaseModel {
 
     fn properties(&self) -> Vec<Property<Self>> {
         let mut v = self.lease_properties();
+        // A world without the stopper, or without external signals, does not owe the examples
+        // that need them.
+        if !self.stopper {
+            v.retain(|p| !matches!(p.name, "recycled pid spared" | "stopper delivers"));
+        }
+        if self.signals == 0 {
+            v.retain(|p| p.name != "cancelled waiter");
+        }
         if self.lock_removals > 0 {
             // Two owners at once is what the removed lock file does; the fence is the point.
             v.retain(|p| p.name != AT_MOST_ONE_OWNER && p.name != "handover");
@@ -1702,6 +1763,28 @@ impl Model for LeaseModel {
                         })
                     })
                 },
+            ));
+        }
+        if self.power_losses > 0 {
+            v.push(Property::always(
+                CLEAN_AFTER_POWER_LOSS,
+                |_, s: &LeaseState| {
+                    s.procs
+                        .iter()
+                        .all(|p| !(p.after_power_loss && p.lease_failed))
+                },
+            ));
+            v.push(Property::sometimes(
+                "an owner after a power loss",
+                |_, s: &LeaseState| {
+                    s.procs.iter().any(|p| {
+                        p.after_power_loss && p.running() && p.drv.machine().kind().owns()
+                    })
+                },
+            ));
+            v.push(Property::sometimes(
+                "a power loss after a grant",
+                |_, s: &LeaseState| s.boot > 0 && s.max_granted >= 1,
             ));
         }
         if self.rewinds > 0 {
@@ -2138,7 +2221,7 @@ fn steps_told(m: &LeaseModel, s: &LeaseState, p: u8) -> String {
         let boundary = if m.atomic_steps {
             lock_op(&op)
         } else {
-            visible(&op)
+            visible(&op, m.coarse, s.power_left > 0)
         };
         told.push(match &op {
             LeaseOp::File(step) => format!("{}.{}", step.label, step.op.step_name()),

@@ -42,14 +42,24 @@
 //! 4. under the lock: inspect again; write the next epoch (one above every epoch the dir
 //!    records anywhere — epoch file, owner record, registry, manifests, kept outputs: card P3,
 //!    [`epoch::next_after`]), the marker (if the dir is cold) and
-//!    the owner record each to a temp file and fsync it, rename them into place (epoch first,
-//!    marker without replacing) and fsync the control folder once; then write the registry
-//!    entry, sweep leftovers of dead owners and waiters and remove our own waiter entry. Only
-//!    then is the [`Lease`] returned, so the epoch is durable before the caller owns.
+//!    the owner record each to a temp file (the epoch and the marker fdatasynced, the record
+//!    not), rename them into place (epoch first, marker without replacing) and sync the control
+//!    folder once; then write the registry entry, sweep leftovers of dead owners and waiters and
+//!    remove our own waiter entry, none of it synced. Only then is the [`Lease`] returned, so
+//!    the epoch is durable before the caller owns (and before any child can see it).
+//!
+//! ## Durability (issue 11, spec/lifecycle.md "Durability")
+//! A process crash keeps the page cache; only a power loss drops unsynced writes, and it ends
+//! every owner, child and waiter with them. So the lease syncs only the epoch (and, once, the
+//! marker and the folders of a new dir): the owner record, its phase updates, the release
+//! record, waiter and registry entries and every sweep are written and never synced. After a
+//! power loss they may be old or empty; an empty owner record reads as absent. The lease model
+//! checks this with power loss (`a successor after power loss starts clean`, `epochs
+//! increase`).
 //!
 //! ## Release, in order
 //! [`Lease::release`] removes this owner's registry entries, rewrites the owner record with
-//! phase `released` (fsynced; its directory is left to the next owner's fsync, see the method),
+//! phase `released` (not synced: evidence for live processes),
 //! then unlocks (`LOCK_UN` before close, so a waiter woken by the close finds the lock free).
 //!
 //! A waiter that stops waiting for any reason removes its entry, so a cancelled or expired
@@ -382,6 +392,14 @@ fn read_marker(control: &Dir) -> Result<Option<DirIdentity>, LeaseError> {
 
 /// Reads the owner record: `Ok(None)` when absent; corrupt is an error naming the file (L10).
 fn read_owner(control: &Dir) -> Result<Option<OwnerRecord>, LeaseError> {
+    // Empty: a power loss took the data of a record written without a sync (issue 11); it
+    // spoke for processes the power loss ended, so it is absent (as in the plans' inspection).
+    if control
+        .read_optional(OWNER_FILE, MAX_RECORD)
+        .is_ok_and(|b| b.is_some_and(|b| b.is_empty()))
+    {
+        return Ok(None);
+    }
     let rec = read_json::<OwnerRecord>(control, OWNER_FILE)?;
     if let Some(r) = &rec {
         check_version(control.child_path(OWNER_FILE), r.version)?;
@@ -549,11 +567,10 @@ impl Lease {
         plan::run(plan, &mut exec::Real::new(&self.state, &mut self.lock))
     }
 
-    /// Rewrites the owner record with a new phase (card H8; the plan [`plan::SetPhase`]). The
-    /// new record is fsynced before it replaces the old one, so a reader (or a reboot) always
-    /// finds a complete record; the directory is not fsynced: after a power loss the rename
-    /// may be lost and the record show an earlier phase of an owner that no longer holds the
-    /// lock, which `status` reports as stale anyway.
+    /// Rewrites the owner record with a new phase (card H8; the plan [`plan::SetPhase`]):
+    /// temp file, rename, no sync (issue 11). A reader always finds a complete record while the
+    /// machine runs; after a power loss the record may show an earlier phase or be empty, of an
+    /// owner that no longer holds the lock, which `status` reports as stale anyway.
     pub fn set_phase(&mut self, phase: PhaseKind) -> Result<(), LeaseError> {
         let mut next = self.record.clone();
         next.phase = phase;

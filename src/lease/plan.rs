@@ -620,7 +620,7 @@ impl<S: Steps> Driven<S> {
                 label,
                 Op::Fsync {
                     fd: self.temp_fd(*dir, name).unwrap_or(Fd(u32::MAX)),
-                    data_only: false,
+                    data_only: true,
                 },
             ),
             Act::Rename {
@@ -963,6 +963,13 @@ fn record_read_error(e: LeaseError) -> LeaseError {
 /// The owner record, from what [`Act::Read`] returned (corrupt or of another version: refused).
 fn owner_from(bytes: Option<Vec<u8>>, path: PathBuf) -> Result<Option<OwnerRecord>, LeaseError> {
     let Some(bytes) = bytes else { return Ok(None) };
+    // The record is written without a sync (issue 11): a power loss can leave its name with
+    // none of its data. An empty record is one a power loss emptied, and a power loss ended
+    // every process it could speak for: it is absent, not corrupt. (The mutant
+    // `lease-empty-record-refused` refuses it, and the dir after every power loss with it.)
+    if bytes.is_empty() && !crate::mutant::on("lease-empty-record-refused") {
+        return Ok(None);
+    }
     let r: OwnerRecord = parse_record(&bytes, path.clone())?;
     if r.version != RECORD_VERSION {
         return Err(LeaseError::CorruptRecord {
@@ -1163,8 +1170,6 @@ enum St {
     ListControl,
     /// Remove temp files a crashed owner left (index into `temps_found`).
     UnlinkTemp(usize),
-    /// Make their removal durable.
-    SyncTemps,
     /// List the owner entries (for the epoch rule and the sweep).
     ListLeases,
     /// List the instance entries (for the epoch rule and the sweep).
@@ -1183,8 +1188,6 @@ enum St {
     FsyncMarker,
     /// Write the owner record to a temp file.
     WriteOwner,
-    /// fsync it.
-    FsyncOwner,
     /// Rename the epoch into place.
     RenameEpoch,
     /// Rename the marker into place without replacing.
@@ -1221,8 +1224,6 @@ enum St {
     SweepUnlink(SweepKind, usize),
     /// A sweep: remove temp file `i` (of `temps_found`).
     SweepTemp(SweepKind, usize),
-    /// A sweep: make the removals durable.
-    SweepSync(SweepKind),
     /// Write our registry entry to a temp file.
     WriteEntry,
     /// Rename it into place.
@@ -1545,10 +1546,11 @@ impl AcquireSteps {
     }
 
     fn sweep_temps(&mut self, kind: SweepKind, i: usize) {
+        // The removals are not synced (issue 11): the entries are evidence for live
+        // processes, and a power loss that brings one back leaves its process dead, so the
+        // next owner sweeps it again.
         if kind != SweepKind::Waiters && i < self.temps_found.len() {
             self.st = St::SweepTemp(kind, i);
-        } else if self.removed && kind != SweepKind::Waiters {
-            self.st = St::SweepSync(kind);
         } else {
             self.next_sweep(kind);
         }
@@ -1616,6 +1618,15 @@ impl AcquireSteps {
         } else {
             self.registry();
         }
+    }
+
+    /// The epoch's temp file is durable: the marker's (if new), then the owner record's.
+    fn after_epoch_fsync(&mut self) {
+        self.st = if self.new_marker {
+            St::WriteMarker
+        } else {
+            St::WriteOwner
+        };
     }
 
     /// The registry folders are made once, by the first owner (their listings said whether
@@ -1893,10 +1904,6 @@ impl Steps for AcquireSteps {
                 name: self.temps_found[*i].clone(),
                 label: "lease.sweep",
             },
-            St::SyncTemps => Act::SyncDir {
-                dir: Loc::Control,
-                label: "lease.sweep",
-            },
             St::ListLeases => Act::List(Loc::Leases),
             St::ListInstances => Act::List(Loc::Instances),
             St::CheckpointEpoch => Act::CheckpointEpoch,
@@ -1920,7 +1927,6 @@ impl Steps for AcquireSteps {
                 bytes: to_json(self.record.as_ref()?),
                 label: "lease.owner",
             },
-            St::FsyncOwner => fsync(Loc::Control, self.owner_tmp.as_ref()?, "lease.owner"),
             St::RenameEpoch => Act::Rename {
                 dir: Loc::Control,
                 from: self.epoch_tmp.clone()?,
@@ -1982,10 +1988,6 @@ impl Steps for AcquireSteps {
             St::SweepTemp(kind, i) => Act::Unlink {
                 dir: kind.dir(),
                 name: self.temps_found[*i].clone(),
-                label: "lease.sweep",
-            },
-            St::SweepSync(kind) => Act::SyncDir {
-                dir: kind.dir(),
                 label: "lease.sweep",
             },
             St::WriteEntry => Act::WriteTemp {
@@ -2157,15 +2159,16 @@ impl Steps for AcquireSteps {
             (St::UnlinkTemp(i), res) => match res {
                 Res::Done | Res::Failed(LeaseError::Fs(FsError::NotFound { .. })) => {
                     self.removed = true;
+                    // Not synced (issue 11): a power loss that brings a temp file back brings
+                    // it back to the next owner, who removes it again.
                     self.st = if i + 1 < self.temps_found.len() {
                         St::UnlinkTemp(i + 1)
                     } else {
-                        St::SyncTemps
+                        St::ListLeases
                     };
                 }
                 other => self.fail(unexpected(other)),
             },
-            (St::SyncTemps, Res::Done) => self.st = St::ListLeases,
             (St::ListLeases, Res::Listed(entries)) => {
                 self.registry_made = entries.is_some();
                 self.leases = names(entries);
@@ -2204,31 +2207,41 @@ impl Steps for AcquireSteps {
             (St::WriteEpoch, Res::Temp(t)) => {
                 self.temps.push((Loc::Control, t.clone()));
                 self.epoch_tmp = Some(t);
-                self.st = St::FsyncEpoch;
-            }
-            (St::FsyncEpoch, Res::Done) => {
-                self.st = if self.new_marker {
-                    St::WriteMarker
+                // The mutant `lease-epoch-data-unsynced` renames the new epoch file into place
+                // without making its data durable: a power loss can leave it empty.
+                if crate::mutant::on("lease-epoch-data-unsynced") {
+                    self.after_epoch_fsync();
                 } else {
-                    St::WriteOwner
-                };
+                    self.st = St::FsyncEpoch;
+                }
             }
+            (St::FsyncEpoch, Res::Done) => self.after_epoch_fsync(),
             (St::WriteMarker, Res::Temp(t)) => {
                 self.temps.push((Loc::Control, t.clone()));
                 self.marker_tmp = Some(t);
-                self.st = St::FsyncMarker;
+                // The mutant `lease-marker-not-synced` renames the marker into place with its
+                // data unsynced: the successor trusts a marker, and after a power loss it can
+                // be empty.
+                self.st = if crate::mutant::on("lease-marker-not-synced") {
+                    St::WriteOwner
+                } else {
+                    St::FsyncMarker
+                };
             }
             (St::FsyncMarker, Res::Done) => self.st = St::WriteOwner,
             (St::WriteOwner, Res::Temp(t)) => {
                 self.temps.push((Loc::Control, t.clone()));
                 self.owner_tmp = Some(t);
-                self.st = St::FsyncOwner;
+                // The owner record is evidence for live processes, written and never synced
+                // (issue 11): a power loss that takes it (or leaves it empty) also took every
+                // process it could speak for.
+                self.st = St::RenameEpoch;
             }
-            // Every file of the acquisition is written and fsynced first, then all are renamed
-            // into place and the control folder is fsynced once. The epoch is renamed first,
-            // so a crash can leave a bumped epoch with an older record (harmless), never the
-            // reverse.
-            (St::FsyncOwner, Res::Done) => self.st = St::RenameEpoch,
+            // Every file of the acquisition is written first (the epoch and a new marker
+            // fdatasynced), then all are renamed into place and the control folder is synced
+            // once, before the grant: the epoch must outlive a power loss once a child could
+            // have seen it. The epoch is renamed first, so a crash can leave a bumped epoch
+            // with an older record (harmless), never the reverse.
             (St::RenameEpoch, Res::Done) => {
                 self.forget_temp(self.epoch_tmp.clone());
                 self.st = if self.new_marker {
@@ -2243,7 +2256,14 @@ impl Steps for AcquireSteps {
             }
             (St::RenameOwner, Res::Done) => {
                 self.forget_temp(self.owner_tmp.clone());
-                self.st = St::SyncControl;
+                // The mutant `lease-epoch-not-synced` grants without making the renames
+                // durable: after a power loss the epoch file can name an epoch already
+                // handed out (to a child that may have fenced an external system with it).
+                if crate::mutant::on("lease-epoch-not-synced") {
+                    self.after_records();
+                } else {
+                    self.st = St::SyncControl;
+                }
             }
             (St::SyncControl, Res::Done) => self.after_records(),
             (St::MakeRegistry, Res::Made(created)) => {
@@ -2310,7 +2330,6 @@ impl Steps for AcquireSteps {
                 }
                 other => self.fail(unexpected(other)),
             },
-            (St::SweepSync(kind), Res::Done) => self.next_sweep(kind),
             (St::WriteEntry, Res::Temp(t)) => {
                 self.temps.push((Loc::Leases, t.clone()));
                 self.st = St::RenameEntry(t);
@@ -2471,8 +2490,6 @@ fn names(entries: Option<Vec<(String, FileKind)>>) -> Vec<String> {
 enum WSt {
     /// Write the record to a temp file.
     Write,
-    /// fsync it.
-    Fsync(String),
     /// Rename it over the record.
     Rename(String),
     /// A step failed: remove the temp file.
@@ -2482,27 +2499,27 @@ enum WSt {
 }
 
 /// Replaces a file of `dir` with `bytes` through a temp file (the replace of every record the
-/// lease rewrites: the owner record's phases and release, registry entries): write, fsync
-/// (when `durable`), rename. A reader sees the old or the new content, never a mix.
+/// lease rewrites: the owner record's phases and release, registry entries): write, rename,
+/// never a sync (issue 11: these records are evidence for live processes, and a power loss
+/// ends every process they speak for). A reader sees the old or the new content, never a mix;
+/// after a power loss the record can be the old one or empty, which readers take for absent.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Replace {
     dir: Loc,
     name: String,
     bytes: Vec<u8>,
     label: &'static str,
-    durable: bool,
     st: WSt,
     failure: Option<Failure>,
 }
 
 impl Replace {
-    fn new(dir: Loc, name: String, bytes: Vec<u8>, label: &'static str, durable: bool) -> Replace {
+    fn new(dir: Loc, name: String, bytes: Vec<u8>, label: &'static str) -> Replace {
         Replace {
             dir,
             name,
             bytes,
             label,
-            durable,
             st: WSt::Write,
             failure: None,
         }
@@ -2515,7 +2532,6 @@ impl Replace {
                 bytes: self.bytes.clone(),
                 label: self.label,
             },
-            WSt::Fsync(t) => fsync(self.dir, t, self.label),
             WSt::Rename(t) => Act::Rename {
                 dir: self.dir,
                 from: t.clone(),
@@ -2537,19 +2553,11 @@ impl Replace {
         let st = std::mem::replace(&mut self.st, WSt::Done);
         match (st, res) {
             (WSt::Write, Res::Temp(t)) => {
-                self.st = if self.durable {
-                    WSt::Fsync(t)
-                } else {
-                    WSt::Rename(t)
-                };
-                None
-            }
-            (WSt::Fsync(t), Res::Done) => {
                 self.st = WSt::Rename(t);
                 None
             }
             (WSt::Rename(_), Res::Done) => Some(Ok(())),
-            (WSt::Fsync(t) | WSt::Rename(t), other) => {
+            (WSt::Rename(t), other) => {
                 self.failure = Some(Failure::new(unexpected(other)));
                 self.st = WSt::Abandon(t);
                 None
@@ -2579,7 +2587,6 @@ impl SetPhaseSteps {
                 OWNER_FILE.to_owned(),
                 to_json(record),
                 "lease.owner",
-                true,
             ),
             out: None,
         }
@@ -2623,7 +2630,6 @@ impl RegisterSteps {
                 format!("{}-{}.json", rec.epoch, rec.name),
                 to_json(rec),
                 "lease.registry",
-                false,
             ),
             out: None,
         }
@@ -2831,7 +2837,6 @@ impl ReleaseSteps {
                 OWNER_FILE.to_owned(),
                 to_json(released),
                 "lease.owner",
-                true,
             ),
             st: RSt::ListInstances,
             failure: None,
