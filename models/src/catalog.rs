@@ -505,12 +505,6 @@ pub fn pinned() -> Vec<Pinned> {
             run: |t| run::check(CheckpointModel::ci(), Search::Bfs, t, None, None),
         },
         Pinned {
-            name: "lease-n3",
-            set: Set::Long,
-            what: "lease, 3 processes, a crash, a restart, a signal, the stopper, BFS",
-            run: |t| run::check(LeaseModel::ci(3), Search::Bfs, t, None, None),
-        },
-        Pinned {
             name: "lease-n2-fine",
             set: Set::Long,
             what: "lease, 2 processes, every rename, lock and cgroup operation a step, timers, refusals, BFS",

@@ -1746,6 +1746,12 @@ impl Model for LeaseModel {
         if self.signals == 0 {
             v.retain(|p| p.name != "cancelled waiter");
         }
+        if self.processes == 1 {
+            v.retain(|p| !matches!(p.name, "handover" | "waiter gives up"));
+        }
+        if self.crashes == 0 && self.lock_removals == 0 {
+            v.retain(|p| p.name != "crash takeover");
+        }
         if self.lock_removals > 0 {
             // Two owners at once is what the removed lock file does; the fence is the point.
             v.retain(|p| p.name != AT_MOST_ONE_OWNER && p.name != "handover");

@@ -4,11 +4,12 @@
 
 use tenure_models::catalog;
 
-/// I1–I6 at N = 3 (every process running the real lease plans on the crash filesystem).
+/// I1–I6 at N = 2 with every rename, lock and cgroup operation a step, the stopper and a
+/// stop signal, timers and refused recoveries.
 #[test]
 #[cfg_attr(not(tenure_long), ignore = "long: set TENURE_LONG=1")]
-fn lease_n3() {
-    catalog::check_pinned("lease-n3");
+fn lease_n2_fine_grained() {
+    catalog::check_pinned("lease-n2-fine");
 }
 
 /// I1–I7 in the tree world with two crashes (an owner, its successor and the successor's
