@@ -80,12 +80,51 @@ macro_rules! eprintln {
     ($($arg:tt)*) => { tenure::stdio::err(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
+/// The runner's diagnostics: every `log` record of the library, one line on stderr prefixed
+/// `tenure: ` (`tenure: warning: ` for warnings), written without ever panicking.
+struct StderrLogger;
+
+impl log::Log for StderrLogger {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::max_level()
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let kind = match record.level() {
+            log::Level::Error | log::Level::Info => "",
+            log::Level::Warn => "warning: ",
+            log::Level::Debug => "debug: ",
+            log::Level::Trace => "trace: ",
+        };
+        eprintln!("tenure: {kind}{}", record.args());
+    }
+
+    fn flush(&self) {}
+}
+
+/// Installs [`StderrLogger`]: progress, warnings and errors, or (`quiet`) warnings and errors
+/// only.
+fn install_logger(quiet: bool) {
+    static LOGGER: StderrLogger = StderrLogger;
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(if quiet {
+            log::LevelFilter::Warn
+        } else {
+            log::LevelFilter::Info
+        });
+    }
+}
+
 /// A usage error: printed with a hint, exit 64, nothing on disk changed.
 struct Usage(String);
 
 fn main() -> ExitCode {
     // Before anything opens a file: a closed stdout must not become a state file's descriptor.
     tenure::stdio::reserve_std_fds();
+    install_logger(false);
     match real_main() {
         Ok(code) => ExitCode::from(code),
         Err(Usage(msg)) => {

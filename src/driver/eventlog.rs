@@ -37,7 +37,7 @@ impl EventLog {
         let file = match control.open_or_create_file(LOG_FILE, "events") {
             Ok(f) => f,
             Err(e) => {
-                eprintln!("tenure: warning: {e}; the events of this run are not logged");
+                log::warn!("{e}; the events of this run are not logged");
                 return None;
             }
         };
@@ -73,7 +73,7 @@ impl EventLog {
         let mut text = Value::Object(line).to_string();
         text.push('\n');
         if let Err(e) = self.file.write_all(text.as_bytes()) {
-            eprintln!("tenure: cannot append to the event log: {e}");
+            log::warn!("cannot append to the event log: {e}");
         }
     }
 

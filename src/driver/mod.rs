@@ -174,7 +174,7 @@ pub fn run(opts: &RunOptions, intake: &SignalIntake) -> Result<RunReport, Driver
     // Before anything is started: every descendant the workload detaches stays the runner's,
     // so it is found, stopped and reaped (card T1).
     if let Err(e) = tree::become_subreaper() {
-        eprintln!("tenure: warning: cannot become a child subreaper: {e}");
+        log::warn!("cannot become a child subreaper: {e}");
     }
     let mut r = Runner::new(opts, intake)?;
     r.queue.push_back(Event::Start);
@@ -349,7 +349,7 @@ impl<'a> Runner<'a> {
                 if let Some(l) = &mut self.lease
                     && let Err(e) = l.set_phase(p)
                 {
-                    eprintln!("tenure: cannot record phase {p}: {e}");
+                    log::warn!("cannot record phase {p}: {e}");
                 }
             }
             Action::Recover => self.start_recovery(),
@@ -373,7 +373,7 @@ impl<'a> Runner<'a> {
             Action::Forward(s, t) => self.signal_workload(to_rustix(s), t, true),
             Action::Relay(n, t) => match signal_from_number(n) {
                 Some(sig) => self.signal_workload(sig, t, false),
-                None => eprintln!("tenure: cannot relay {}", signal_name(n)),
+                None => log::warn!("cannot relay {}", signal_name(n)),
             },
             Action::Kill => self.signal_workload(rustix::process::Signal::KILL, Target::Tree, true),
             Action::Publish => self.publish(),
@@ -392,7 +392,7 @@ impl<'a> Runner<'a> {
             && let Err(e) = s.send(text)
         {
             // Card T5: a full or missing supervisor socket is a warning, never a stall.
-            eprintln!("tenure: warning: cannot notify the supervisor ({text}): {e}");
+            log::warn!("cannot notify the supervisor ({text}): {e}");
         }
     }
 
@@ -422,7 +422,7 @@ impl<'a> Runner<'a> {
             &dir,
             &opts,
             &mut |c| {
-                eprintln!("tenure: {c}");
+                log::info!("{c}");
                 contended = true;
                 // The dir passed the read-only inspection and its control folder exists: the
                 // `waiting` line is written now, while we wait (card D6, L1), not once the wait is
@@ -457,7 +457,7 @@ impl<'a> Runner<'a> {
                 self.epoch = Some(l.epoch());
                 // Card P3: a rewound epoch file is one warning line, never a reused epoch.
                 if let Some(r) = l.rewound() {
-                    eprintln!("tenure: warning: {r}");
+                    log::warn!("{r}");
                     self.log(
                         "epoch-rewound",
                         json!({"file_epoch": r.file, "recorded_epoch": r.seen.epoch,
@@ -471,7 +471,7 @@ impl<'a> Runner<'a> {
                 match l.stop_orphans(self.opts.kill_wait) {
                     Ok(pids) => {
                         for pid in pids {
-                            eprintln!("tenure: stopped pid {pid}, left running by a crashed owner");
+                            log::warn!("stopped pid {pid}, left running by a crashed owner");
                             self.log("orphan-killed", json!({"orphan_pid": pid}));
                         }
                     }
@@ -490,8 +490,8 @@ impl<'a> Runner<'a> {
                 let killed = l.leftovers_ended().to_vec();
                 if !killed.is_empty() {
                     let prev_epoch = l.previous().map_or(0, |p| p.epoch);
-                    eprintln!(
-                        "tenure: stopped {} process(es) of the workload of epoch {prev_epoch}, left running by a crashed owner",
+                    log::warn!(
+                        "stopped {} process(es) of the workload of epoch {prev_epoch}, left running by a crashed owner",
                         killed.len()
                     );
                     self.log(
@@ -532,7 +532,7 @@ impl<'a> Runner<'a> {
     fn start_recovery(&mut self) {
         if let Some(msg) = self.orphan_alive.take() {
             // An orphan of a crashed owner could not be stopped: refuse before any workload.
-            eprintln!("tenure: {msg}");
+            log::error!("{msg}");
             self.failure = Some(msg);
             self.queue.push_back(Event::RecoveryFailed(Fault::Io));
             return;
@@ -588,7 +588,7 @@ impl<'a> Runner<'a> {
                 self.queue.push_back(Event::RecoveryDone);
             }
             Ok(Err((fault, msg))) => {
-                eprintln!("tenure: {msg}");
+                log::error!("{msg}");
                 self.failure = Some(msg);
                 self.queue.push_back(Event::RecoveryFailed(fault));
             }
@@ -639,7 +639,7 @@ impl<'a> Runner<'a> {
                     remove.retain(|n| n != "NOTIFY_SOCKET");
                     self.notify = Some(s);
                 }
-                Err(e) => eprintln!("tenure: cannot create the readiness socket: {e}"),
+                Err(e) => log::error!("cannot create the readiness socket: {e}"),
             }
         }
         // Containment (card T1, T2): a cgroup of this ownership where one can be made,
@@ -657,7 +657,7 @@ impl<'a> Runner<'a> {
             (None, Some(l)) => match l.share_lock() {
                 Ok(fd) => Some(fd),
                 Err(e) => {
-                    eprintln!("tenure: warning: cannot share the lock with the workload: {e}");
+                    log::warn!("cannot share the lock with the workload: {e}");
                     None
                 }
             },
@@ -694,7 +694,7 @@ impl<'a> Runner<'a> {
                 if let (Some(l), Ok(id)) = (&self.lease, Identity::of_pid(pid))
                     && let Err(e) = l.register_instance("child", &id)
                 {
-                    eprintln!("tenure: cannot register the child: {e}");
+                    log::warn!("cannot register the child: {e}");
                 }
                 self.log(
                     "spawned",
@@ -704,7 +704,7 @@ impl<'a> Runner<'a> {
                 self.queue.push_back(Event::ChildSpawned);
             }
             Err(e) => {
-                eprintln!("tenure: {e}");
+                log::error!("{e}");
                 self.log(
                     "spawn-failed",
                     json!({"error": e.to_string(), "errno": e.errno}),
@@ -732,7 +732,7 @@ impl<'a> Runner<'a> {
             (Some(c), Some(_)) => match c.signal(sig) {
                 Ok(sent) => sent,
                 Err(e) => {
-                    eprintln!("tenure: cannot send {name} to the child: {e}");
+                    log::warn!("cannot send {name} to the child: {e}");
                     false
                 }
             },
@@ -808,20 +808,20 @@ impl<'a> Runner<'a> {
                     Ok(Some(k)) => e.relocate(rec.staging.path(), k),
                     _ => e,
                 };
-                eprintln!("tenure: {e}");
+                log::error!("{e}");
                 let kept = match kept {
                     Ok(Some(k)) => {
                         let d = dir.path().display();
                         let k = k.display();
-                        eprintln!(
-                            "tenure: the child's output was kept in {k}; fix it there, then publish it with: tenure run --dir {d} -- sh -c 'cp -a {k}/. \"$TENURE_CHECKPOINT_OUT\"'"
+                        log::error!(
+                            "the child's output was kept in {k}; fix it there, then publish it with: tenure run --dir {d} -- sh -c 'cp -a {k}/. \"$TENURE_CHECKPOINT_OUT\"'"
                         );
                         Some(k.to_string())
                     }
                     Ok(None) => None,
                     Err(err) => {
-                        eprintln!(
-                            "tenure: the child's output could not be kept: {err}; it is still in {}, and the next owner of {} removes it",
+                        log::error!(
+                            "the child's output could not be kept: {err}; it is still in {}, and the next owner of {} removes it",
                             rec.staging.path().display(),
                             dir.path().display()
                         );
@@ -888,7 +888,7 @@ impl<'a> Runner<'a> {
         if let Some(l) = self.lease.take() {
             let _ = l.unregister_instance("child");
             if let Err(e) = l.release() {
-                eprintln!("tenure: releasing {}: {e}", self.dir_display());
+                log::error!("releasing {}: {e}", self.dir_display());
             }
         }
         self.timers.clear();
@@ -901,21 +901,21 @@ impl<'a> Runner<'a> {
         match n {
             Note::Waiting => {}
             Note::Owned(e) => {
-                eprintln!("tenure: owner of {dir} (epoch {e})");
+                log::info!("owner of {dir} (epoch {e})");
                 self.log("owned", json!({}));
             }
             Note::Spawned => {}
             Note::Ready => {
-                eprintln!("tenure: ready (epoch {epoch})");
+                log::info!("ready (epoch {epoch})");
                 self.log("ready", json!({}));
             }
             Note::Draining(cause) => {
-                eprintln!("tenure: draining ({cause})");
+                log::info!("draining ({cause})");
                 self.log("draining", json!({"cause": cause_name(cause)}));
             }
             Note::WatchdogTimedOut => {
-                eprintln!(
-                    "tenure: watchdog timed out: the workload did not send WATCHDOG=1 in time; stopping it"
+                log::error!(
+                    "watchdog timed out: the workload did not send WATCHDOG=1 in time; stopping it"
                 );
                 self.log("watchdog-timed-out", json!({}));
             }
@@ -926,25 +926,23 @@ impl<'a> Runner<'a> {
                     .as_ref()
                     .map(|t| t.members(main).into_keys().collect())
                     .unwrap_or_default();
-                eprintln!(
-                    "tenure: the main process exited; stopping the {} process(es) it left behind before releasing {dir}",
+                log::info!(
+                    "the main process exited; stopping the {} process(es) it left behind before releasing {dir}",
                     left.len()
                 );
                 self.log("tree-remains", json!({"pids": left}));
             }
             Note::ReadinessTimedOut => {
-                eprintln!("tenure: readiness timed out: the child did not send READY=1 in time");
+                log::error!("readiness timed out: the child did not send READY=1 in time");
                 self.log("readiness-timed-out", json!({}));
             }
             Note::Killed => {
-                eprintln!(
-                    "tenure: the workload did not stop within the grace period; sending SIGKILL"
-                );
+                log::warn!("the workload did not stop within the grace period; sending SIGKILL");
                 self.log("killed", json!({}));
             }
             Note::DidNotStop => {
-                eprintln!(
-                    "tenure: did not stop: a process of the workload survived SIGKILL; keeping the lease of {dir} until the whole workload is gone"
+                log::error!(
+                    "did not stop: a process of the workload survived SIGKILL; keeping the lease of {dir} until the whole workload is gone"
                 );
                 self.log("did-not-stop", json!({}));
             }
@@ -995,13 +993,13 @@ impl<'a> Runner<'a> {
             | Reason::Killed
             | Reason::DidNotStop
             | Reason::Watchdog => match self.published {
-                Some(id) => eprintln!(
-                    "tenure: checkpoint {} published; released {dir} (epoch {epoch}, {})",
+                Some(id) => log::info!(
+                    "checkpoint {} published; released {dir} (epoch {epoch}, {})",
                     id.get(),
                     o.summary()
                 ),
-                None => eprintln!(
-                    "tenure: released {dir} (epoch {epoch}, {}); checkpoint unchanged",
+                None => log::info!(
+                    "released {dir} (epoch {epoch}, {}); checkpoint unchanged",
                     o.summary()
                 ),
             },
@@ -1013,17 +1011,17 @@ impl<'a> Runner<'a> {
                     )
                 };
                 match self.publish_failure {
-                    Some((before, now)) if before != now => eprintln!(
-                        "tenure: the checkpoint was not published durably: CURRENT names {} now, but may name {} again after a crash; released {dir} (epoch {epoch})",
+                    Some((before, now)) if before != now => log::error!(
+                        "the checkpoint was not published durably: CURRENT names {} now, but may name {} again after a crash; released {dir} (epoch {epoch})",
                         name(now),
                         name(before)
                     ),
-                    Some((before, _)) => eprintln!(
-                        "tenure: the checkpoint could not be published; CURRENT is unchanged ({}); released {dir} (epoch {epoch})",
+                    Some((before, _)) => log::error!(
+                        "the checkpoint could not be published; CURRENT is unchanged ({}); released {dir} (epoch {epoch})",
                         name(before)
                     ),
-                    None => eprintln!(
-                        "tenure: the checkpoint could not be published; released {dir} (epoch {epoch})"
+                    None => log::error!(
+                        "the checkpoint could not be published; released {dir} (epoch {epoch})"
                     ),
                 }
             }
@@ -1042,23 +1040,23 @@ impl<'a> Runner<'a> {
                         .clone()
                         .unwrap_or_else(|| "the state was refused".into()),
                 };
-                eprintln!("tenure: refused {dir}: {why}; checkpoint unchanged");
+                log::error!("refused {dir}: {why}; checkpoint unchanged");
             }
             Reason::SpawnFailed => {
-                eprintln!(
-                    "tenure: refused {dir}: the command could not be started; nothing was published"
+                log::error!(
+                    "refused {dir}: the command could not be started; nothing was published"
                 )
             }
             Reason::Cancelled => {
                 let s = o.signal.map_or("a stop signal", Signal::name);
-                eprintln!("tenure: cancelled by {s} before owning {dir}; nothing was changed");
+                log::info!("cancelled by {s} before owning {dir}; nothing was changed");
             }
             Reason::Busy => {
                 let msg = self
                     .failure
                     .clone()
                     .unwrap_or_else(|| format!("{dir} is busy; lock and state were preserved"));
-                eprintln!("tenure: {msg}");
+                log::error!("{msg}");
             }
         }
     }
@@ -1192,10 +1190,7 @@ impl<'a> Runner<'a> {
                 .is_some_and(|d| !matches!(d.is_still_at_path(), Ok(true)));
             if moved {
                 self.root_lost = true;
-                eprintln!(
-                    "tenure: {} was moved or replaced while owned",
-                    self.dir_display()
-                );
+                log::warn!("{} was moved or replaced while owned", self.dir_display());
                 self.log("root-lost", json!({}));
                 self.queue.push_back(Event::RootLost);
             }
@@ -1211,7 +1206,7 @@ impl<'a> Runner<'a> {
             Ok(Some(status)) => status,
             Ok(None) => return,
             Err(e) => {
-                eprintln!("tenure: cannot reap the child: {e}");
+                log::error!("cannot reap the child: {e}");
                 return;
             }
         };
@@ -1227,7 +1222,7 @@ impl<'a> Runner<'a> {
                 Err(e) => {
                     // Without a trustworthy answer the tree counts as still running: the lease
                     // must not be released on a guess.
-                    eprintln!("tenure: warning: {e}");
+                    log::warn!("{e}");
                     false
                 }
             },
@@ -1255,7 +1250,7 @@ impl<'a> Runner<'a> {
                 self.queue.push_back(Event::TreeEmpty);
             }
             Ok(false) => {}
-            Err(e) => eprintln!("tenure: warning: {e}"),
+            Err(e) => log::warn!("{e}"),
         }
     }
 
@@ -1299,8 +1294,8 @@ impl<'a> Runner<'a> {
                             self.child_status = None;
                             self.tree_remains = false;
                             self.pid_file_problem = None;
-                            eprintln!(
-                                "tenure: {} names pid {pid}, the daemon's main process",
+                            log::info!(
+                                "{} names pid {pid}, the daemon's main process",
                                 path.display()
                             );
                             self.log("main-adopted", json!({"child_pid": pid}));
@@ -1317,10 +1312,7 @@ impl<'a> Runner<'a> {
             },
         };
         if self.pid_file_problem.as_deref() != Some(problem.as_str()) {
-            eprintln!(
-                "tenure: waiting for the pid file {}: {problem}",
-                path.display()
-            );
+            log::info!("waiting for the pid file {}: {problem}", path.display());
             self.pid_file_problem = Some(problem);
         }
     }
@@ -1334,8 +1326,8 @@ impl<'a> Runner<'a> {
             if !accepted {
                 let pid = d.sender.unwrap_or(0);
                 if self.rejected.insert(pid) {
-                    eprintln!(
-                        "tenure: warning: ignored a notification from pid {pid}, which is not a process of the workload"
+                    log::warn!(
+                        "ignored a notification from pid {pid}, which is not a process of the workload"
                     );
                     self.log("notify-rejected", json!({"sender_pid": pid}));
                 }
@@ -1436,7 +1428,7 @@ impl TraceWriter {
         if let Ok(mut text) = serde_json::to_string(line) {
             text.push('\n');
             if let Err(e) = self.file.write_all(text.as_bytes()) {
-                eprintln!("tenure: cannot write the trace: {e}");
+                log::warn!("cannot write the trace: {e}");
             }
         }
     }

@@ -247,7 +247,7 @@ pub fn collect(dir: &StateDir) -> Result<Status, lease::LeaseError> {
 
 fn open_existing(dir: &Path) -> Result<StateDir, u8> {
     StateDir::open(dir, false).map_err(|e| {
-        eprintln!("tenure: {e}");
+        log::error!("{e}");
         EXIT_REFUSED
     })
 }
@@ -258,7 +258,7 @@ pub fn status(dir: &Path, json: bool) -> u8 {
     // With `--json` a refusal is JSON too (`{"dir", "error": {"code", "message"}}`), so a
     // script that parses stdout learns why instead of finding nothing (issue 10).
     let refused = |message: String| {
-        eprintln!("tenure: {message}");
+        log::error!("{message}");
         if json {
             let v = serde_json::json!({
                 "dir": dir.display().to_string(),
@@ -371,7 +371,7 @@ pub fn verify(dir: &Path) -> u8 {
     let store = match CheckpointStore::open(&d, StoreOptions::default()) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("tenure: {e}");
+            log::error!("{e}");
             return if e.is_corrupt_state() {
                 EXIT_REFUSED
             } else {
@@ -382,7 +382,7 @@ pub fn verify(dir: &Path) -> u8 {
     let report = match store.report() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("tenure: {e}");
+            log::error!("{e}");
             return if e.is_corrupt_state() {
                 EXIT_REFUSED
             } else {
@@ -406,10 +406,10 @@ pub fn verify(dir: &Path) -> u8 {
             0
         }
         Err(e) => {
-            eprintln!("tenure: {e}");
+            log::error!("{e}");
             if let Some(older) = report.newest_valid_older {
-                eprintln!(
-                    "tenure: the newest older checkpoint that verifies is {} (epoch {}); nothing was changed",
+                log::error!(
+                    "the newest older checkpoint that verifies is {} (epoch {}); nothing was changed",
                     older.id.get(),
                     older.epoch
                 );
@@ -429,7 +429,7 @@ pub fn init(dir: &Path, adopt: bool) -> u8 {
     let d = match StateDir::open(dir, true) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("tenure: {e}");
+            log::error!("{e}");
             return EXIT_REFUSED;
         }
     };
@@ -440,7 +440,7 @@ pub fn init(dir: &Path, adopt: bool) -> u8 {
                 0
             }
             Err(e) => {
-                eprintln!("tenure: {e}");
+                log::error!("{e}");
                 EXIT_REFUSED
             }
         };
@@ -454,7 +454,7 @@ pub fn init(dir: &Path, adopt: bool) -> u8 {
         Ok(l) => {
             let epoch = l.epoch();
             if let Err(e) = l.release() {
-                eprintln!("tenure: {e}");
+                log::error!("{e}");
                 return EXIT_IO;
             }
             println!("initialised {} (epoch {epoch})", d.path().display());
@@ -465,7 +465,7 @@ pub fn init(dir: &Path, adopt: bool) -> u8 {
             0
         }
         Err(e) => {
-            eprintln!("tenure: {e}");
+            log::error!("{e}");
             EXIT_REFUSED
         }
     }
@@ -562,7 +562,7 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
         let st = match lease::status(&d) {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("tenure: {e}");
+                log::error!("{e}");
                 return EXIT_REFUSED;
             }
         };
@@ -577,8 +577,8 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
             break (o.clone(), st.identity.clone());
         }
         if Instant::now() >= first_look {
-            eprintln!(
-                "tenure: {} is owned, but its owner is still starting: no record names it after {:.1}s; nothing was signalled: run `tenure stop` again",
+            log::error!(
+                "{} is owned, but its owner is still starting: no record names it after {:.1}s; nothing was signalled: run `tenure stop` again",
                 d.path().display(),
                 grace.as_secs_f64()
             );
@@ -604,7 +604,7 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
         // It ended between the look and the signal: how it ended is read below.
         Ok(SignalOutcome::Dead) | Ok(SignalOutcome::Mismatch { .. }) => {}
         Err(e) => {
-            eprintln!("tenure: {e}");
+            log::error!("{e}");
             return EXIT_IO;
         }
     }
@@ -619,8 +619,8 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
             return 0;
         }
         End::Unreleased(phase) => {
-            eprintln!(
-                "tenure: owner pid {} ended without an orderly release (its record says {phase}); the lease of {} is free, but its last checkpoint may not have been published",
+            log::error!(
+                "owner pid {} ended without an orderly release (its record says {phase}); the lease of {} is free, but its last checkpoint may not have been published",
                 id.pid,
                 d.path().display()
             );
@@ -673,18 +673,18 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
                 killed.len(),
                 rec.path.display()
             ),
-            Ok(lease::cgroup::EndedCgroup::Survived { pids }) => eprintln!(
-                "tenure: processes {pids:?} of the owner's workload survived SIGKILL in {}",
+            Ok(lease::cgroup::EndedCgroup::Survived { pids }) => log::error!(
+                "processes {pids:?} of the owner's workload survived SIGKILL in {}",
                 rec.path.display()
             ),
             Ok(_) => {}
-            Err(e) => eprintln!("tenure: {e}"),
+            Err(e) => log::error!("{e}"),
         }
     }
     match lease::signal_owner(&id, rustix::process::Signal::KILL) {
         Ok(SignalOutcome::Delivered) => {}
         Ok(_) => {}
-        Err(e) => eprintln!("tenure: {e}"),
+        Err(e) => log::error!("{e}"),
     }
     // Without a cgroup the workload keeps a copy of the lock descriptor: whoever still holds
     // the lock once the owner is dead is a process of that workload.
@@ -711,16 +711,16 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
             0
         }
         End::Unreleased(_) => {
-            eprintln!(
-                "tenure: owner pid {} was killed with SIGKILL mid-drain; the lease of {} is free, but its last checkpoint may not have been published",
+            log::error!(
+                "owner pid {} was killed with SIGKILL mid-drain; the lease of {} is free, but its last checkpoint may not have been published",
                 id.pid,
                 d.path().display()
             );
             EXIT_STOP_KILLED
         }
         End::StillHeld => {
-            eprintln!(
-                "tenure: did not stop: owner pid {} still holds {}",
+            log::error!(
+                "did not stop: owner pid {} still holds {}",
                 id.pid,
                 d.path().display()
             );

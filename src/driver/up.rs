@@ -133,14 +133,14 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
     let dir = match StateDir::open(&opts.dir, true) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("tenure: {e}");
+            log::error!("{e}");
             return EXIT_REFUSED;
         }
     };
     // Refuse foreign or corrupt state before the election writes anything into the dir: a
     // refused dir stays byte-for-byte as it was (card L8).
     if let Err(e) = lease::check(&dir) {
-        eprintln!("tenure: {e}");
+        log::error!("{e}");
         if !e.is_refusal() {
             return EXIT_IO;
         }
@@ -171,7 +171,7 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
         let st = match lease::status(&dir) {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("tenure: {e}");
+                log::error!("{e}");
                 return EXIT_REFUSED;
             }
         };
@@ -185,7 +185,7 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
             Ok(None) => continue,
             // Retrying an election that cannot even be attempted would spin until the deadline.
             Err(e) => {
-                eprintln!("tenure: {e}");
+                log::error!("{e}");
                 return EXIT_IO;
             }
         };
@@ -220,7 +220,7 @@ fn announce_ready(dir: &StateDir) -> Option<u8> {
         }
         Ok(None) => None,
         Err(e) => {
-            eprintln!("tenure: {e}");
+            log::error!("{e}");
             Some(EXIT_REFUSED)
         }
     }
@@ -286,7 +286,7 @@ fn launch_and_wait(
         cmd.pre_exec(|| rustix::process::setsid().map(|_| ()).map_err(Into::into));
     }
     let mut child = cmd.spawn().map_err(|e| {
-        eprintln!("tenure: cannot launch the owner: {e}");
+        log::error!("cannot launch the owner: {e}");
         (Failure::SpawnFailed, None, None)
     })?;
     // Card D6: the launch is on the record, naming the owner it started.
@@ -351,8 +351,8 @@ fn fail(why: Failure, launches: u32, code: Option<i32>, tail: Option<(Vec<u8>, b
             "truncated": truncated,
         })
     );
-    eprintln!(
-        "tenure: up failed: {} after {launches} launch(es){}",
+    log::error!(
+        "up failed: {} after {launches} launch(es){}",
         why.word(),
         code.map(|c| format!("; the owner exited with {c}"))
             .unwrap_or_default()
@@ -377,8 +377,8 @@ fn interrupted(intake: &SignalIntake, launches: u32) -> u8 {
         json!({"error": Failure::Interrupted.word(), "launches": launches,
                "signal": sig.map(|s| s.name())})
     );
-    eprintln!(
-        "tenure: up was interrupted by {}; the owner (if any) keeps running",
+    log::error!(
+        "up was interrupted by {}; the owner (if any) keeps running",
         sig.map_or("a stop signal", |s| s.name())
     );
     sig.map_or(130, |s| s.exit_code())

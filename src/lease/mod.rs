@@ -477,7 +477,7 @@ impl WaiterEntry {
 impl Drop for WaiterEntry {
     fn drop(&mut self) {
         if let Err(e) = self.dir.unlink(&self.name, "lease.waiter") {
-            eprintln!("tenure: warning: cannot remove waiter entry: {e}");
+            log::warn!("cannot remove waiter entry: {e}");
         }
     }
 }
