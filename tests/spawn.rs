@@ -28,7 +28,8 @@ fn spec(program: &Path, args: &[&str]) -> SpawnSpec {
         set: vec![("SPAWN_TEST".into(), "yes".into())],
         cgroup_dir: None,
         cgroup_procs: None,
-        inherit: None,
+        inherit: Vec::new(),
+        user: None,
         foreground: false,
     }
 }
@@ -111,7 +112,7 @@ fn same_behaviour(dir: &Path, configure: &dyn Fn(&mut SpawnSpec), cg: Option<&Cg
     );
     s.args.push(dup.as_raw_fd().to_string().into());
     s.args.push(out.clone().into());
-    s.inherit = Some(dup.as_raw_fd());
+    s.inherit = vec![dup.as_raw_fd()];
     configure(&mut s);
     let mut c = Child::spawn(&s).expect("spawn sh from PATH");
     assert_eq!(wait_exit(&mut c), ChildStatus::Exited(0));

@@ -17,6 +17,7 @@ pub mod ops;
 pub mod signals;
 pub mod tree;
 pub mod up;
+pub mod user;
 
 use crate::checkpoint::{
     CheckpointError, CheckpointId, CheckpointStore, Published, Staging, StoreOptions, View,
@@ -91,6 +92,8 @@ pub struct RunOptions {
     pub busy_code: u8,
     /// Write every machine step here as JSONL.
     pub trace: Option<PathBuf>,
+    /// Run the child as this user (`--user`; the runner must be root).
+    pub user: Option<user::RunAs>,
     /// The command and its arguments.
     pub command: Vec<OsString>,
 }
@@ -619,15 +622,44 @@ impl<'a> Runner<'a> {
             "WATCHDOG_USEC".into(),
             "WATCHDOG_PID".into(),
         ];
+        // With `--user` the child cannot reach the private state dir by path: its two
+        // directories become its own and are handed over as inherited descriptors.
+        let handover = match (&self.opts.user, &self.recovered) {
+            (Some(u), Some(rec)) => {
+                match u.hand_over(rec.staging.path(), rec.view.as_ref().map(|v| v.path())) {
+                    Ok(h) => Some(h),
+                    Err(e) => {
+                        let msg =
+                            format!("cannot hand the checkpoint directories to {}: {e}", u.name);
+                        log::error!("{msg}");
+                        self.log(
+                            "spawn-failed",
+                            json!({"error": msg, "errno": child::errno_name(&e)}),
+                        );
+                        self.failure = Some(msg);
+                        self.queue.push_back(Event::SpawnFailed(
+                            crate::machine::ExecFailure::NotExecutable,
+                        ));
+                        return;
+                    }
+                }
+            }
+            _ => None,
+        };
         if let Some(rec) = &self.recovered {
-            if let Some(v) = &rec.view {
-                set.push(("TENURE_CHECKPOINT".into(), v.path().as_os_str().to_owned()));
+            let view = match &handover {
+                Some(h) => h.view_path(),
+                None => rec.view.as_ref().map(|v| v.path().as_os_str().to_owned()),
+            };
+            if let Some(v) = view {
+                set.push(("TENURE_CHECKPOINT".into(), v));
                 remove.retain(|n| n != "TENURE_CHECKPOINT");
             }
-            set.push((
-                "TENURE_CHECKPOINT_OUT".into(),
-                rec.staging.path().as_os_str().to_owned(),
-            ));
+            let out = match &handover {
+                Some(h) => h.out_path(),
+                None => rec.staging.path().as_os_str().to_owned(),
+            };
+            set.push(("TENURE_CHECKPOINT_OUT".into(), out));
         }
         if let Some(w) = self.opts.watchdog {
             set.push(("WATCHDOG_USEC".into(), w.as_micros().to_string().into()));
@@ -680,13 +712,20 @@ impl<'a> Runner<'a> {
             set,
             cgroup_dir: cgroup.as_ref().map(|c| c.dir_fd().as_raw_fd()),
             cgroup_procs: cgroup.as_ref().map(|c| c.procs_fd().as_raw_fd()),
-            inherit: shared_lock.as_ref().map(|fd| fd.as_raw_fd()),
+            inherit: shared_lock
+                .as_ref()
+                .map(|fd| fd.as_raw_fd())
+                .into_iter()
+                .chain(handover.iter().flat_map(user::Handover::fds))
+                .collect(),
+            user: self.opts.user.as_ref().map(user::RunAs::credentials),
             foreground: child::holds_terminal(),
         };
         self.terminal_handed = spec.foreground;
         let spawned = Child::spawn(&spec);
         // The child has its copy; ours would only keep the lock past our own release.
         drop(shared_lock);
+        drop(handover);
         self.tree = Some(Tree::new(cgroup));
         match spawned {
             Ok(c) => {
@@ -764,6 +803,14 @@ impl<'a> Runner<'a> {
             self.queue.push_back(Event::CheckpointSkipped);
             return;
         };
+        // The output of a child that ran as another user is the runner's again before the
+        // store looks at it; if that fails, the publish refuses the files it could not take
+        // back and the output is kept like any refused output (card P1).
+        if self.opts.user.is_some()
+            && let Err(e) = user::take_back(rec.staging.path())
+        {
+            log::warn!("{e}");
+        }
         let result = CheckpointStore::attach_owned(
             dir,
             StoreOptions {

@@ -55,19 +55,18 @@ impl Failure {
     }
 }
 
+/// A duration as the runner's options take it, exactly (`1500000000ns`).
+fn nanos(d: Duration) -> String {
+    format!("{}ns", d.as_nanos())
+}
+
 /// The arguments of the `tenure run` that `up` launches for these options (absolute paths,
 /// since the owner runs with cwd `/`). The lease wait is bounded by `up`'s own deadline.
 pub fn run_args(opts: &RunOptions, dir: &std::path::Path, left: Duration) -> Vec<OsString> {
     let mut a: Vec<OsString> = vec!["run".into(), "--dir".into(), dir.into()];
-    a.extend(["--wait".into(), format!("{:.3}", left.as_secs_f64()).into()]);
-    a.extend([
-        "--grace".into(),
-        format!("{:.3}", opts.grace.as_secs_f64()).into(),
-    ]);
-    a.extend([
-        "--kill-wait".into(),
-        format!("{:.3}", opts.kill_wait.as_secs_f64()).into(),
-    ]);
+    a.extend(["--wait".into(), nanos(left).into()]);
+    a.extend(["--grace".into(), nanos(opts.grace).into()]);
+    a.extend(["--kill-wait".into(), nanos(opts.kill_wait).into()]);
     let ty = match opts.ready {
         ReadyMode::Start => "simple",
         ReadyMode::Notify => "notify",
@@ -75,10 +74,7 @@ pub fn run_args(opts: &RunOptions, dir: &std::path::Path, left: Duration) -> Vec
     };
     a.extend(["--type".into(), ty.into()]);
     if let Some(t) = opts.ready_timeout {
-        a.extend([
-            "--ready-timeout".into(),
-            format!("{:.3}", t.as_secs_f64()).into(),
-        ]);
+        a.extend(["--ready-timeout".into(), nanos(t).into()]);
     }
     a.extend([
         "--kill-mode".into(),
@@ -105,10 +101,7 @@ pub fn run_args(opts: &RunOptions, dir: &std::path::Path, left: Duration) -> Vec
         a.extend(["--pidfile".into(), abs.into()]);
     }
     if let Some(w) = opts.watchdog {
-        a.extend([
-            "--watchdog".into(),
-            format!("{:.3}", w.as_secs_f64()).into(),
-        ]);
+        a.extend(["--watchdog".into(), nanos(w).into()]);
     }
     if let Some(list) = &opts.env_allow {
         let joined: Vec<String> = list
@@ -116,6 +109,9 @@ pub fn run_args(opts: &RunOptions, dir: &std::path::Path, left: Duration) -> Vec
             .map(|s| s.to_string_lossy().into_owned())
             .collect();
         a.extend(["--env-allow".into(), joined.join(",").into()]);
+    }
+    if let Some(u) = &opts.user {
+        a.extend(["--user".into(), format!("{}:{}", u.uid, u.gid).into()]);
     }
     a.extend(["--keep".into(), opts.keep.to_string().into()]);
     a.extend(["-E".into(), opts.busy_code.to_string().into()]);
