@@ -910,7 +910,15 @@ impl<'a> Runner<'a> {
                 self.recovered = Some(rec);
             }
         }
-        // Scratch areas of this run go first, while we still own the dir.
+        // Scratch areas of this run go first, while we still own the dir. What a child running
+        // as another user was given is taken back first (the workload is gone by now).
+        if let (Some(rec), Some(_)) = (&self.recovered, &self.opts.user) {
+            for p in std::iter::once(rec.staging.path()).chain(rec.view.as_ref().map(View::path)) {
+                if let Err(e) = user::take_back(p) {
+                    log::warn!("{e}");
+                }
+            }
+        }
         if let (Some(dir), Some(rec)) = (&self.dir, self.recovered.take())
             && let Ok(store) = CheckpointStore::attach_owned(
                 dir,
@@ -1500,7 +1508,18 @@ fn recover(
         };
         (fault, e.to_string())
     };
-    let store = CheckpointStore::open_owned(dir, StoreOptions { keep }).map_err(fail)?;
+    let store = match CheckpointStore::open_owned(dir, StoreOptions { keep }) {
+        // Scratch that a child running as another user (`--user`) still owned when its runner
+        // ended without cleaning up (a crash): taken back, so that the sweep removes it.
+        Err(CheckpointError::Fs(crate::privfs::FsError::NotOwned { path, .. }))
+            if user::is_scratch(dir, &path) =>
+        {
+            user::take_back_scratch(dir).map_err(|e| (Fault::Io, e.to_string()))?;
+            CheckpointStore::open_owned(dir, StoreOptions { keep })
+        }
+        other => other,
+    }
+    .map_err(fail)?;
     // A named point before the checkpoint is read and verified: tests hold the worker here
     // (`gate`) to stop a run deterministically while it verifies, or fail it (`eio`).
     crate::failpoint::hit("recover.verify").map_err(|e| {

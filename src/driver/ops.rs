@@ -961,7 +961,7 @@ pub fn checkpoint_show(dir: &Path, id: u64, json: bool) -> u8 {
                         d.path().display()
                     )
                 }
-                _ => format!("checkpoint {id} does not verify: {e}"),
+                _ => format!("checkpoint {} does not verify: {e}", id.get()),
             };
             return refuse_json(dir, json, checkpoint_code(&e), hint);
         }
@@ -1036,6 +1036,7 @@ pub fn rollback(
         Ok(d) => d,
         Err(code) => return code,
     };
+    let n = to;
     let Some(to) = CheckpointId::new(to) else {
         log::error!("checkpoint ids start at 1");
         return EXIT_REFUSED;
@@ -1045,7 +1046,10 @@ pub fn rollback(
     let before = match CheckpointStore::open(&d, StoreOptions::default()) {
         Ok(store) => {
             if let Err(e) = store.load_id(to) {
-                log::error!("cannot roll back to checkpoint {to}: {e}; nothing was changed");
+                log::error!(
+                    "cannot roll back to checkpoint {}: {e}; nothing was changed",
+                    to.get()
+                );
                 return checkpoint_code(&e);
             }
             store.read_current()
@@ -1101,22 +1105,25 @@ pub fn rollback(
                 );
             }
             let replaced = match &before {
-                Ok(Some(c)) => format!("; checkpoint {} is kept until garbage collection", c.id),
+                Ok(Some(c)) => format!(
+                    "; checkpoint {} is kept until garbage collection",
+                    c.id.get()
+                ),
                 Ok(None) => String::new(),
                 Err(e) => format!("; CURRENT was refused ({e})"),
             };
             println!(
-                "checkpoint {to} is current again as checkpoint {} (epoch {epoch}){replaced}",
-                checkpoint.id
+                "checkpoint {n} is current again as checkpoint {} (epoch {epoch}){replaced}",
+                checkpoint.id.get()
             );
             0
         }
         Ok(Published::Unchanged { .. }) => {
-            println!("checkpoint {to} is already current and verifies; nothing was changed");
+            println!("checkpoint {n} is already current and verifies; nothing was changed");
             0
         }
         Err(e) => {
-            log::error!("cannot roll back to checkpoint {to}: {e}");
+            log::error!("cannot roll back to checkpoint {n}: {e}");
             checkpoint_code(e)
         }
     };

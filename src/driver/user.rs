@@ -302,6 +302,25 @@ pub fn take_back(staging: &Path) -> io::Result<()> {
     chown_tree(fd.as_fd(), uid, gid, staging)
 }
 
+/// Whether `path` lies in the store's scratch directories (staging areas and views) of `dir`.
+pub(crate) fn is_scratch(dir: &crate::privfs::StateDir, path: &Path) -> bool {
+    use crate::checkpoint::{STAGING_DIR, STORE_DIR, VIEWS_DIR};
+    let store = dir.path().join(STORE_DIR);
+    [STAGING_DIR, VIEWS_DIR]
+        .iter()
+        .any(|s| path.starts_with(store.join(s)))
+}
+
+/// Takes back everything in the store's scratch directories of `dir` (see [`take_back`]).
+pub(crate) fn take_back_scratch(dir: &crate::privfs::StateDir) -> io::Result<()> {
+    use crate::checkpoint::{STAGING_DIR, STORE_DIR, VIEWS_DIR};
+    let store = dir.path().join(STORE_DIR);
+    for s in [STAGING_DIR, VIEWS_DIR] {
+        take_back(&store.join(s))?;
+    }
+    Ok(())
+}
+
 /// Changes the owner of the directory `top` and of everything below it, depth first, never
 /// following a link (`AT_SYMLINK_NOFOLLOW`; directories are opened `O_NOFOLLOW`). Holds one
 /// descriptor per level, at most [`MAX_DEPTH`] + 1.

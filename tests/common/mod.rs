@@ -49,7 +49,9 @@ pub fn tenure() -> Command {
     let mut c = Command::new(bin());
     c.env_remove("NOTIFY_SOCKET")
         .env_remove("TENURE_FAILPOINTS")
-        .env_remove("TENURE_CHECKPOINT");
+        .env_remove("TENURE_CHECKPOINT")
+        // The default of `--dir`: a test that means it sets it itself.
+        .env_remove("TENURE_DIR");
     c
 }
 

@@ -68,11 +68,41 @@ EXIT CODES (spec/runner.md, spec/lifecycle.md):
 )]
 pub struct Cli {
     /// Print warnings and errors only, not the progress of the run
-    #[arg(short, long, global = true)]
+    // Not `global`: clap merges a global flag given before and after the command into one
+    // without complaint. Each command that works on a dir has its own (`DirArg`), and
+    // `main` refuses both at once as a repeated option.
+    #[arg(short, long)]
     pub quiet: bool,
     /// The command.
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// `--quiet` given before the command and `--quiet` given after it; `None` when both.
+    pub fn quiet(&self) -> Option<bool> {
+        let after = match &self.command {
+            Command::Run(a) | Command::Up(a) => a.dir.quiet,
+            Command::Stop(a) => a.dir.quiet,
+            Command::Status(a) => a.dir.quiet,
+            Command::Verify(a) => a.quiet,
+            Command::Init(a) => a.dir.quiet,
+            Command::Checkpoint(
+                CheckpointCommand::List { dir, .. }
+                | CheckpointCommand::Show { dir, .. }
+                | CheckpointCommand::Rollback { dir, .. },
+            ) => dir.quiet,
+            Command::Completions { .. }
+            | Command::Man { .. }
+            | Command::Demo
+            | Command::DemoChild => false,
+        };
+        if after && self.quiet {
+            None
+        } else {
+            Some(after || self.quiet)
+        }
+    }
 }
 
 /// The subcommands.
@@ -113,9 +143,12 @@ pub enum Command {
     DemoChild,
 }
 
-/// `--dir`, shared by every command that works on a state dir.
+/// `--dir` and `--quiet`, shared by every command that works on a state dir.
 #[derive(Debug, Args)]
 pub struct DirArg {
+    /// Print warnings and errors only, not the progress of the run
+    #[arg(short, long)]
+    pub quiet: bool,
     /// The state directory
     #[arg(
         short,
@@ -135,20 +168,20 @@ pub struct RunArgs {
     pub dir: DirArg,
     /// Wait at most this long for the lease (default: forever; for `up`, how long to wait for
     /// a ready owner, default 30s)
-    #[arg(short, long, visible_alias = "timeout", value_name = "S", value_parser = duration_zero_ok)]
+    #[arg(short, long, visible_alias = "timeout", value_name = "S", value_parser = duration_zero_ok, allow_hyphen_values = true)]
     pub wait: Option<Duration>,
     /// Do not wait: exit busy at once if the lease is held
     #[arg(short, long)]
     pub nonblock: bool,
     /// Exit code when busy
     #[arg(short = 'E', long, value_name = "N", default_value_t = tenure::machine::EXIT_BUSY,
-          value_parser = exit_code)]
+          value_parser = exit_code, allow_hyphen_values = true)]
     pub conflict_exit_code: u8,
     /// After forwarding a stop signal, wait this long, then SIGKILL
-    #[arg(long, value_name = "S", default_value = "10s", value_parser = duration)]
+    #[arg(long, value_name = "S", default_value = "10s", value_parser = duration, allow_hyphen_values = true)]
     pub grace: Duration,
     /// After SIGKILL, wait this long before reporting `did not stop`
-    #[arg(long, value_name = "S", default_value = "5s", value_parser = duration)]
+    #[arg(long, value_name = "S", default_value = "5s", value_parser = duration, allow_hyphen_values = true)]
     pub kill_wait: Duration,
     /// Ready when spawned (simple), when the workload sends READY=1 (notify), or when the first
     /// process exits 0 leaving its daemon behind (forking)
@@ -158,7 +191,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "MODE", value_enum)]
     pub ready: Option<ReadyArg>,
     /// With notify or forking: stop the workload if it is not ready in time
-    #[arg(long, value_name = "S", value_parser = duration)]
+    #[arg(long, value_name = "S", value_parser = duration, allow_hyphen_values = true)]
     pub ready_timeout: Option<Duration>,
     /// With forking: ready once FILE names the daemon's main process
     #[arg(long, value_name = "FILE", value_parser = path_parser())]
@@ -171,7 +204,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "POLICY", value_enum, default_value_t = HupArg::Forward)]
     pub hup: HupArg,
     /// The ready workload must send WATCHDOG=1 this often (it gets WATCHDOG_USEC)
-    #[arg(long, value_name = "S", value_parser = duration)]
+    #[arg(long, value_name = "S", value_parser = duration, allow_hyphen_values = true)]
     pub watchdog: Option<Duration>,
     /// Contain the workload in a cgroup of its own where possible (auto), or never (off)
     #[arg(long, value_name = "MODE", value_enum, default_value_t = CgroupArg::Auto)]
@@ -200,7 +233,7 @@ pub struct StopArgs {
     pub dir: DirArg,
     /// Wait this long for an orderly release before SIGKILL (longer than the runner's own
     /// grace, so the owner can stop its workload and publish first)
-    #[arg(long, value_name = "S", default_value = "30s", value_parser = duration)]
+    #[arg(long, value_name = "S", default_value = "30s", value_parser = duration, allow_hyphen_values = true)]
     pub grace: Duration,
 }
 
@@ -257,7 +290,7 @@ pub enum CheckpointCommand {
         #[arg(long, value_name = "N", value_parser = checkpoint_id)]
         to: u64,
         /// Wait at most this long for the lease (default: do not wait)
-        #[arg(short, long, value_name = "S", value_parser = duration_zero_ok)]
+        #[arg(short, long, value_name = "S", value_parser = duration_zero_ok, allow_hyphen_values = true)]
         wait: Option<Duration>,
         /// Checkpoints kept by garbage collection after the publish
         #[arg(long, value_name = "K", default_value_t = 2, value_parser = keep)]

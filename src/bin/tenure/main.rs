@@ -95,7 +95,10 @@ fn run() -> Result<u8, Usage> {
             };
         }
     };
-    install_logger(args.quiet);
+    let Some(quiet) = args.quiet() else {
+        return Err(Usage("--quiet was given twice; give it once".into()));
+    };
+    install_logger(quiet);
     match args.command {
         Command::Run(a) => {
             let opts = run_options(a)?;
