@@ -74,6 +74,7 @@
 //! ready.close(Vec::new()); // `close` exists only on Tenure<Draining>
 //! ```
 #![forbid(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
 
 // Every print of the crate goes through `stdio`, which never panics on a closed pipe or stream
 // (issue 10). These shadow the std macros of the same names for every module declared below.
