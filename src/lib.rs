@@ -77,7 +77,7 @@
 #![warn(missing_docs)]
 
 // Every print of the crate goes through `stdio`, which never panics on a closed pipe or stream
-// (issue 10). These shadow the std macros of the same names for every module declared below.
+// (see `stdio`). These shadow the std macros of the same names for every module declared below.
 macro_rules! println {
     () => { $crate::stdio::out(format_args!("\n")) };
     ($($arg:tt)*) => { $crate::stdio::out(format_args!("{}\n", format_args!($($arg)*))) };

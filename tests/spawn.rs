@@ -1,4 +1,4 @@
-//! The two ways the runner starts a child (issue 9, cards D3, T1): `clone3(CLONE_INTO_CGROUP)`
+//! The two ways the runner starts a child (cards D3, T1): `clone3(CLONE_INTO_CGROUP)`
 //! straight into the ownership's cgroup, and `fork` + `exec` (std) entering it through
 //! `cgroup.procs` where the kernel cannot. Both must behave the same: the same `execvp`
 //! lookup (a script without `#!` runs with /bin/sh), the same errors (`ENOENT` → 127,

@@ -756,7 +756,7 @@ impl Current {
         }
         // Split on bytes, then decode each part: valid UTF-8 may hold a multi-byte character
         // across byte 20, where a split of the text would panic (found by the `current` fuzz
-        // target, issue 10).
+        // target).
         let (id, rest) = bytes[..CURRENT_LEN - 1].split_at(20);
         let id: CheckpointId = std::str::from_utf8(id)
             .map_err(|_| FormatError::BadId(String::from_utf8_lossy(id).into()))?
@@ -877,7 +877,7 @@ mod tests {
         }
     }
 
-    /// Found by fuzzing (issue 10): a multi-byte character across byte 20 of CURRENT made
+    /// Found by fuzzing: a multi-byte character across byte 20 of CURRENT made
     /// the parser panic instead of refusing the file.
     #[test]
     fn current_with_a_character_across_the_id_is_refused_not_a_panic() {

@@ -31,7 +31,7 @@ impl EventLog {
     /// Opens (creating) the log of `dir`, but only if the control folder exists: a run that
     /// never touched the dir must not create anything just to log (card G1).
     /// A log file that privfs refuses (a symlink, a FIFO, a permissive or foreign file) is
-    /// not written, and says so in one warning line on stderr rather than silently (issue 10).
+    /// not written, and says so in one warning line on stderr rather than silently.
     pub fn open(dir: &StateDir) -> Option<EventLog> {
         let control = dir.root().open_dir_optional(CONTROL_DIR).ok()??;
         let file = match control.open_or_create_file(LOG_FILE, "events") {

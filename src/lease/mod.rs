@@ -1,5 +1,5 @@
 //! The owner lease on a state directory: kernel lock, owner record, process identity, epoch,
-//! waiters, registry and the directory identity marker (issue 3; cards L1–L10, D7, H5, H8).
+//! waiters, registry and the directory identity marker (cards L1–L10, D7, H5, H8).
 //!
 //! ## Layout of the control folder
 //! ```text
