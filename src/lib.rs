@@ -98,6 +98,7 @@ macro_rules! eprint {
 pub mod checkpoint;
 pub mod driver;
 pub mod failpoint;
+mod hex;
 pub mod host;
 pub mod lease;
 pub mod machine;

@@ -133,10 +133,7 @@ impl Digest {
 
 impl fmt::Display for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in &self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        crate::hex::write(f, &self.0)
     }
 }
 
@@ -152,26 +149,9 @@ impl FromStr for Digest {
     /// Accepts exactly 64 lowercase hex digits; uppercase is refused so one digest has one
     /// spelling and file names in `blobs/sha256/` are unambiguous.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || FormatError::BadDigest(s.chars().take(80).collect());
-        let bytes = s.as_bytes();
-        if bytes.len() != 64 {
-            return Err(bad());
-        }
-        let mut out = [0u8; 32];
-        for (i, pair) in bytes.chunks_exact(2).enumerate() {
-            let hi = hex_val(pair[0]).ok_or_else(bad)?;
-            let lo = hex_val(pair[1]).ok_or_else(bad)?;
-            out[i] = (hi << 4) | lo;
-        }
-        Ok(Digest(out))
-    }
-}
-
-fn hex_val(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
+        crate::hex::decode(s)
+            .map(Digest)
+            .ok_or_else(|| FormatError::BadDigest(s.chars().take(80).collect()))
     }
 }
 

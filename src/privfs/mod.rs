@@ -456,7 +456,7 @@ fn random_hex(bytes: usize) -> String {
             }
         }
     }
-    buf.iter().map(|b| format!("{b:02x}")).collect()
+    crate::hex::encode(&buf)
 }
 
 /// Fills `buf` with random bytes from the kernel (`getrandom`), for tokens and identifiers.
