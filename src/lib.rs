@@ -51,9 +51,7 @@
 //! // Any thread may ask to drain; the drain begins exactly once.
 //! host.request_drain();
 //! let draining = ready.wait_for_drain()?;
-//! let released = draining
-//!     .close([CheckpointFile::new("count", (count + 1).to_string())])
-//!     .map_err(|e| e.map_or_else(|u| u.to_string(), |e| e.to_string()))?;
+//! let released = draining.close([CheckpointFile::new("count", (count + 1).to_string())])?;
 //! assert_eq!(released.outcome.reason, Reason::Stopped);
 //! assert!(released.published.is_some());
 //! # Ok(())

@@ -33,6 +33,7 @@ pub const CURRENT_LEN: usize = 20 + 1 + 64 + 1;
 
 /// Why a piece of on-disk text was refused; the caller adds the file it came from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum FormatError {
     /// The file holds no bytes at all.
     #[error("is empty")]

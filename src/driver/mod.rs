@@ -132,6 +132,7 @@ pub enum CgroupMode {
 
 /// Failures that happen before the machine can run (the machine handles everything after).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DriverError {
     /// The trace file could not be created.
     #[error("cannot create the trace file {path}: {source}; choose a writable path")]
@@ -153,6 +154,7 @@ pub enum DriverError {
 
 /// What a finished run reports.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RunReport {
     /// The machine's outcome.
     pub outcome: Outcome,

@@ -19,6 +19,7 @@ const STOP_POLL: Duration = Duration::from_millis(10);
 
 /// The JSON shape of `tenure status --json` (documented in spec/runner.md).
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct Status {
     /// The state dir (canonical path).
     pub dir: String,
@@ -44,6 +45,7 @@ pub struct Status {
 
 /// The output of a failed publish, kept (card P1).
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct FailedView {
     /// The epoch of the owner whose publish failed.
     pub epoch: u64,
@@ -54,6 +56,7 @@ pub struct FailedView {
 /// The containment of the recorded owner's workload as `status` shows it (spec/runner.md,
 /// "Containment").
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ContainmentView {
     /// `cgroup`, `lock-fd` (no cgroup: the workload keeps the lock descriptor), or null when
     /// the owner record names no workload.
@@ -92,6 +95,7 @@ fn containment_view(dir: &StateDir, owner: Option<&lease::OwnerRecord>) -> Conta
 
 /// A process as `status` shows it.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ProcessView {
     /// Its pid.
     pub pid: u32,
@@ -107,6 +111,7 @@ pub struct ProcessView {
 
 /// The owner as `status` shows it.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct OwnerView {
     /// The process.
     #[serde(flatten)]
@@ -119,6 +124,7 @@ pub struct OwnerView {
 
 /// A registry entry as `status` shows it.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct RegistryView {
     /// `leases` or `instances`.
     pub kind: String,
@@ -132,6 +138,7 @@ pub struct RegistryView {
 
 /// The checkpoint as `status` shows it.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct CheckpointView {
     /// `none`, `valid` or `invalid`.
     pub state: String,
@@ -785,6 +792,7 @@ fn wait_released(d: &StateDir, epoch: u64, deadline: Instant) -> bool {
 
 /// A checkpoint as `tenure checkpoint list --json` shows it.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ListedView {
     /// Its id.
     pub id: u64,
@@ -808,6 +816,7 @@ pub struct ListedView {
 
 /// The JSON shape of `tenure checkpoint list --json`.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct CheckpointList {
     /// The state dir (canonical path).
     pub dir: String,

@@ -17,6 +17,7 @@ const MAX_LEN: u64 = 64;
 
 /// Errors of reading or writing the epoch file.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EpochError {
     /// The file exists but does not hold `<decimal u64>\n`.
     #[error(

@@ -51,6 +51,7 @@ pub enum Liveness {
 
 /// Errors of reading a process identity.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum IdentityError {
     /// The process does not exist (or has exited).
     #[error("process {pid} does not exist; it may have exited already")]
@@ -79,6 +80,7 @@ pub enum IdentityError {
 
 /// Errors of [`signal_owner`] (a dead or recycled process is an outcome, not an error).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SignalError {
     /// The pidfd could not be opened or used for a reason other than the process being gone.
     #[error(

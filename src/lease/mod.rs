@@ -112,6 +112,7 @@ pub const LEFTOVERS_WAIT: Duration = Duration::from_secs(5);
 
 /// Errors of the lease boundary.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LeaseError {
     /// The wait bound expired while another process owned the dir.
     #[error("{dir} is busy ({}); lock and state were preserved", OwnerPart(.owner.as_deref()))]

@@ -53,6 +53,7 @@ pub const TEMP_PREFIX: &str = ".tmp-";
 
 /// Errors of the private filesystem layer. Every variant names the full path it is about.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FsError {
     /// The path is a symbolic link; state dirs never follow links.
     #[error(
