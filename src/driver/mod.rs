@@ -13,13 +13,20 @@
 //! here but by the sans-IO driver [`core`], the same code the models and the trace checker run;
 //! this loop only executes the actions and observes the world.
 
+// The runner's own parts, public for the binary, the tests and the models only.
+#[doc(hidden)]
 pub mod child;
+#[doc(hidden)]
 pub mod core;
+#[doc(hidden)]
 pub mod demo;
+#[doc(hidden)]
 pub mod eventlog;
+#[doc(hidden)]
 pub mod notify;
 pub mod ops;
 pub mod signals;
+#[doc(hidden)]
 pub mod tree;
 pub mod up;
 pub mod user;
