@@ -23,11 +23,13 @@
 //! checkpoint store's read side (and the owner's publish) in [`checkpoint`], the lease's status
 //! and records in [`lease`], and the runner itself in [`driver`] for a program that embeds it
 //! ([`driver::run`], [`driver::up`], the operator commands in [`driver::ops`]). Modules and
-//! items marked `#[doc(hidden)]` (`privfs`, `failpoint`, `sync`, `stdio`, `mutant` and the
-//! runner's internals under `driver`) are there for this project's binary, tests and models:
-//! they are not part of the API and change without notice. `spec/public-api.txt` lists every
-//! public item; a test keeps it identical to the code, so a change of the surface is a
-//! deliberate, reviewed change (`TENURE_BLESS=1 cargo test --test public_api` re-renders it).
+//! items marked `#[doc(hidden)]` (`privfs`, `failpoint`, `sync`, `stdio`, `mutant`, the
+//! runner's internals under `driver`, the lease's `cgroup` and `epoch`, the store's `gc` and
+//! `hash`) are there for this project's binary, tests and models: they are not part of the API
+//! and change without notice. `spec/public-api.txt` lists every public item (names, not
+//! signatures); `tests/public_api.rs` renders the list from the source and keeps the file
+//! identical to it, so a new, renamed or removed public item is a deliberate, reviewed change
+//! (`TENURE_BLESS=1 cargo test --test public_api` re-renders it).
 //!
 //! Diagnostics go through the [`log`](https://docs.rs/log) facade (a host routes or silences
 //! them; the `tenure` binary prints them on stderr), never straight to a stream.

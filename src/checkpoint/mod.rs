@@ -64,7 +64,11 @@
 
 pub mod error;
 pub mod format;
+// Garbage collection's plan and the hashing pipeline are the store's internals (the reader a
+// user needs is re-exported below as `VerifyingReader`).
+#[doc(hidden)]
 pub mod gc;
+#[doc(hidden)]
 pub mod hash;
 pub mod limits;
 mod store;

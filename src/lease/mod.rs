@@ -55,8 +55,12 @@
 //! A waiter that stops waiting for any reason removes its entry, so a cancelled or expired
 //! contender leaves nothing but the `.tenure/` folder and lock file that any contender may create.
 
+// The runner's containment and the epoch file's encoding: public for the runner and the
+// tests, not part of the API (the epoch a user sees is `Lease::epoch` and `LeaseStatus`).
+#[doc(hidden)]
 pub mod cgroup;
 mod election;
+#[doc(hidden)]
 pub mod epoch;
 pub mod identity;
 mod lock;
