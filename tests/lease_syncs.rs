@@ -20,7 +20,8 @@ use tenure::privfs::{Op, OpKind, StateDir};
 /// The recorder is process-wide: the tests of this binary run one at a time.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    ONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    ONE.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn private_tempdir() -> tempfile::TempDir {
@@ -62,7 +63,11 @@ fn one_run(sd: &StateDir) -> u64 {
 fn only_the_epoch(ops: &[Op], control: &Path) {
     let s = syncs(ops);
     println!("syncs: {s:#?}");
-    assert_eq!(s.len(), 2, "a run without publish syncs the epoch only: {s:#?}");
+    assert_eq!(
+        s.len(),
+        2,
+        "a run without publish syncs the epoch only: {s:#?}"
+    );
     let files: Vec<&Op> = ops.iter().filter(|o| o.kind == OpKind::Fsync).collect();
     let dirs: Vec<&Op> = ops.iter().filter(|o| o.kind == OpKind::DirFsync).collect();
     assert!(

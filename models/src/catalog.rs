@@ -61,6 +61,8 @@ pub fn invariant(property: &str) -> &'static str {
         lease::CANCEL_LEAVES_NOTHING => "I5",
         lease::TERMINAL_IS_FINAL => "I6",
         lease::NO_OVERLAP | lease::RELEASE_AFTER_TREE => "I7",
+        lease::CLEAN_AFTER_POWER_LOSS => "I17",
+        lease::MARKER_WRITTEN_ONCE => "L7",
         signals::LEASE_OUTLIVES_WORKLOAD => "I7",
         signals::TERM_BEFORE_KILL | signals::STRAYS_SURVIVED => "I16",
         signals::CHECKPOINT_BEFORE_RELEASE => "I8",
@@ -514,13 +516,29 @@ pub fn pinned() -> Vec<Pinned> {
             name: "lease-tree-cgroup-two-crashes",
             set: Set::Long,
             what: "lease, tree world, cgroup containment, two crashes, BFS",
-            run: |t| run::check(lease_tree(lease::Contain::Cgroup, 2), Search::Bfs, t, None, None),
+            run: |t| {
+                run::check(
+                    lease_tree(lease::Contain::Cgroup, 2),
+                    Search::Bfs,
+                    t,
+                    None,
+                    None,
+                )
+            },
         },
         Pinned {
             name: "lease-tree-lock-fd-two-crashes",
             set: Set::Long,
             what: "lease, tree world, inherited lock descriptor, two crashes, BFS",
-            run: |t| run::check(lease_tree(lease::Contain::LockFd, 2), Search::Bfs, t, None, None),
+            run: |t| {
+                run::check(
+                    lease_tree(lease::Contain::LockFd, 2),
+                    Search::Bfs,
+                    t,
+                    None,
+                    None,
+                )
+            },
         },
         Pinned {
             name: "signals-three-signals",

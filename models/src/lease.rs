@@ -77,8 +77,8 @@ use tenure::lease::plan::{
     ReleaseSteps, SetPhase, SetPhaseSteps, WaitEnd,
 };
 use tenure::lease::{
-    Containment, Identity, LeaseError, Liveness, OwnerRecord, RegistryRecord, Token,
-    WaiterRecord, epoch, record,
+    Containment, Identity, LeaseError, Liveness, OwnerRecord, RegistryRecord, Token, WaiterRecord,
+    epoch, record,
 };
 use tenure::machine::{
     Action, ChildStatus, Config, Event, Fault, PhaseKind, ReadyMode, Reason, Signal, Timer,
@@ -893,10 +893,7 @@ impl LeaseState {
     }
 
     fn lock_free(&self, lf: u8) -> bool {
-        let runner = self
-            .procs
-            .iter()
-            .any(|q| q.running() && q.lock == Some(lf));
+        let runner = self.procs.iter().any(|q| q.running() && q.lock == Some(lf));
         let workload = self.works.iter().any(|w| w.holds_lock() == Some(lf));
         !runner && !workload
     }
@@ -1135,7 +1132,9 @@ impl LeaseState {
             Job::Release(mut plan) => {
                 let _ = plan.take();
                 self.procs[p].lease = None;
-                if !m.is(Mutation::ReleaseBeforePublish) || self.procs[p].drv.request() == Some(Request::Release) {
+                if !m.is(Mutation::ReleaseBeforePublish)
+                    || self.procs[p].drv.request() == Some(Request::Release)
+                {
                     self.feed(p, Event::LeaseReleased);
                 }
             }
@@ -1145,42 +1144,42 @@ impl LeaseState {
     /// An acquisition's outcome, fed as the driver feeds it.
     fn acquired(&mut self, p: usize, out: Option<Result<plan::Acquired, plan::Failure>>) {
         match out {
-                Some(Ok(acq)) => {
-                    let epoch = acq.record.epoch as u8;
-                    // I2: the epoch is in the epoch file at the grant and above every epoch
-                    // ever granted (across crashes and power loss).
-                    if epoch <= self.max_granted || self.epoch_file() != Some(u64::from(epoch)) {
-                        self.violations |= V_EPOCH;
-                    }
-                    self.max_granted = self.max_granted.max(epoch);
-                    self.procs[p].lease = Some(Arc::new(acq.record));
-                    self.feed(
-                        p,
-                        Event::LeaseGranted {
-                            epoch: u64::from(epoch),
-                        },
-                    );
+            Some(Ok(acq)) => {
+                let epoch = acq.record.epoch as u8;
+                // I2: the epoch is in the epoch file at the grant and above every epoch
+                // ever granted (across crashes and power loss).
+                if epoch <= self.max_granted || self.epoch_file() != Some(u64::from(epoch)) {
+                    self.violations |= V_EPOCH;
                 }
-                Some(Err(f)) => match f.error() {
-                    LeaseError::Busy { .. } => self.feed(p, Event::WaitExpired),
-                    LeaseError::Cancelled { .. } => {
-                        // The signal that cancelled the wait is read by the driver's loop and
-                        // fed as a stop.
-                        let proc = &mut self.procs[p];
-                        proc.queued = proc.queued.saturating_sub(1);
-                        self.feed(p, Event::Stop(Signal::Term));
-                    }
-                    _ => {
-                        let fault = if f.is_refusal() {
-                            Fault::State
-                        } else {
-                            Fault::Io
-                        };
-                        self.procs[p].lease_failed = true;
-                        self.feed(p, Event::LeaseFailed(fault));
-                    }
-                },
-                None => {}
+                self.max_granted = self.max_granted.max(epoch);
+                self.procs[p].lease = Some(Arc::new(acq.record));
+                self.feed(
+                    p,
+                    Event::LeaseGranted {
+                        epoch: u64::from(epoch),
+                    },
+                );
+            }
+            Some(Err(f)) => match f.error() {
+                LeaseError::Busy { .. } => self.feed(p, Event::WaitExpired),
+                LeaseError::Cancelled { .. } => {
+                    // The signal that cancelled the wait is read by the driver's loop and
+                    // fed as a stop.
+                    let proc = &mut self.procs[p];
+                    proc.queued = proc.queued.saturating_sub(1);
+                    self.feed(p, Event::Stop(Signal::Term));
+                }
+                _ => {
+                    let fault = if f.is_refusal() {
+                        Fault::State
+                    } else {
+                        Fault::Io
+                    };
+                    self.procs[p].lease_failed = true;
+                    self.feed(p, Event::LeaseFailed(fault));
+                }
+            },
+            None => {}
         }
     }
 
@@ -1192,8 +1191,12 @@ impl LeaseState {
             path: PathBuf::from(DIR),
             me: identity(p, start),
             now: 0,
-            token: Token([p as u8, start, self.boot, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
-            fresh_root: Token([p as u8, start, self.boot, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+            token: Token([
+                p as u8, start, self.boot, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            ]),
+            fresh_root: Token([
+                p as u8, start, self.boot, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            ]),
             phase: PhaseKind::Recovering,
             cgroup: m.contain() == Some(Contain::Cgroup),
         }
@@ -1529,8 +1532,7 @@ impl Model for LeaseModel {
                 }
                 // Every process is gone, the workloads' too (the cgroups with them).
                 s.works.clear();
-                if let Stopper::Idle | Stopper::Read { .. } | Stopper::Verified { .. } = s.stopper
-                {
+                if let Stopper::Idle | Stopper::Read { .. } | Stopper::Verified { .. } = s.stopper {
                     s.stopper = Stopper::Done(StopEnd::Dead);
                 }
                 // What survived of the lock file is a file nobody holds.
@@ -1764,9 +1766,11 @@ impl Model for LeaseModel {
                             && p.epoch().is_some_and(|e| e < s.max_granted)
                             && p.drv.machine().kind() == PhaseKind::Released
                     }) || s.procs.iter().any(|p| {
-                        p.drv.machine().phase().outcome().is_some_and(|o| {
-                            o.reason == Reason::PublishFailed
-                        })
+                        p.drv
+                            .machine()
+                            .phase()
+                            .outcome()
+                            .is_some_and(|o| o.reason == Reason::PublishFailed)
                     })
                 },
             ));
@@ -1783,9 +1787,9 @@ impl Model for LeaseModel {
             v.push(Property::sometimes(
                 "an owner after a power loss",
                 |_, s: &LeaseState| {
-                    s.procs.iter().any(|p| {
-                        p.after_power_loss && p.running() && p.drv.machine().kind().owns()
-                    })
+                    s.procs
+                        .iter()
+                        .any(|p| p.after_power_loss && p.running() && p.drv.machine().kind().owns())
                 },
             ));
             v.push(Property::sometimes(
@@ -2021,21 +2025,18 @@ fn leaves_nothing(s: &LeaseState, i: usize) -> bool {
     }
     let me = identity(i, p.start);
     let names_me = |id: &Identity| id.pid == me.pid && id.start_time == me.start_time;
-    let waiter = s
-        .fs
-        .names(WAITERS_PATH)
-        .iter()
-        .any(|n| *n == plan::waiter_name(&me))
-        || s.fs.names(WAITERS_PATH).iter().any(|n| {
-            s.fs
-                .read(&format!("{WAITERS_PATH}/{n}"))
-                .and_then(|b| record::parse::<WaiterRecord>(b).ok())
-                .is_some_and(|r| names_me(&r.identity))
-        });
+    let waiter =
+        s.fs.names(WAITERS_PATH)
+            .iter()
+            .any(|n| *n == plan::waiter_name(&me))
+            || s.fs.names(WAITERS_PATH).iter().any(|n| {
+                s.fs.read(&format!("{WAITERS_PATH}/{n}"))
+                    .and_then(|b| record::parse::<WaiterRecord>(b).ok())
+                    .is_some_and(|r| names_me(&r.identity))
+            });
     let owner = s.owner_record().is_some_and(|r| names_me(&r.identity));
     let registry = s.fs.names(LEASES_PATH).iter().any(|n| {
-        s.fs
-            .read(&format!("{LEASES_PATH}/{n}"))
+        s.fs.read(&format!("{LEASES_PATH}/{n}"))
             .and_then(|b| record::parse::<RegistryRecord>(b).ok())
             .is_some_and(|r| names_me(&r.identity))
     });
@@ -2199,9 +2200,7 @@ impl crate::run::Describe for LeaseModel {
                         "power loss (outcome {k}): every process is gone; the files: {:?}",
                         next.fs
                     ),
-                    LeaseAction::Rewind => {
-                        "an operator restores an old epoch file (1)".to_string()
-                    }
+                    LeaseAction::Rewind => "an operator restores an old epoch file (1)".to_string(),
                     LeaseAction::RemoveLock => {
                         "an operator removes .tenure/lock while it is held".to_string()
                     }
@@ -2216,10 +2215,7 @@ fn steps_told(m: &LeaseModel, s: &LeaseState, p: u8) -> String {
     let p = p as usize;
     let mut s = s.clone();
     let mut told = Vec::new();
-    loop {
-        let Some(job) = s.procs[p].job.as_ref() else {
-            break;
-        };
+    while let Some(job) = s.procs[p].job.as_ref() {
         let Some(op) = job.op() else { break };
         if matches!(op, LeaseOp::Wait) {
             break;
