@@ -58,11 +58,13 @@
 //! With [`LeaseModel::atomic_steps`] a plan runs up to its next lock operation in one model
 //! step (an acquisition is "up to the lock", then "under the lock, to the grant"), and the
 //! driver's actions run with the step that enabled them. Without it every operation that
-//! changes what another process or a crash can see — a rename, an unlink, a `mkdir`, a sync,
-//! a lock operation, the end of a cgroup — ends a model step, and so does each visible driver
-//! action (`SetPhase`, `AbandonAcquire`, `Exit`); reads, listings, opening and closing
-//! handles, and writing a temp file that no name refers to yet run with the next visible
-//! operation (they change nothing another process or a crash could tell apart).
+//! changes what another process or a crash can see — a rename, an unlink, a `mkdir`, a lock
+//! operation, the end of a cgroup, and a sync while a power loss can still come — ends a model
+//! step, and so does each visible driver action (`SetPhase`, `AbandonAcquire`, `Exit`); with
+//! [`LeaseModel::coarse`] only renames, lock and cgroup operations do. Reads, listings,
+//! opening and closing handles, and writing a temp file that no name refers to yet run with
+//! the next visible operation (they change nothing another process or a crash could tell
+//! apart).
 
 use crate::driver::{ChildView, Driver, Request, Restart};
 use crate::fs::{Reorder, SimFs};

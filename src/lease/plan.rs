@@ -1180,13 +1180,13 @@ enum St {
     CreateCgroup,
     /// Write the epoch to a temp file.
     WriteEpoch,
-    /// fsync it.
+    /// fdatasync it (the epoch must outlive a power loss once a child could have seen it).
     FsyncEpoch,
     /// Write the new marker to a temp file.
     WriteMarker,
-    /// fsync it.
+    /// fdatasync it (a successor trusts the marker).
     FsyncMarker,
-    /// Write the owner record to a temp file.
+    /// Write the owner record to a temp file (never synced: evidence for live processes).
     WriteOwner,
     /// Rename the epoch into place.
     RenameEpoch,
@@ -1194,7 +1194,7 @@ enum St {
     RenameMarker,
     /// Rename the owner record into place.
     RenameOwner,
-    /// fsync the control folder once for all three.
+    /// Sync the control folder once for all three renames, before the grant.
     SyncControl,
     /// Create `.tenure/registry/` (and make it durable).
     MakeRegistry,
