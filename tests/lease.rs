@@ -1017,7 +1017,6 @@ fn acquisition_crash_points_never_wedge_the_dir() {
         "lease.marker.rename",
         "lease.owner.create",
         "lease.owner.write",
-        "lease.owner.fsync",
         "lease.owner.rename",
         "lease.acquire.dirfsync",
         "lease.registry.mkdir",
