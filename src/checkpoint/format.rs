@@ -537,7 +537,7 @@ pub fn check_name_with(name: &str, limits: &Limits) -> Result<(), FormatError> {
     Ok(())
 }
 
-/// What [`ManifestParser::next`] found.
+/// What [`ManifestParser::next_item`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Parsed {
     /// More bytes are needed ([`ManifestParser::feed`]), or the end of the input.
@@ -566,7 +566,7 @@ enum Stage {
 }
 
 /// A push parser of a manifest of either format: bytes go in ([`ManifestParser::feed`]),
-/// checked headers and entries come out ([`ManifestParser::next`]), every rule checked as it
+/// checked headers and entries come out ([`ManifestParser::next_item`]), every rule checked as it
 /// goes with memory that does not grow with the number of entries. It does no I/O, so the
 /// store's load and GC plans hold it in their state (it is `Clone + Eq + Hash`), and
 /// [`ManifestReader`] is the same parser fed from a reader.
@@ -660,7 +660,7 @@ impl ManifestParser {
     }
 
     /// The next header or entry. After an error the parser is done.
-    pub fn next(&mut self) -> Result<Parsed, FormatError> {
+    pub fn next_item(&mut self) -> Result<Parsed, FormatError> {
         let r = self.step();
         if r.is_err() {
             self.stage = Stage::Done;
@@ -820,7 +820,7 @@ impl<R: std::io::BufRead> ManifestReader<R> {
     /// The parser's next result, feeding it from the reader as needed.
     fn pull(&mut self) -> Result<Parsed, FormatError> {
         loop {
-            match self.parser.next()? {
+            match self.parser.next_item()? {
                 Parsed::NeedMore => {
                     let chunk = self
                         .r
