@@ -65,6 +65,8 @@ pub fn invariant(property: &str) -> &'static str {
         checkpoint::CURRENT_VALID_AFTER_CRASH => "I12",
         checkpoint::GC_KEEPS_CURRENT => "I13",
         checkpoint::NO_REPAIR | checkpoint::CORRUPTION_REFUSED => "I14",
+        checkpoint::FENCED_PUBLISH => "I3",
+        checkpoint::CLEAN_AFTER_POWER_LOSS => "I17",
         _ => "—",
     }
 }
@@ -194,10 +196,13 @@ pub fn run_mutant(mutant: Mutant, processes: usize) -> MutantReport {
             SignalModel::ci().with_mutation(signals::Mutation::from_name(mutant.name)),
             mutant,
         ),
-        Which::Checkpoint => kill(
-            CheckpointModel::ci().with_mutation(checkpoint::Mutation::from_name(mutant.name)),
-            mutant,
-        ),
+        Which::Checkpoint => {
+            // The checkpoint model's mutants are bugs planted in the store's real code, for
+            // as long as the checker runs.
+            let m = checkpoint::Mutation::from_name(mutant.name);
+            let _planted = m.map(checkpoint::Mutation::plant);
+            kill(CheckpointModel::ci().with_mutation(m), mutant)
+        }
     }
 }
 

@@ -218,6 +218,8 @@ pub struct PublishPlan {
     bytes_written: u64,
     new_blobs: u64,
     acked: bool,
+    /// Whether the second fence (right before `CURRENT` is replaced) passed.
+    fenced: bool,
     gc_report: Option<GcReport>,
     out_result: Option<Published>,
 }
@@ -283,6 +285,7 @@ impl PublishPlan {
             bytes_written: 0,
             new_blobs: 0,
             acked: false,
+            fenced: false,
             gc_report: None,
             out_result: None,
         }
@@ -302,6 +305,19 @@ impl PublishPlan {
     /// The checkpoint this publish writes, once it is known.
     pub fn new_id(&self) -> Option<CheckpointId> {
         self.id
+    }
+
+    /// The `CURRENT` this publish writes, once its manifest is written.
+    pub fn new_current(&self) -> Option<Current> {
+        Some(Current {
+            id: self.id?,
+            manifest_sha256: self.manifest_sha256?,
+        })
+    }
+
+    /// Whether the last fence, right before `CURRENT` is replaced, passed.
+    pub fn fenced(&self) -> bool {
+        self.fenced
     }
 
     /// Where the plan is, for the models' descriptions.
@@ -1232,6 +1248,7 @@ impl Plan for PublishPlan {
             }
             At::Fence2(mut f) => {
                 if f.handle(r, &self.path)? {
+                    self.fenced = true;
                     self.current_bytes = self.current().to_bytes();
                     self.at = At::CurrentCreate;
                 } else {
