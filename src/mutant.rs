@@ -5,8 +5,8 @@
 //! of such a bug with [`on`]: `if mutant::on("gc-deletes-current") { ... the bug ... }`. Without
 //! the `mutants` cargo feature `on` is a constant `false` that the compiler removes, so release
 //! builds carry no trace of it. With the feature, the one active mutant comes from a [`scoped`]
-//! selection (in-process tests) or else from the environment variable `TENURE_MUTANT` (child
-//! processes, `tenure-models check --src-mutant NAME`).
+//! selection (in-process tests, `tenure-models check MODEL --mutant NAME`) or else from the
+//! environment variable `TENURE_MUTANT` (child processes).
 //!
 //! One mutant at a time: the selection is process-wide (the model checker runs on threads of its
 //! own), so [`scoped`] hands it out to one test at a time, and tests that must never see a

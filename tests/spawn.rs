@@ -33,6 +33,22 @@ fn spec(program: &Path, args: &[&str]) -> SpawnSpec {
     }
 }
 
+/// Writes an executable script without this process ever holding it open for writing. The tests
+/// of this binary spawn children on other threads, and a child between `fork` and `exec` holds a
+/// copy of every descriptor we have open: a script we were writing at that moment fails to exec
+/// with `ETXTBSY`. A separate `sh` writes it instead, and is gone before we exec the script.
+fn write_executable(path: &Path, text: &str) {
+    use std::io::Write;
+    let mut sh = std::process::Command::new("sh")
+        .args(["-c", "cat > \"$1\" && chmod 700 \"$1\"", "sh"])
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("sh");
+    sh.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    assert!(sh.wait().unwrap().success(), "writing {}", path.display());
+}
+
 fn wait_exit(c: &mut Child) -> ChildStatus {
     let end = Instant::now() + Duration::from_secs(20);
     loop {
@@ -61,12 +77,10 @@ fn same_behaviour(dir: &Path, configure: &dyn Fn(&mut SpawnSpec), cg: Option<&Cg
     let out = dir.join("out");
     // A script without `#!`: `execvp` runs it with /bin/sh.
     let script = dir.join("no-shebang");
-    fs::write(
+    write_executable(
         &script,
         "echo \"$SPAWN_TEST $$ $(cut -d' ' -f5 /proc/$$/stat) $(grep ^0:: /proc/$$/cgroup)\" > \"$1\"\n",
-    )
-    .unwrap();
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o700)).unwrap();
+    );
     let mut s = spec(&script, &[out.to_str().unwrap()]);
     configure(&mut s);
     let mut c = Child::spawn(&s).expect("spawn a script without #!");

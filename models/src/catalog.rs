@@ -1,5 +1,10 @@
 //! The catalogue of models, their CI configurations, their properties' invariant ids and their
 //! mutants, so the CLI, the tests and the README table come from one list.
+//!
+//! It also holds the configurations whose unique state counts are pinned ([`pinned`]): the
+//! counts live in `models/counts.txt`, are written by one command (`tenure-models pin`, add
+//! `--long` for the long set) and are compared by the tests ([`check_pinned`]), so a change of
+//! a model's state space is seen and re-pinned on purpose, never edited by hand.
 
 use crate::checkpoint::{self, CheckpointModel};
 use crate::lease::{self, LeaseModel, LeaseState};
@@ -62,6 +67,13 @@ pub fn invariant(property: &str) -> &'static str {
         signals::REFUSED_KEEPS_CURRENT => "I9",
         signals::ONE_OUTCOME | signals::EXIT_CODE_PER_SPEC => "I10",
         signals::DRAIN_ONCE => "I11",
+        // The obligations of the cards: the card they pin.
+        signals::STOP_COLD_CANCELS => "G1",
+        signals::STOP_RECOVERING_REFUSES => "G3",
+        signals::STOP_FORWARDED_BEFORE_KILL => "G6",
+        signals::PUBLISH_AFTER_CLEAN_EXIT => "G4",
+        signals::STRAY_RELAYED => "T3",
+        signals::HOOK_BEFORE_DRAINING => "H2",
         checkpoint::CURRENT_VALID_AFTER_CRASH => "I12",
         checkpoint::GC_KEEPS_CURRENT => "I13",
         checkpoint::NO_REPAIR | checkpoint::CORRUPTION_REFUSED => "I14",
@@ -107,6 +119,414 @@ pub fn mutants() -> Vec<Mutant> {
         });
     }
     v
+}
+
+/// A plausible bug planted in the real code of `src/` (`tenure::mutant::on(name)`), the model
+/// that runs that code, and the property that must fail when it is planted: the rows of the
+/// mutation table in models/README.md. A mutant counts only if a property is violated (an
+/// `always` with a counterexample, or a `sometimes` with no example left), never because a
+/// state count or a snapshot changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SrcMutant {
+    /// The name the code asks `tenure::mutant::on` about.
+    pub name: &'static str,
+    /// Where in `src/` the bug is planted.
+    pub place: &'static str,
+    /// What the bug does.
+    pub what: &'static str,
+    /// The model that runs the code.
+    pub model: Which,
+    /// The property it must break.
+    pub breaks: &'static str,
+}
+
+/// Every mutant planted in `src/`, one block per area of the code.
+pub fn src_mutants() -> Vec<SrcMutant> {
+    let m = |name, place, what, model, breaks| SrcMutant {
+        name,
+        place,
+        what,
+        model,
+        breaks,
+    };
+    use Which::Signals;
+    vec![
+        // ---- the machine's rules (src/machine/rules.rs) and the driver core
+        // (src/driver/core.rs), run by the signal model ----
+        m(
+            "publish-after-nonzero-exit",
+            "src/machine/rules.rs `drain_stopping`",
+            "a drain publishes whatever status the main process exited with",
+            Signals,
+            signals::PUBLISH_AFTER_CLEAN_EXIT,
+        ),
+        m(
+            "publish-after-kill",
+            "src/machine/rules.rs `drain_stopping`",
+            "a drain publishes after the rest of the tree had to be SIGKILLed",
+            Signals,
+            signals::PUBLISH_AFTER_CLEAN_EXIT,
+        ),
+        m(
+            "publish-after-watchdog",
+            "src/machine/rules.rs `drain_stopping`",
+            "a drain caused by a missed watchdog publishes what the workload staged",
+            Signals,
+            signals::PUBLISH_AFTER_CLEAN_EXIT,
+        ),
+        m(
+            "no-forward-on-stop",
+            "src/machine/rules.rs `Rules::stop_step`",
+            "the stop step arms the grace without forwarding the stop signal",
+            Signals,
+            signals::STOP_FORWARDED_BEFORE_KILL,
+        ),
+        m(
+            "drain-kills-at-once",
+            "src/machine/rules.rs `Rules::enter_drain`",
+            "a drain caused by a stop signal starts with SIGKILL",
+            Signals,
+            signals::STOP_FORWARDED_BEFORE_KILL,
+        ),
+        m(
+            "release-then-publish",
+            "src/machine/rules.rs `publish` (entry of publishing)",
+            "the publish step releases the lease, then publishes, in one step",
+            Signals,
+            signals::CHECKPOINT_BEFORE_RELEASE,
+        ),
+        m(
+            "stop-while-recovering-drains",
+            "src/machine/rules.rs `recovering`, `awaiting`",
+            "a stop while recovering drains (and may publish) instead of refusing",
+            Signals,
+            signals::STOP_RECOVERING_REFUSES,
+        ),
+        m(
+            "refused-recovery-publishes",
+            "src/machine/rules.rs `aborting`",
+            "an abandoned recovery whose workload exited 0 publishes",
+            Signals,
+            signals::REFUSED_KEEPS_CURRENT,
+        ),
+        m(
+            "stop-while-waiting-ignored",
+            "src/machine/rules.rs `waiting`",
+            "a stop while waiting for the lease is ignored",
+            Signals,
+            signals::STOP_COLD_CANCELS,
+        ),
+        m(
+            "dropped-begin-drain",
+            "src/machine/rules.rs `Rules::drain_prefix`",
+            "a drain begins without `begin-drain` (the host's hook never runs)",
+            Signals,
+            signals::HOOK_BEFORE_DRAINING,
+        ),
+        m(
+            "missed-disarm",
+            "src/machine/rules.rs `drain_stopping`",
+            "the grace timer stays armed once the stopped workload is gone",
+            Signals,
+            signals::LEGAL_EVENTS,
+        ),
+        m(
+            "stray-not-relayed",
+            "src/machine/rules.rs `ready`",
+            "a ready owner ignores a stray signal instead of relaying it",
+            Signals,
+            signals::STRAY_RELAYED,
+        ),
+        m(
+            "main-exit-ends-workload",
+            "src/machine/rules.rs `ready`",
+            "the main process's exit is taken for the end of its whole tree",
+            Signals,
+            signals::LEASE_OUTLIVES_WORKLOAD,
+        ),
+        m(
+            "drain-releases-on-main-exit",
+            "src/machine/rules.rs `drain_stopping`",
+            "a drain releases when the main process exits, while its tree runs",
+            Signals,
+            signals::LEASE_OUTLIVES_WORKLOAD,
+        ),
+        m(
+            "core-spawn-not-synchronous",
+            "src/driver/core.rs `Core::admits`",
+            "the driver feeds a signal while the spawn is outstanding",
+            Signals,
+            signals::LEGAL_EVENTS,
+        ),
+        m(
+            "core-disarm-ignored",
+            "src/driver/core.rs `Core::pop`",
+            "`disarm-timer` leaves the timer armed",
+            Signals,
+            signals::LEGAL_EVENTS,
+        ),
+        m(
+            "core-fired-timer-stays-armed",
+            "src/driver/core.rs `Core::feed`",
+            "a timer that fired stays armed (and fires again)",
+            Signals,
+            signals::LEGAL_EVENTS,
+        ),
+        m(
+            "core-release-keeps-recovery",
+            "src/driver/core.rs `Core::pop`",
+            "a release leaves a running recovery outstanding (its answer comes after the release)",
+            Signals,
+            signals::LEGAL_EVENTS,
+        ),
+    ]
+}
+
+/// Plants the `src/` mutant `name` (in this process, for the duration of the run) and runs its
+/// model's CI configuration, stopping at the first counterexample to the property it must
+/// break, then finds the shortest one.
+pub fn run_src_mutant(mutant: SrcMutant) -> MutantReport {
+    let _planted = tenure::mutant::scoped(mutant.name);
+    let as_row = Mutant {
+        model: mutant.model,
+        name: mutant.name,
+        breaks: mutant.breaks,
+    };
+    match mutant.model {
+        Which::Lease => kill(lease_ci(3), as_row),
+        Which::Signals => kill(SignalModel::ci(), as_row),
+        Which::Checkpoint => kill(CheckpointModel::ci(), as_row),
+    }
+}
+
+/// Runs the catalogued `src/` mutant `name`, prints the shortest counterexample, and panics if
+/// the mutant survives — the body of every `src/` mutant test (each binary of them plants one
+/// mutant at a time).
+pub fn assert_src_killed(name: &str) {
+    let mutant = src_mutants()
+        .into_iter()
+        .find(|m| m.name == name)
+        .unwrap_or_else(|| panic!("src mutant {name} is not catalogued"));
+    let r = run_src_mutant(mutant);
+    println!(
+        "src mutant {} ({}) breaks `{}` ({}); shortest counterexample, {} steps:",
+        mutant.name,
+        mutant.place,
+        mutant.breaks,
+        invariant(mutant.breaks),
+        r.length
+    );
+    for line in &r.path {
+        println!("    {line}");
+    }
+    assert!(r.killed, "src mutant {} survived", mutant.name);
+    assert!(r.length > 0 && !r.path.is_empty());
+}
+
+/// Which set a pinned configuration belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Set {
+    /// Checked by every `cargo test` (and so by CI).
+    Ci,
+    /// Checked with `TENURE_LONG=1` (models/tests/long.rs).
+    Long,
+}
+
+/// A model configuration whose unique state count is pinned in `models/counts.txt`.
+#[derive(Debug, Clone, Copy)]
+pub struct Pinned {
+    /// The name in the counts file and on the command line.
+    pub name: &'static str,
+    /// The set it belongs to.
+    pub set: Set,
+    /// What is checked, in words.
+    pub what: &'static str,
+    /// Runs the complete search with this many checker threads (the unique count does not
+    /// depend on them).
+    pub run: fn(usize) -> Report,
+}
+
+/// The file the pinned counts live in.
+pub const COUNTS_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/counts.txt");
+
+/// The counts as last pinned (compiled in, so a re-pin rebuilds the tests).
+const COUNTS: &str = include_str!("../counts.txt");
+
+fn lease_symmetry(m: LeaseModel, threads: usize) -> Report {
+    let rep = <LeaseState as Representative>::representative as fn(&LeaseState) -> LeaseState;
+    run::check(m, Search::DfsSymmetry, threads, Some(rep), None)
+}
+
+fn lease_fine(processes: usize) -> LeaseModel {
+    let mut m = LeaseModel::ci(processes);
+    m.atomic_steps = false;
+    m.timers = true;
+    m.recovery_failures = true;
+    m
+}
+
+/// Every configuration with a pinned count: the CI set, then the long set.
+pub fn pinned() -> Vec<Pinned> {
+    vec![
+        Pinned {
+            name: "lease-n3-symmetry",
+            set: Set::Ci,
+            what: "lease, 3 processes, DFS with symmetry reduction",
+            run: |t| lease_symmetry(LeaseModel::ci(3), t),
+        },
+        Pinned {
+            name: "lease-n2-fine",
+            set: Set::Ci,
+            what: "lease, 2 processes, every visible action a step, timers, refusals, BFS",
+            run: |t| run::check(lease_fine(2), Search::Bfs, t, None, None),
+        },
+        Pinned {
+            name: "lease-tree-cgroup",
+            set: Set::Ci,
+            what: "lease, tree world, cgroup containment, BFS",
+            run: |t| {
+                let m = LeaseModel::tree_ci(lease::Contain::Cgroup);
+                run::check(m, Search::Bfs, t, None, None)
+            },
+        },
+        Pinned {
+            name: "lease-tree-lock-fd",
+            set: Set::Ci,
+            what: "lease, tree world, inherited lock descriptor, BFS",
+            run: |t| {
+                let m = LeaseModel::tree_ci(lease::Contain::LockFd);
+                run::check(m, Search::Bfs, t, None, None)
+            },
+        },
+        Pinned {
+            name: "signals",
+            set: Set::Ci,
+            what: "signals, two signals, three workloads, BFS",
+            run: |t| run::check(SignalModel::ci(), Search::Bfs, t, None, None),
+        },
+        Pinned {
+            name: "checkpoint",
+            set: Set::Ci,
+            what: "checkpoint, 4 runs, 2 crashes, 1 corruption, BFS",
+            run: |t| run::check(CheckpointModel::ci(), Search::Bfs, t, None, None),
+        },
+        Pinned {
+            name: "lease-n3-bfs",
+            set: Set::Long,
+            what: "lease, 3 processes, BFS without symmetry (the reduction's baseline)",
+            run: |t| run::check(LeaseModel::ci(3), Search::Bfs, t, None, None),
+        },
+        Pinned {
+            name: "lease-n4-symmetry",
+            set: Set::Long,
+            what: "lease, 4 processes, DFS with symmetry reduction",
+            run: |t| lease_symmetry(LeaseModel::ci(4), t),
+        },
+        Pinned {
+            name: "lease-n3-fine-symmetry",
+            set: Set::Long,
+            what: "lease, 3 processes, every visible action a step, timers, refusals, DFS with symmetry",
+            run: |t| lease_symmetry(lease_fine(3), t),
+        },
+        Pinned {
+            name: "signals-three-signals",
+            set: Set::Long,
+            what: "signals, three signals, BFS",
+            run: |t| {
+                let mut m = SignalModel::ci();
+                m.signals = 3;
+                run::check(m, Search::Bfs, t, None, None)
+            },
+        },
+        Pinned {
+            name: "checkpoint-five-runs-three-crashes",
+            set: Set::Long,
+            what: "checkpoint, 5 runs, 3 crashes, BFS",
+            run: |t| {
+                let mut m = CheckpointModel::ci();
+                m.runs = 5;
+                m.crashes = 3;
+                run::check(m, Search::Bfs, t, None, None)
+            },
+        },
+    ]
+}
+
+/// Reads a counts file: one `name count` per line; `#` starts a comment.
+pub fn parse_counts(text: &str) -> Result<Vec<(String, usize)>, String> {
+    let mut v = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut parts = line.split_whitespace();
+        let (Some(name), Some(count), None) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(format!(
+                "line {}: expected `name count`, found {line:?}",
+                i + 1
+            ));
+        };
+        let count = count
+            .replace('_', "")
+            .parse()
+            .map_err(|_| format!("line {}: {count:?} is not a count", i + 1))?;
+        v.push((name.to_string(), count));
+    }
+    Ok(v)
+}
+
+/// The pinned count of the configuration `name`.
+pub fn pinned_count(name: &str) -> Option<usize> {
+    parse_counts(COUNTS)
+        .expect("models/counts.txt is written by `tenure-models pin`")
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, c)| c)
+}
+
+/// Writes the counts file for `counts` (in the order of [`pinned`]).
+pub fn render_counts(counts: &[(String, usize)]) -> String {
+    let mut out = String::from(
+        "# Unique state counts of the models' pinned configurations (models/src/catalog.rs).\n\
+         # Written by `cargo run -p tenure-models --release -- pin` (`--long` for the long set);\n\
+         # checked by the tests. Re-pin after an intended change of a model and say why in\n\
+         # models/README.md.\n",
+    );
+    for p in pinned() {
+        if let Some((_, c)) = counts.iter().find(|(n, _)| n == p.name) {
+            out.push_str(&format!("{} {c}\n", p.name));
+        }
+    }
+    out
+}
+
+/// Runs the pinned configuration `name` (complete search), asserts that every property holds
+/// and that the unique state count is the pinned one — the body of every pinned-count test.
+pub fn check_pinned(name: &str) -> Report {
+    let p = pinned()
+        .into_iter()
+        .find(|p| p.name == name)
+        .unwrap_or_else(|| panic!("no pinned configuration {name}"));
+    let threads = match p.set {
+        Set::Ci => 1,
+        Set::Long => 2,
+    };
+    let r = (p.run)(threads);
+    print!("{} ({}):\n{r}", p.name, p.what);
+    assert!(r.all_hold(), "{name}: a property does not hold:\n{r}");
+    let pinned = pinned_count(name).unwrap_or_else(|| {
+        panic!("{name} has no pinned count; run `cargo run -p tenure-models --release -- pin`")
+    });
+    assert_eq!(
+        r.unique,
+        pinned,
+        "{name}: {} unique states, {pinned} pinned; if the model changed on purpose, re-pin with \
+         `cargo run -p tenure-models --release -- pin{}` and say why in models/README.md",
+        r.unique,
+        if p.set == Set::Long { " --long" } else { "" }
+    );
+    r
 }
 
 /// The lease model checked in CI with `processes` slots.
@@ -227,5 +647,60 @@ fn plain(search: Search) -> Search {
     match search {
         Search::DfsSymmetry => Search::Dfs,
         Search::Bfs | Search::Dfs => search,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stateright::Model;
+
+    /// The counts file pins exactly the catalogued configurations, in the form `pin` writes it:
+    /// no stale name, no configuration without a count, no hand-made layout.
+    #[test]
+    fn counts_file_is_what_pin_writes() {
+        let counts = parse_counts(COUNTS).expect("counts.txt parses");
+        let mut names: Vec<&str> = counts.iter().map(|(n, _)| n.as_str()).collect();
+        let mut want: Vec<&str> = pinned().iter().map(|p| p.name).collect();
+        names.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(names, want);
+        assert_eq!(render_counts(&counts), COUNTS);
+    }
+
+    #[test]
+    fn counts_parse_errors_name_the_line() {
+        assert_eq!(
+            parse_counts("# c\nsignals 1_000\n").unwrap(),
+            [("signals".to_string(), 1000)]
+        );
+        assert!(parse_counts("a\n").unwrap_err().starts_with("line 1"));
+        assert!(parse_counts("\na x\n").unwrap_err().starts_with("line 2"));
+    }
+
+    /// Every `src/` mutant names a property its model has.
+    #[test]
+    fn src_mutants_name_real_properties() {
+        for m in src_mutants() {
+            let names: Vec<&str> = match m.model {
+                Which::Lease => lease_ci(2).properties().iter().map(|p| p.name).collect(),
+                Which::Signals => SignalModel::ci()
+                    .properties()
+                    .iter()
+                    .map(|p| p.name)
+                    .collect(),
+                Which::Checkpoint => CheckpointModel::ci()
+                    .properties()
+                    .iter()
+                    .map(|p| p.name)
+                    .collect(),
+            };
+            assert!(
+                names.contains(&m.breaks),
+                "{}: no property {}",
+                m.name,
+                m.breaks
+            );
+        }
     }
 }

@@ -53,7 +53,7 @@
 //! of them a step a crash can fall between. The host has no active residency, so it reports
 //! them settled as soon as the drain waits for them.
 
-use crate::driver::{Driver, Request};
+use crate::driver::{Driver, Request, Restart};
 use stateright::{Model, Property, Representative};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};

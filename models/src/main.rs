@@ -7,8 +7,12 @@
 //! tenure-models check lease --tree cgroup|lock-fd [--close-fd] [--threads T]
 //! tenure-models mutants [lease|signals|checkpoint|all] [--processes N]
 //! tenure-models trace FILE...
+//! tenure-models pin [--long] [--threads T]
 //! tenure-models bench [--long]
 //! ```
+//! `pin` runs the pinned configurations (the CI set; with `--long` the long set too), checks
+//! that every property holds, and rewrites models/counts.txt with their unique state counts:
+//! the one way the counts the tests compare against are made.
 //! Exit codes: 0 when every check passed (every property holds, every mutant is killed, every
 //! trace conforms), 1 when one did not, 64 for a usage error.
 
@@ -27,6 +31,7 @@ const USAGE: &str = "usage:
   tenure-models check lease --tree cgroup|lock-fd [--close-fd] [--threads T]
   tenure-models mutants [lease|signals|checkpoint|all] [--processes N]
   tenure-models trace FILE...
+  tenure-models pin [--long] [--threads T]
   tenure-models bench [--long]";
 
 /// A command line that cannot be run.
@@ -150,6 +155,12 @@ fn run() -> Result<ExitCode, Usage> {
             Ok(traces(&o.files))
         }
         "bench" => Ok(bench(o.long)),
+        "pin" => {
+            if let Some(f) = o.files.first() {
+                return Err(Usage(format!("pin takes no argument {f:?}")));
+            }
+            Ok(pin(o.long, o.threads))
+        }
         other => Err(Usage(format!("unknown command {other:?}"))),
     }
 }
@@ -175,16 +186,23 @@ fn check(o: &Opts) -> Result<ExitCode, Usage> {
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(name) = &o.mutant {
-        let Some(m) = catalog::mutants()
+        // A mutant of the model's world, or a bug planted in src/ that the model runs.
+        let world = catalog::mutants()
             .into_iter()
-            .find(|m| m.name == name && o.models.contains(&m.model))
-        else {
-            return Err(Usage(format!(
-                "no mutant {name:?} in {:?}; `tenure-models mutants` lists them",
-                o.models
-            )));
+            .find(|m| m.name == name && o.models.contains(&m.model));
+        let src = catalog::src_mutants()
+            .into_iter()
+            .find(|m| m.name == name && o.models.contains(&m.model));
+        let r = match (world, src) {
+            (Some(m), _) => catalog::run_mutant(m, processes),
+            (None, Some(m)) => catalog::run_src_mutant(m),
+            (None, None) => {
+                return Err(Usage(format!(
+                    "no mutant {name:?} in {:?}; `tenure-models mutants` lists them",
+                    o.models
+                )));
+            }
         };
-        let r = catalog::run_mutant(m, processes);
         print_mutant(&r, true);
         return Ok(if r.killed {
             ExitCode::SUCCESS
@@ -270,6 +288,15 @@ fn mutants(o: &Opts) -> ExitCode {
         print_mutant(&r, false);
         ok &= r.killed;
     }
+    println!("bugs planted in src/:");
+    for m in catalog::src_mutants() {
+        if !o.models.contains(&m.model) {
+            continue;
+        }
+        let r = catalog::run_src_mutant(m);
+        print_mutant(&r, false);
+        ok &= r.killed;
+    }
     if ok {
         ExitCode::SUCCESS
     } else {
@@ -300,6 +327,58 @@ fn traces(files: &[String]) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Runs the pinned configurations and rewrites the counts file (only if every property of every
+/// configuration run holds).
+fn pin(long: bool, threads: usize) -> ExitCode {
+    let path = catalog::COUNTS_FILE;
+    let old = match std::fs::read_to_string(path) {
+        Ok(text) => match catalog::parse_counts(&text) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("tenure-models: {path}: {e}; fix or delete the file, then pin again");
+                return ExitCode::FAILURE;
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            eprintln!("tenure-models: cannot read {path}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut counts: Vec<(String, usize)> = old.clone();
+    let mut ok = true;
+    for p in catalog::pinned() {
+        if p.set == catalog::Set::Long && !long {
+            continue;
+        }
+        let r = (p.run)(threads.max(1));
+        line(p.name, &r);
+        if !r.all_hold() {
+            ok = false;
+            print!("{r}");
+            continue;
+        }
+        let was = old.iter().find(|(n, _)| n == p.name).map(|(_, c)| *c);
+        match was {
+            Some(c) if c == r.unique => {}
+            Some(c) => println!("  {}: {c} -> {}", p.name, r.unique),
+            None => println!("  {}: pinned at {}", p.name, r.unique),
+        }
+        counts.retain(|(n, _)| n != p.name);
+        counts.push((p.name.to_string(), r.unique));
+    }
+    if !ok {
+        eprintln!("tenure-models: a property does not hold; {path} was left as it was");
+        return ExitCode::FAILURE;
+    }
+    if let Err(e) = std::fs::write(path, catalog::render_counts(&counts)) {
+        eprintln!("tenure-models: cannot write {path}: {e}");
+        return ExitCode::FAILURE;
+    }
+    println!("wrote {path}");
+    ExitCode::SUCCESS
 }
 
 fn line(name: &str, r: &Report) {
@@ -370,9 +449,15 @@ fn bench(long: bool) -> ExitCode {
     for m in &all {
         killed += usize::from(catalog::run_mutant(*m, 3).killed);
     }
+    let src = catalog::src_mutants();
+    for m in &src {
+        killed += usize::from(catalog::run_src_mutant(*m).killed);
+    }
     println!(
-        "mutants: {killed}/{} killed in {:.2?}",
+        "mutants: {killed}/{} killed ({} of the worlds, {} planted in src/) in {:.2?}",
+        all.len() + src.len(),
         all.len(),
+        src.len(),
         m0.elapsed()
     );
     for (n, f) in factors {

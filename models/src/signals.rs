@@ -28,14 +28,22 @@
 //! The world records what an observer would see: when the lease is taken and released, whether
 //! a child may still run, what CURRENT holds, how often the drain hook ran, and each end record
 //! and exit code. The properties are about those records.
+//!
+//! Besides what must never happen, the model checks what the cards require to happen (the
+//! obligations): an event creates an obligation (`SignalState::owed`) and an action of the
+//! driver discharges it — a stop while cold is owed the cancellation, a stop while recovering
+//! the refusal with nothing published, a stop while ready the forward before any SIGKILL, a
+//! stray for a running workload its relay — and every publish must come after a clean exit,
+//! every drain after its hook. An obligation left undischarged when its step ends, or a
+//! forbidden action before it, is a violation.
 
-use crate::driver::{ChildView, Driver, Request};
+use crate::driver::{ChildView, Driver, Request, Restart};
 use crate::spec::ExitTable;
 use stateright::{Model, Property};
 use std::time::Duration;
 use tenure::machine::{
-    Action, ChildStatus, Config, Event, ExecFailure, Fault, KillMode, Note, Outcome, PhaseKind,
-    ReadyMode, Reason, Signal, Target, Timer,
+    Action, ChildStatus, Config, Event, ExecFailure, Fault, KillMode, Note, Outcome, Phase,
+    PhaseKind, ReadyMode, Reason, Signal, Target, Timer,
 };
 
 /// Deliberate bugs in the driver's execution; each must make a property fail.
@@ -141,6 +149,22 @@ pub const DRAIN_ONCE: &str = "drain once";
 pub const TERMINAL_IS_FINAL: &str = "terminal is final";
 /// The driver feeds only events its semantics allow and the machine accepts.
 pub const LEGAL_EVENTS: &str = "legal events";
+/// G1: a stop signal before the lease ends the run as cancelled, in the step it is fed, and the
+/// lease is never taken afterwards.
+pub const STOP_COLD_CANCELS: &str = "a stop while cold cancels";
+/// G3: a stop signal while recovering ends the run as refused and nothing is published.
+pub const STOP_RECOVERING_REFUSES: &str = "a stop while recovering refuses";
+/// G4, G6, D1: a stop signal while ready is forwarded to the workload in the step it is fed,
+/// before any SIGKILL.
+pub const STOP_FORWARDED_BEFORE_KILL: &str = "a stop reaches the workload before a kill";
+/// G4, R1: a checkpoint is published only after the workload stopped in order — the main
+/// process exited 0, nothing had to be SIGKILLed, no watchdog expired — or, in-process, after
+/// the residencies settled; in every phase.
+pub const PUBLISH_AFTER_CLEAN_EXIT: &str = "publish only after a clean exit";
+/// T3: a stray signal fed while a process of the workload runs is relayed to it in that step.
+pub const STRAY_RELAYED: &str = "a stray reaches a running workload";
+/// H2, I11: the drain hook has run when the owner records that it drains.
+pub const HOOK_BEFORE_DRAINING: &str = "drain hook before draining";
 
 const V_CHILD: u16 = 1;
 const V_DURABLE: u16 = 2;
@@ -148,6 +172,21 @@ const V_ILLEGAL: u16 = 4;
 const V_CODE: u16 = 8;
 const V_TERM: u16 = 16;
 const V_STRAY: u16 = 32;
+const V_CANCEL: u16 = 64;
+const V_REFUSE: u16 = 128;
+const V_FORWARD: u16 = 256;
+const V_CLEAN: u16 = 512;
+const V_RELAY: u16 = 1024;
+const V_HOOK: u16 = 2048;
+
+/// Obligations a fed event created and an action must discharge (the bits of
+/// `SignalState::owed`).
+const OWE_CANCEL: u8 = 1;
+const OWE_REFUSE: u8 = 2;
+const OWE_FORWARD: u8 = 4;
+const OWE_RELAY: u8 = 8;
+/// The obligations due by the end of the step that created them.
+const OWE_IN_STEP: u8 = OWE_CANCEL | OWE_FORWARD | OWE_RELAY;
 
 /// The signal model and its bounds.
 #[derive(Debug, Clone)]
@@ -312,6 +351,16 @@ pub struct SignalState {
     pub exit: Option<(Outcome, u8)>,
     /// The first terminal phase reached (for I6).
     pub ended: Option<PhaseKind>,
+    /// What the world is owed: obligations created by an event and discharged by an action
+    /// (bit set; `OWE_*`). The obligation properties are checked against them as the trace of
+    /// events and actions unfolds: an obligation still owed when its step ends or when a
+    /// forbidden action runs is a violation. Each is discharged within the step or, for a
+    /// refusal, at the exit, so in a correct run they are a function of the rest of the state
+    /// and add no states.
+    pub owed: u8,
+    /// The watchdog expired (the workload missed a ping); forgotten once the machine is
+    /// terminal.
+    pub watchdog_fired: bool,
     /// Violations recorded by steps (bit set).
     pub violations: u16,
 }
@@ -374,11 +423,67 @@ impl SignalState {
     fn feed(&mut self, ev: Event) {
         match self.drv.feed(ev) {
             Ok(_) => {
-                if self.ended.is_none() && self.drv.machine().is_terminal() {
-                    self.ended = Some(self.drv.machine().kind());
+                if self.drv.machine().is_terminal() {
+                    if self.ended.is_none() {
+                        self.ended = Some(self.drv.machine().kind());
+                    }
+                    // A terminal machine publishes nothing more: what only a publish needs is
+                    // forgotten, so equal ends stay one state.
+                    self.watchdog_fired = false;
                 }
             }
             Err(_) => self.violations |= V_ILLEGAL,
+        }
+        self.settle_step();
+    }
+
+    /// Once every action of a step ran, the obligations due within the step must have been
+    /// discharged.
+    fn settle_step(&mut self) {
+        if !self.drv.todo().is_empty() || self.owed & OWE_IN_STEP == 0 {
+            return;
+        }
+        for (owed, violation) in [
+            (OWE_CANCEL, V_CANCEL),
+            (OWE_FORWARD, V_FORWARD),
+            (OWE_RELAY, V_RELAY),
+        ] {
+            if self.owed & owed != 0 {
+                self.violations |= violation;
+            }
+        }
+        self.owed &= !OWE_IN_STEP;
+    }
+
+    /// The obligations a stop signal creates, from the phase it is fed in (cards G1, G3, G4).
+    fn owe_for_stop(&mut self) {
+        let child = matches!(
+            self.drv.machine().config().workload,
+            tenure::machine::Workload::Child(_)
+        );
+        match self.drv.machine().phase() {
+            Phase::Cold { .. } => self.owed |= OWE_CANCEL,
+            // Not yet abandoned: an abandoned recovery already ends refused.
+            Phase::Recovering { outcome: None, .. } => self.owed |= OWE_REFUSE,
+            Phase::Ready { .. } if child => self.owed |= OWE_FORWARD,
+            Phase::Recovering { .. }
+            | Phase::Ready { .. }
+            | Phase::Draining { .. }
+            | Phase::Released(_)
+            | Phase::Cancelled(_)
+            | Phase::Refused(_) => {}
+        }
+    }
+
+    /// Card G4 (R1 for the record): what a publish needs to have happened first.
+    fn clean_for_publish(&self) -> bool {
+        match self.drv.machine().config().workload {
+            tenure::machine::Workload::Child(_) => {
+                self.child == Child::Reaped(ChildStatus::Exited(0))
+                    && !self.kill_sent
+                    && !self.watchdog_fired
+            }
+            tenure::machine::Workload::InProcess => self.settle_fed,
         }
     }
 
@@ -459,6 +564,8 @@ impl Model for SignalModel {
                     end_records: 0,
                     exit: None,
                     ended: None,
+                    owed: 0,
+                    watchdog_fired: false,
                     violations: 0,
                 };
                 s.feed(Event::Start);
@@ -485,45 +592,50 @@ impl Model for SignalModel {
         if !s.drv.between_steps() {
             return;
         }
-        match s.drv.request() {
-            Some(Request::Acquire { busy }) => {
-                out.push(SignalAction::Answer(Event::LeaseGranted { epoch: 1 }));
-                if busy {
-                    out.push(SignalAction::Answer(Event::WaitExpired));
-                } else {
-                    out.push(SignalAction::Answer(Event::LeaseBusy));
-                    out.push(SignalAction::Answer(Event::LeaseFailed(Fault::Io)));
+        // Every request outstanding gets every answer the world could give (a faulty step can
+        // leave two owed; the world answers them in either order).
+        for r in s.drv.requests() {
+            match r {
+                Request::Acquire { busy } => {
+                    out.push(SignalAction::Answer(Event::LeaseGranted { epoch: 1 }));
+                    if busy {
+                        out.push(SignalAction::Answer(Event::WaitExpired));
+                    } else {
+                        out.push(SignalAction::Answer(Event::LeaseBusy));
+                        out.push(SignalAction::Answer(Event::LeaseFailed(Fault::Io)));
+                    }
                 }
-            }
-            Some(Request::Recover) => {
-                out.push(SignalAction::Answer(Event::RecoveryDone));
-                out.push(SignalAction::Answer(Event::RecoveryFailed(Fault::State)));
-            }
-            Some(Request::Spawn) => {
-                out.push(SignalAction::Spawned(None));
-                for n in [Nature::Ends, Nature::IgnoresTerm, Nature::Unkillable] {
-                    out.push(SignalAction::Spawned(Some(n)));
+                Request::Recover => {
+                    out.push(SignalAction::Answer(Event::RecoveryDone));
+                    out.push(SignalAction::Answer(Event::RecoveryFailed(Fault::State)));
                 }
-                out.push(SignalAction::Answer(Event::SpawnFailed(
-                    ExecFailure::NotFound,
-                )));
-                out.push(SignalAction::Answer(Event::SpawnFailed(
-                    ExecFailure::NotExecutable,
-                )));
+                Request::Spawn => {
+                    out.push(SignalAction::Spawned(None));
+                    for n in [Nature::Ends, Nature::IgnoresTerm, Nature::Unkillable] {
+                        out.push(SignalAction::Spawned(Some(n)));
+                    }
+                    out.push(SignalAction::Answer(Event::SpawnFailed(
+                        ExecFailure::NotFound,
+                    )));
+                    out.push(SignalAction::Answer(Event::SpawnFailed(
+                        ExecFailure::NotExecutable,
+                    )));
+                }
+                Request::Publish => {
+                    out.push(SignalAction::Answer(Event::CheckpointPublished));
+                    out.push(SignalAction::Answer(Event::CheckpointSkipped));
+                    out.push(SignalAction::Answer(Event::CheckpointFailed));
+                }
+                Request::Release => out.push(SignalAction::Answer(Event::LeaseReleased)),
             }
-            Some(Request::Publish) => {
-                out.push(SignalAction::Answer(Event::CheckpointPublished));
-                out.push(SignalAction::Answer(Event::CheckpointSkipped));
-                out.push(SignalAction::Answer(Event::CheckpointFailed));
-            }
-            Some(Request::Release) => out.push(SignalAction::Answer(Event::LeaseReleased)),
-            None => {}
         }
-        let spawning = s.drv.request() == Some(Request::Spawn);
-        if s.queue[0].is_some() && (!spawning || self.is(Mutation::SignalDuringSpawn)) {
+        // The driver delivers a queued signal whenever the core admits one (not while the
+        // synchronous spawn is outstanding).
+        let admitted = s.drv.admits(Event::Stop(Signal::Term)).is_ok();
+        if s.queue[0].is_some() && (admitted || self.is(Mutation::SignalDuringSpawn)) {
             out.push(SignalAction::Deliver);
         }
-        if spawning {
+        if !admitted {
             return;
         }
         // The driver sees the child (its exit through the pidfd, its datagrams on the notify
@@ -635,10 +747,15 @@ impl Model for SignalModel {
                         if s.drv.machine().kind() == PhaseKind::Draining {
                             s.delivered_draining += 1;
                         }
+                        s.owe_for_stop();
                         s.feed(Event::Stop(sig));
                     }
                     Queued::Stray => {
                         let before = s.drv.machine().is_terminal();
+                        // Card T3: a signal for a workload that runs reaches it.
+                        if s.workload_running() && s.drv.machine().kind().owns() {
+                            s.owed |= OWE_RELAY;
+                        }
                         s.feed(Event::Stray(USR1));
                         if !before && s.drv.machine().is_terminal() {
                             s.violations |= V_STRAY;
@@ -646,7 +763,12 @@ impl Model for SignalModel {
                     }
                 }
             }
-            SignalAction::Fire(t) => s.feed(Event::TimerExpired(t)),
+            SignalAction::Fire(t) => {
+                if t == Timer::Watchdog {
+                    s.watchdog_fired = true;
+                }
+                s.feed(Event::TimerExpired(t));
+            }
             SignalAction::Ready => {
                 if let Child::Running { ref mut ready, .. } = s.child {
                     *ready = true;
@@ -795,6 +917,48 @@ impl Model for SignalModel {
             Property::always(LEGAL_EVENTS, |_, s: &SignalState| {
                 s.violations & V_ILLEGAL == 0
             }),
+            // The obligations of the cards, checked against the world's trace of events and
+            // actions as it unfolds (`owed`); each has its example beside it.
+            Property::always(STOP_COLD_CANCELS, |_, s: &SignalState| {
+                s.violations & V_CANCEL == 0
+            }),
+            Property::always(STOP_RECOVERING_REFUSES, |_, s: &SignalState| {
+                s.violations & V_REFUSE == 0
+            }),
+            Property::always(STOP_FORWARDED_BEFORE_KILL, |_, s: &SignalState| {
+                s.violations & V_FORWARD == 0
+            }),
+            Property::sometimes(
+                "a forwarded stop ends the workload",
+                |_, s: &SignalState| {
+                    s.exit.is_some_and(|(o, _)| {
+                        o.reason == Reason::Stopped
+                            && o.signal.is_some()
+                            && o.child == Some(ChildStatus::Exited(0))
+                            && !o.killed
+                    })
+                },
+            ),
+            Property::always(PUBLISH_AFTER_CLEAN_EXIT, |_, s: &SignalState| {
+                s.violations & V_CLEAN == 0
+            }),
+            Property::sometimes(
+                "a failed workload keeps the old checkpoint",
+                |_, s: &SignalState| {
+                    s.exit.is_some_and(|(o, _)| {
+                        o.reason == Reason::Exited && o.child == Some(ChildStatus::Exited(3))
+                    }) && s.current == Current::Old
+                },
+            ),
+            Property::always(STRAY_RELAYED, |_, s: &SignalState| {
+                s.violations & V_RELAY == 0
+            }),
+            Property::always(HOOK_BEFORE_DRAINING, |_, s: &SignalState| {
+                s.violations & V_HOOK == 0
+            }),
+            Property::sometimes("an in-process drain runs its hook", |_, s: &SignalState| {
+                s.settle_fed && s.drains_begun == 1 && s.ended == Some(PhaseKind::Released)
+            }),
             Property::sometimes(
                 "stop while spawning waits for the spawn",
                 |_, s: &SignalState| {
@@ -815,6 +979,10 @@ impl SignalModel {
             Action::AcquireLease | Action::AbandonAcquire | Action::Recover => {}
             Action::SpawnChild => {}
             Action::SetPhase(k) => {
+                // Card H2: the hook ran before the owner says it drains.
+                if k == PhaseKind::Draining && s.drains_begun == 0 {
+                    s.violations |= V_HOOK;
+                }
                 if k == PhaseKind::Draining && self.is(Mutation::BeginDrainOnSetPhase) {
                     s.drains_begun += 1;
                 }
@@ -829,6 +997,7 @@ impl SignalModel {
                 }
             }
             Action::Forward(_, target) => {
+                s.owed &= !OWE_FORWARD;
                 if let Child::Running {
                     ref mut signalled, ..
                 } = s.child
@@ -842,11 +1011,16 @@ impl SignalModel {
                 }
             }
             Action::Relay(..) => {
+                s.owed &= !OWE_RELAY;
                 if s.workload_running() {
                     s.stray_relayed = true;
                 }
             }
             Action::Kill => {
+                // Cards G4, G6: the stop signal reached the workload before any SIGKILL.
+                if s.owed & OWE_FORWARD != 0 {
+                    s.violations |= V_FORWARD;
+                }
                 // T1 (kill mode tree): every process that gets SIGKILL was asked to stop first.
                 if s.drv.machine().config().kill_mode == KillMode::Tree {
                     let main_unasked = s.child_running() && !s.main_termed;
@@ -877,6 +1051,13 @@ impl SignalModel {
                 }
             }
             Action::Publish => {
+                // Card G3: nothing is published after a stop while recovering.
+                if s.owed & OWE_REFUSE != 0 {
+                    s.violations |= V_REFUSE;
+                }
+                if !s.clean_for_publish() {
+                    s.violations |= V_CLEAN;
+                }
                 if self.is(Mutation::ReleaseBeforePublish) {
                     s.publish_pending = true;
                     s.release();
@@ -900,6 +1081,17 @@ impl SignalModel {
                 }
             }
             Action::Exit(o) => {
+                // Cards G1, G3: the end a stop before owning or while recovering owed.
+                if s.owed & OWE_CANCEL != 0 && o.reason == Reason::Cancelled && !s.owned {
+                    s.owed &= !OWE_CANCEL;
+                }
+                // (A refused run may end `did not stop`: its phase is what says it refused.)
+                if s.owed & OWE_REFUSE != 0 {
+                    if s.drv.machine().kind() != PhaseKind::Refused || o.code() == 0 {
+                        s.violations |= V_REFUSE;
+                    }
+                    s.owed &= !OWE_REFUSE;
+                }
                 let code = if self.is(Mutation::ExitCodeFromSignal) {
                     o.signal.map_or(o.code(), Signal::exit_code)
                 } else {
@@ -917,6 +1109,7 @@ impl SignalModel {
             | Action::NotifyReady
             | Action::NotifyStopping => {}
         }
+        s.settle_step();
     }
 }
 

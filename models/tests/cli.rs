@@ -22,7 +22,8 @@ fn cli(args: &[&str]) -> (i32, String) {
 fn check_prints_counts_and_verdicts() {
     let (code, text) = cli(&["check", "signals"]);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("unique 268376"), "{text}");
+    let pinned = tenure_models::catalog::pinned_count("signals").expect("pinned");
+    assert!(text.contains(&format!("unique {pinned}")), "{text}");
     assert!(text.contains("states/s"), "{text}");
     assert!(
         text.contains("lease outlives the workload") && text.contains("holds"),
@@ -43,6 +44,13 @@ fn mutant_prints_its_counterexample() {
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("killed"), "{text}");
     assert!(text.contains("Rename(Root, Current)"), "{text}");
+    // A bug planted in src/ that the model runs.
+    let (code, text) = cli(&["check", "signals", "--mutant", "release-then-publish"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("killed") && text.contains("release-lease"),
+        "{text}"
+    );
     let (code, text) = cli(&["check", "lease", "--mutant", "no-such-mutant"]);
     assert_eq!(code, 64, "{text}");
     assert!(text.contains("no mutant"), "{text}");

@@ -11,9 +11,7 @@ use tenure_models::lease::{Contain, LeaseModel, Mutation};
 /// Checked with symmetry reduction (DFS), as stateright applies it only there.
 #[test]
 fn n3_with_crash_and_recycled_pid() {
-    let checker = LeaseModel::ci(3).checker().symmetry().spawn_dfs().join();
-    checker.assert_properties();
-    assert_eq!(checker.unique_state_count(), 690_673);
+    catalog::check_pinned("lease-n3-symmetry");
 }
 
 /// The same for two processes with every visible action a separate step (a crash can fall
@@ -21,13 +19,7 @@ fn n3_with_crash_and_recycled_pid() {
 /// recovery refusing the checkpoint; breadth-first, without symmetry.
 #[test]
 fn n2_fine_grained_with_timers_and_refusals() {
-    let mut m = LeaseModel::ci(2);
-    m.atomic_steps = false;
-    m.timers = true;
-    m.recovery_failures = true;
-    let checker = m.checker().spawn_bfs().join();
-    checker.assert_properties();
-    assert_eq!(checker.unique_state_count(), 571_278);
+    catalog::check_pinned("lease-n2-fine");
 }
 
 /// Without the crash, the restart and the stopper, the `sometimes` properties that need them
@@ -116,12 +108,7 @@ fn mutant_settle_twice() {
 /// stopped and then released).
 #[test]
 fn tree_world_with_cgroups() {
-    let checker = LeaseModel::tree_ci(Contain::Cgroup)
-        .checker()
-        .spawn_bfs()
-        .join();
-    checker.assert_properties();
-    assert_eq!(checker.unique_state_count(), 196_923);
+    catalog::check_pinned("lease-tree-cgroup");
 }
 
 /// I7 (cards T1, T2) without cgroups: the workload inherits the lock descriptor, so a crashed
@@ -129,12 +116,7 @@ fn tree_world_with_cgroups() {
 /// SIGKILLed by an operator).
 #[test]
 fn tree_world_with_the_inherited_lock() {
-    let checker = LeaseModel::tree_ci(Contain::LockFd)
-        .checker()
-        .spawn_bfs()
-        .join();
-    checker.assert_properties();
-    assert_eq!(checker.unique_state_count(), 193_559);
+    catalog::check_pinned("lease-tree-lock-fd");
 }
 
 /// The documented limit of the no-cgroup world (spec/runner.md, "Containment"): a descendant

@@ -8,8 +8,13 @@
 //! next event is read, so a signal that arrives during a step is handled between steps. The
 //! only work done off the loop thread is reading and verifying the checkpoint (a worker thread),
 //! so that a stop signal while recovering is honoured at once (card G3).
+//!
+//! Which event may be fed when, what is outstanding and which timers are armed is not decided
+//! here but by the sans-IO driver [`core`], the same code the models and the trace checker run;
+//! this loop only executes the actions and observes the world.
 
 pub mod child;
+pub mod core;
 pub mod demo;
 pub mod eventlog;
 pub mod notify;
@@ -22,14 +27,15 @@ use crate::checkpoint::{
     CheckpointError, CheckpointId, CheckpointStore, Published, Staging, StoreOptions, View,
 };
 use crate::lease::{self, AcquireOptions, Identity, Lease, LeaseError, WaitBound};
-use crate::machine::trace::{TRACE_VERSION, TraceLine, TraceStep};
+use crate::machine::trace::{TRACE_VERSION, TraceLine};
 use crate::machine::{
-    Action, ChildStatus, Config, DrainCause, Event, Fault, HupPolicy, KillMode, Machine, Note,
-    Outcome, Phase, PhaseKind, ReadyMode, Reason, RecoveryStep, Refusal, Signal, Target, Timer,
-    reason_name, signal_name,
+    Action, ChildStatus, Config, DrainCause, Event, Fault, HupPolicy, KillMode, Note, Outcome,
+    Phase, PhaseKind, ReadyMode, Reason, RecoveryStep, Refusal, Signal, Target, Timer, reason_name,
+    signal_name,
 };
 use crate::privfs::StateDir;
 use child::{Child, SpawnSpec};
+use core::Core;
 use eventlog::EventLog;
 use notify::{Notice, NotifySocket, Supervisor};
 use rustix::event::{PollFd, PollFlags, poll};
@@ -184,14 +190,17 @@ pub fn run(opts: &RunOptions, intake: &SignalIntake) -> Result<RunReport, Driver
 struct Runner<'a> {
     opts: &'a RunOptions,
     intake: &'a SignalIntake,
-    machine: Machine,
+    /// The machine and what this driver owes it (outstanding requests, armed timers).
+    core: Core,
     queue: VecDeque<Event>,
     dir: Option<StateDir>,
     lease: Option<Lease>,
     child: Option<Child>,
     notify: Option<NotifySocket>,
     supervisor: Option<Supervisor>,
-    timers: BTreeMap<Timer, Instant>,
+    /// The deadline of each timer as last armed or extended; only the ones the core says are
+    /// armed count.
+    deadlines: BTreeMap<Timer, Instant>,
     log: Option<EventLog>,
     trace: Option<TraceWriter>,
     worker: Option<Worker>,
@@ -227,7 +236,7 @@ struct Runner<'a> {
 
 impl<'a> Runner<'a> {
     fn new(opts: &'a RunOptions, intake: &'a SignalIntake) -> Result<Runner<'a>, DriverError> {
-        let machine = Machine::new(opts.config());
+        let core = Core::new(opts.config());
         let trace = match &opts.trace {
             None => None,
             Some(path) => {
@@ -245,7 +254,7 @@ impl<'a> Runner<'a> {
                 let mut t = TraceWriter { file, seq: 0 };
                 t.line(&TraceLine::Header {
                     version: TRACE_VERSION,
-                    config: *machine.config(),
+                    config: *core.machine().config(),
                     pid: std::process::id(),
                 });
                 Some(t)
@@ -257,14 +266,14 @@ impl<'a> Runner<'a> {
         Ok(Runner {
             opts,
             intake,
-            machine,
+            core,
             queue: VecDeque::new(),
             dir: None,
             lease: None,
             child: None,
             notify: None,
             supervisor,
-            timers: BTreeMap::new(),
+            deadlines: BTreeMap::new(),
             log: None,
             trace,
             worker: None,
@@ -304,12 +313,19 @@ impl<'a> Runner<'a> {
 
     /// Feeds one event and executes the actions; returns the outcome once the machine exits.
     fn step(&mut self, ev: Event) -> Result<Option<Outcome>, DriverError> {
+        // A timer whose expiry was read in the same wake-up as an event that disarmed it, or
+        // armed or extended it again, has not expired for the machine.
+        if let Event::TimerExpired(t) = ev
+            && (!self.core.armed(t) || self.deadlines.get(&t).is_some_and(|d| *d > Instant::now()))
+        {
+            return Ok(None);
+        }
         if let Event::ChildExited(s) = ev {
             self.child_status = Some(s);
         }
         let at_ms = self.started.elapsed().as_millis() as u64;
         let seq = self.trace.as_ref().map_or(0, |t| t.seq + 1);
-        let step = TraceStep::record(&mut self.machine, seq, at_ms, ev);
+        let step = self.core.feed_traced(seq, at_ms, ev);
         if let Some(t) = &mut self.trace {
             t.seq = seq;
             t.line(&TraceLine::Step(step.clone()));
@@ -317,7 +333,7 @@ impl<'a> Runner<'a> {
         if let Some(msg) = step.rejected {
             return Err(DriverError::Rejected(msg));
         }
-        for action in step.actions {
+        while let Some(action) = self.core.pop() {
             if let Some(outcome) = self.execute(action) {
                 return Ok(Some(outcome));
             }
@@ -355,17 +371,18 @@ impl<'a> Runner<'a> {
             Action::Recover => self.start_recovery(),
             Action::SpawnChild => self.spawn(),
             Action::ArmTimer(t, d) => {
-                self.timers.insert(t, Instant::now() + d);
+                self.deadlines.insert(t, Instant::now() + d);
             }
             Action::ExtendTimer(t, d) => {
                 let later = Instant::now() + d;
-                if let Some(at) = self.timers.get_mut(&t) {
+                if self.core.armed(t)
+                    && let Some(at) = self.deadlines.get_mut(&t)
+                {
                     *at = (*at).max(later);
                 }
             }
-            Action::DisarmTimer(t) => {
-                self.timers.remove(&t);
-            }
+            // The core no longer counts the timer as armed; its deadline is ignored from now on.
+            Action::DisarmTimer(_) => {}
             Action::NotifyReady => self.tell_supervisor("READY=1"),
             Action::NotifyStopping => self.tell_supervisor("STOPPING=1"),
             // The runner has no in-process hook: the child is told by the forwarded signal.
@@ -891,7 +908,6 @@ impl<'a> Runner<'a> {
                 eprintln!("tenure: releasing {}: {e}", self.dir_display());
             }
         }
-        self.timers.clear();
         self.queue.push_back(Event::LeaseReleased);
     }
 
@@ -1066,7 +1082,7 @@ impl<'a> Runner<'a> {
     /// Waits for the next observation and queues the events it means.
     fn wait(&mut self) -> Result<(), DriverError> {
         let now = Instant::now();
-        let mut deadline = self.timers.values().min().copied();
+        let mut deadline = self.armed_deadlines().map(|(_, d)| d).min();
         let owning = self.lease.is_some();
         if owning && !self.root_lost {
             deadline = Some(deadline.map_or(self.next_root_check, |d| d.min(self.next_root_check)));
@@ -1171,13 +1187,11 @@ impl<'a> Runner<'a> {
         }
         let now = Instant::now();
         let expired: Vec<Timer> = self
-            .timers
-            .iter()
-            .filter(|(_, d)| **d <= now)
-            .map(|(t, _)| *t)
+            .armed_deadlines()
+            .filter(|(_, d)| *d <= now)
+            .map(|(t, _)| t)
             .collect();
         for t in expired {
-            self.timers.remove(&t);
             self.queue.push_back(Event::TimerExpired(t));
         }
         if awaiting_main && now >= self.next_pid_file_check {
@@ -1266,10 +1280,18 @@ impl<'a> Runner<'a> {
         }
     }
 
+    /// The deadlines of the timers the core counts as armed.
+    fn armed_deadlines(&self) -> impl Iterator<Item = (Timer, Instant)> + '_ {
+        self.deadlines
+            .iter()
+            .filter(|(t, _)| self.core.armed(**t))
+            .map(|(t, d)| (*t, *d))
+    }
+
     /// Whether the machine waits for a forking daemon's pid file to name its main process.
     fn awaiting_main(&self) -> bool {
         matches!(
-            self.machine.phase(),
+            self.core.machine().phase(),
             Phase::Recovering {
                 step: RecoveryStep::AwaitingMain,
                 outcome: None,

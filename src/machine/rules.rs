@@ -55,6 +55,7 @@ use super::{
     ChildStop, ColdStep, Config, DrainStep, HupPolicy, KillMode, Phase, PhaseKind, ReadyMode,
     RecoveryStep, Running, Workload,
 };
+use crate::mutant;
 use statig::Outcome::{Handled, Super, Transition};
 use statig::blocking::IntoStateMachineExt as _;
 
@@ -367,6 +368,7 @@ impl Rules {
         match event {
             // The lease reports contention once; a repeat changes nothing.
             Event::LeaseBusy => context.ignore(),
+            Event::Stop(_) if mutant::on("stop-while-waiting-ignored") => context.ignore(),
             Event::Start
             | Event::LeaseGranted { .. }
             | Event::WaitExpired
@@ -469,6 +471,13 @@ impl Rules {
                 context.emit(Action::BeginDrain);
                 Handled
             }
+            Event::Stop(sig) if mutant::on("stop-while-recovering-drains") => self.enter_drain(
+                context,
+                *epoch,
+                DrainCause::Signal(sig),
+                *drain_pending,
+                None,
+            ),
             Event::Stop(sig) => Transition(State::AbortReleasing {
                 epoch: *epoch,
                 drain_pending: *drain_pending,
@@ -720,6 +729,10 @@ impl Rules {
                     outcome: self.refusal(Refusal::NoMainPid),
                 })
             }
+            (Event::Stop(sig), r) if mutant::on("stop-while-recovering-drains") => {
+                disarm(context);
+                self.enter_drain(context, epoch, DrainCause::Signal(sig), pending, Some(r))
+            }
             (Event::Stop(sig), r) => {
                 disarm(context);
                 abandon(Refusal::Signal(sig), r)
@@ -810,6 +823,11 @@ impl Rules {
                 leave(context);
                 self.child_ended_by_itself(context, epoch, false, status)
             }
+            // The main process's exit taken for the end of the whole workload.
+            Event::MainExited(status) if child && main && mutant::on("main-exit-ends-workload") => {
+                leave(context);
+                self.child_ended_by_itself(context, epoch, false, status)
+            }
             Event::MainExited(status) if child && main => {
                 leave(context);
                 self.main_ended_by_itself(context, epoch, false, status)
@@ -836,6 +854,7 @@ impl Rules {
             },
             // A repeated `READY=1` changes nothing; nothing bounds the time of a ready workload.
             Event::ChildReady | Event::ChildExtendTimeout(_) if child => context.ignore(),
+            Event::Stray(_) if child && mutant::on("stray-not-relayed") => context.ignore(),
             Event::Stray(n) if child => {
                 context.emit(Action::Relay(n, relay_target(r)));
                 Handled
@@ -1023,6 +1042,11 @@ impl Rules {
                 }
                 ChildStop::Announced | ChildStop::Signalled => {}
             }
+            // An abandoned recovery whose workload exited 0 treated as a drain.
+            if mutant::on("refused-recovery-publishes") && o.child.is_some_and(ChildStatus::success)
+            {
+                return finish_child(*epoch, DrainCause::ChildExited, o, true);
+            }
             Transition(State::AbortReleasing {
                 epoch: *epoch,
                 drain_pending: *drain_pending,
@@ -1079,7 +1103,9 @@ impl Rules {
     ) -> Response {
         let (epoch, cause, was) = (*epoch, *cause, *stop);
         let gone = |context: &mut Reply, status: Option<ChildStatus>| {
-            stop_timer(context, was);
+            if !mutant::on("missed-disarm") {
+                stop_timer(context, was);
+            }
             let mut o = *outcome;
             if status.is_some() {
                 o.child = status;
@@ -1105,14 +1131,26 @@ impl Rules {
             }
             // Published only after the main process exited 0 and the whole workload stopped in
             // order; a workload that missed its watchdog is not trusted.
-            let publish = o.child.is_some_and(ChildStatus::success)
-                && matches!(was, ChildStop::Announced | ChildStop::Signalled)
-                && !watchdog;
+            let exited_0 = if mutant::on("publish-after-nonzero-exit") {
+                o.child.is_some()
+            } else {
+                o.child.is_some_and(ChildStatus::success)
+            };
+            let in_order = matches!(was, ChildStop::Announced | ChildStop::Signalled)
+                || mutant::on("publish-after-kill");
+            let publish =
+                exited_0 && in_order && (!watchdog || mutant::on("publish-after-watchdog"));
             finish_child(epoch, cause, o, publish)
         };
         match (*event, *running) {
             (Event::ChildExited(status), Running::Main) => gone(context, Some(status)),
             (Event::TreeEmpty, Running::Tree) => gone(context, None),
+            // The main process's exit taken for the end of the workload being stopped.
+            (Event::MainExited(status), Running::Main)
+                if mutant::on("drain-releases-on-main-exit") =>
+            {
+                gone(context, Some(status))
+            }
             (Event::Stop(sig), r) if self.hup_forwarded(sig) => {
                 context.emit(Action::Forward(sig, relay_target(r)));
                 Handled
@@ -1406,6 +1444,9 @@ impl Rules {
 
     #[action]
     fn publish(context: &mut Reply) {
+        if mutant::on("release-then-publish") {
+            context.emit(Action::ReleaseLease);
+        }
         context.emit(Action::Publish);
     }
 
@@ -1530,7 +1571,9 @@ impl Rules {
             ChildStop::Announced => {}
             ChildStop::Signalled => {
                 let sig = o.signal.unwrap_or(Signal::Term);
-                context.emit(Action::Forward(sig, self.stop_target(running)));
+                if !mutant::on("no-forward-on-stop") {
+                    context.emit(Action::Forward(sig, self.stop_target(running)));
+                }
                 context.emit(Action::ArmTimer(Timer::Grace, self.config.grace));
             }
             ChildStop::Killed => {
@@ -1570,7 +1613,7 @@ impl Rules {
             DrainCause::Watchdog => o.reason = Reason::Watchdog,
             DrainCause::Requested => {}
         }
-        if !begun {
+        if !begun && !mutant::on("dropped-begin-drain") {
             context.emit(Action::BeginDrain);
         }
         context.emit(Action::SetPhase(PhaseKind::Draining));
@@ -1611,10 +1654,12 @@ impl Rules {
                 outcome: o,
             }),
             (Workload::Child(_), Some(r)) => {
-                let stop = if forwards {
-                    ChildStop::Signalled
-                } else {
-                    ChildStop::Announced
+                let stop = match (forwards, cause) {
+                    (true, DrainCause::Signal(_)) if mutant::on("drain-kills-at-once") => {
+                        ChildStop::Killed
+                    }
+                    (true, _) => ChildStop::Signalled,
+                    (false, _) => ChildStop::Announced,
                 };
                 Transition(State::DrainStopping {
                     epoch,
