@@ -68,7 +68,11 @@ pub fn plan(current: CheckpointId, manifests: &BTreeMap<CheckpointId, Seen>, kee
     }
     let manifests_del = manifests
         .iter()
-        .filter(|(id, seen)| matches!(seen, Seen::Valid { .. }) && !kept.contains(id))
+        .filter(|(id, seen)| {
+            // A planted bug for the mutation table: the policy also deletes what CURRENT names.
+            let current_too = crate::mutant::on("gc-deletes-current") && **id == current;
+            matches!(seen, Seen::Valid { .. }) && (!kept.contains(id) || current_too)
+        })
         .map(|(id, _)| *id)
         .collect();
     Plan {

@@ -500,7 +500,9 @@ impl PublishPlan {
                 actual: size,
             });
         }
-        if self.trusted() == Some(d) {
+        // A planted bug for the mutation table: an existing blob of the right size is reused
+        // without reading it.
+        if self.trusted() == Some(d) || crate::mutant::on("dedup-trusts-existing-blob") {
             self.reuse(then);
         } else {
             self.at = At::VerifyExisting(then);
@@ -524,6 +526,10 @@ impl PublishPlan {
         // batch makes their data durable.
         self.at = if crate::mutant::on("blobs-named-before-batch-sync") && self.new_blobs > 0 {
             At::MoveList
+        } else if crate::mutant::on("batch-sync-skipped") && self.new_blobs > 0 {
+            // A planted bug for the mutation table: the one `syncfs` that makes the new blobs
+            // and the manifest durable is skipped.
+            At::ManifestClose
         } else {
             At::Batch
         };
