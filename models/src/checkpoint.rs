@@ -442,7 +442,7 @@ impl CheckpointState {
 
     /// Runs the current plan up to and including its next step that changes the filesystem,
     /// checking the step against I13 first.
-    fn step(&mut self) {
+    fn step(&mut self, reorder: Reorder) {
         loop {
             let mutated = match &self.stage {
                 Stage::Opening(p) => peek_mutates(p.as_ref()),
@@ -451,7 +451,7 @@ impl CheckpointState {
                 Stage::Idle | Stage::Halted => return,
             };
             if mutated {
-                self.check_gc_step();
+                self.check_gc_step(reorder);
             }
             let before_load = matches!(self.stage, Stage::Loading(_)).then(|| self.fs.tree());
             let finished = self.one_step(before_load);
@@ -617,7 +617,7 @@ impl CheckpointState {
 
     /// I13: a GC unlink must not delete a file of a checkpoint `CURRENT` could name after a
     /// power loss now.
-    fn check_gc_step(&mut self) {
+    fn check_gc_step(&mut self, reorder: Reorder) {
         let Stage::Publishing(p, _) = &self.stage else {
             return;
         };
@@ -634,7 +634,7 @@ impl CheckpointState {
             _ => return,
         };
         let path = format!("{STORE}/{dir}/{}", name.to_string_lossy());
-        for outcome in self.fs.power_loss(Reorder::Subset) {
+        for outcome in self.fs.power_loss(reorder) {
             if let Named::Valid(_, files) = named(&outcome)
                 && files.contains(&path)
             {
@@ -765,7 +765,7 @@ impl Model for CheckpointModel {
                 s.feed(Event::Start);
                 s.drive();
             }
-            CheckpointAction::Step => s.step(),
+            CheckpointAction::Step => s.step(self.reorder),
             CheckpointAction::Crash => {
                 s.crashes_left -= 1;
                 s.fs.crash_process();
