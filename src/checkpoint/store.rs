@@ -114,6 +114,20 @@ pub struct VerifyReport {
     pub newest_valid_older: Option<CheckpointSummary>,
 }
 
+/// One checkpoint of the store as [`CheckpointStore::list`] found it (read-only).
+#[derive(Debug)]
+pub struct Listed {
+    /// Its id (from its manifest's file name).
+    pub id: CheckpointId,
+    /// Whether `CURRENT` names it.
+    pub current: bool,
+    /// Its manifest's header, when that much of the manifest could be read.
+    pub header: Option<Header>,
+    /// Its full verification (the manifest's digest when `CURRENT` names it, every rule, every
+    /// blob's size and digest): what a load of it would give.
+    pub verified: Result<CheckpointSummary, CheckpointError>,
+}
+
 /// Where the bytes of one file of a publish come from.
 pub enum Source<'r> {
     /// Bytes read to the end from a reader.
@@ -587,6 +601,36 @@ impl<'s> CheckpointStore<'s> {
         })
     }
 
+    /// Loads checkpoint `id` with the load plan (its manifest's digest checked against
+    /// `expected` when given), every blob checked; the entries kept when `collect`.
+    fn load_verified(
+        &self,
+        id: CheckpointId,
+        expected: Option<&Digest>,
+        collect: bool,
+    ) -> Result<(CheckpointSummary, Vec<Entry>), CheckpointError> {
+        let (mut exec, [_, manifests, blobs]) = self.exec()?;
+        let mut plan = plan::LoadPlan::checkpoint(
+            self.store_path(),
+            manifests,
+            blobs,
+            id,
+            expected.copied(),
+            self.limits,
+            verify_window(),
+        )?;
+        let mut entries = Vec::new();
+        self.run_load(&mut plan, &mut exec, blobs, &mut |e| {
+            if collect {
+                entries.push(e.clone());
+            }
+        })?;
+        match plan.output() {
+            Some(plan::Loaded::Verified(s)) => Ok((*s, entries)),
+            Some(plan::Loaded::Nothing) | None => unreachable!("a checkpoint's load verifies it"),
+        }
+    }
+
     fn load_inner(
         &self,
         collect: bool,
@@ -696,6 +740,50 @@ impl<'s> CheckpointStore<'s> {
         Ok(VerifyReport {
             current,
             newest_valid_older,
+        })
+    }
+
+    /// Every checkpoint whose manifest is in the store, oldest first, each verified completely
+    /// (read-only; what `tenure checkpoint list` shows). A `CURRENT` that cannot be read
+    /// marks no checkpoint as current; [`CheckpointStore::read_current`] says why.
+    pub fn list(&self) -> Result<Vec<Listed>, CheckpointError> {
+        let current = self.read_current().ok().flatten();
+        let mut out = Vec::new();
+        for id in self.manifest_ids()? {
+            let expected = current
+                .as_ref()
+                .filter(|c| c.id == id)
+                .map(|c| c.manifest_sha256);
+            out.push(Listed {
+                id,
+                current: expected.is_some(),
+                header: self.manifest_header(id).ok(),
+                verified: self
+                    .load_verified(id, expected.as_ref(), false)
+                    .map(|(s, _)| s),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Loads checkpoint `id` — the current one or an older one — and verifies it completely,
+    /// as [`CheckpointStore::load`] does (when `CURRENT` names `id`, its manifest digest too).
+    /// Read-only.
+    pub fn load_id(&self, id: CheckpointId) -> Result<Checkpoint, CheckpointError> {
+        let expected = self
+            .read_current()
+            .ok()
+            .flatten()
+            .filter(|c| c.id == id)
+            .map(|c| c.manifest_sha256);
+        let (s, entries) = self.load_verified(id, expected.as_ref(), true)?;
+        Ok(Checkpoint {
+            id: s.id,
+            parent: s.parent,
+            epoch: s.epoch,
+            created_at_ms: s.created_at_ms,
+            entries,
+            manifest_sha256: s.manifest_sha256,
         })
     }
 
@@ -858,7 +946,56 @@ impl<'s> CheckpointStore<'s> {
                 },
             }))
         };
-        self.run_publish(epoch, count, &mut next)
+        self.run_publish(epoch, count, &mut next, None)
+    }
+
+    /// Rollback (owner only): publishes the files of checkpoint `to` again, as a new checkpoint
+    /// written at `epoch`, through the same protocol as every publish (the publish plan: fence,
+    /// blobs, the batch, manifest, fence, `CURRENT`, GC). `to` is verified completely first, and
+    /// its blobs are carried over by digest ([`Source::Blob`]): nothing is copied.
+    ///
+    /// It works whatever `CURRENT` holds, since its purpose is to get past a current checkpoint
+    /// that is refused: the new checkpoint's parent is the checkpoint `CURRENT` names (or, when
+    /// `CURRENT` cannot be read, the newest manifest), so the refused checkpoint stays in the
+    /// kept chain as evidence until a later garbage collection; the new id is above every
+    /// manifest in the store, so nothing is overwritten. When `to` is the current checkpoint
+    /// and it verifies, nothing changes ([`Published::Unchanged`]).
+    pub fn republish(&self, epoch: u64, to: CheckpointId) -> Result<Published, CheckpointError> {
+        // The publish plan fences first of all; the rollback's target is read before it.
+        self.owned_dirs()?;
+        let current = self.read_current();
+        let target = self.load_id(to)?;
+        let newest = self.manifest_ids()?.last().copied();
+        let parent = match &current {
+            Ok(Some(c)) => {
+                if c.id == to {
+                    return Ok(Published::Unchanged { current: Some(to) });
+                }
+                Some(c.id)
+            }
+            Ok(None) | Err(_) => newest,
+        };
+        let above = parent.max(newest).unwrap_or(to);
+        let id = above.next().ok_or_else(|| CheckpointError::IdsExhausted {
+            path: self.store_path().current(),
+        })?;
+        let count = target.entries.len() as u64;
+        let mut it = target.entries.into_iter();
+        self.run_publish(
+            epoch,
+            count,
+            &mut |_| {
+                Ok(it.next().map(|e| plan::Input {
+                    name: e.name,
+                    mode: e.mode,
+                    src: Src::Blob {
+                        sha256: e.sha256,
+                        size: e.size,
+                    },
+                }))
+            },
+            Some((parent, id)),
+        )
     }
 
     /// Publishes a list of files as the new current checkpoint (owner only); the library form
@@ -886,33 +1023,38 @@ impl<'s> CheckpointStore<'s> {
         }
         let count = files.len() as u64;
         let mut it = files.into_iter();
-        self.run_publish(epoch, count, &mut |exec| {
-            let Some(f) = it.next() else {
-                return Ok(None);
-            };
-            let path = PathBuf::from(&f.name);
-            let src = match f.source {
-                Source::Reader(r) => Src::Reader {
-                    fd: exec.adopt_reader(r, path),
-                },
-                Source::File(file) => {
-                    let size = file
-                        .metadata()
-                        .map_err(|e| CheckpointError::io(&path, "stat", e))?
-                        .len();
-                    Src::File {
-                        fd: exec.adopt_file(file, path),
-                        size,
+        self.run_publish(
+            epoch,
+            count,
+            &mut |exec| {
+                let Some(f) = it.next() else {
+                    return Ok(None);
+                };
+                let path = PathBuf::from(&f.name);
+                let src = match f.source {
+                    Source::Reader(r) => Src::Reader {
+                        fd: exec.adopt_reader(r, path),
+                    },
+                    Source::File(file) => {
+                        let size = file
+                            .metadata()
+                            .map_err(|e| CheckpointError::io(&path, "stat", e))?
+                            .len();
+                        Src::File {
+                            fd: exec.adopt_file(file, path),
+                            size,
+                        }
                     }
-                }
-                Source::Blob { sha256, size } => Src::Blob { sha256, size },
-            };
-            Ok(Some(plan::Input {
-                name: f.name,
-                mode: f.mode & 0o777,
-                src,
-            }))
-        })
+                    Source::Blob { sha256, size } => Src::Blob { sha256, size },
+                };
+                Ok(Some(plan::Input {
+                    name: f.name,
+                    mode: f.mode & 0o777,
+                    src,
+                }))
+            },
+            None,
+        )
     }
 
     fn check_totals(&self, count: u64, bound: u64, path: &Path) -> Result<(), CheckpointError> {
@@ -934,7 +1076,7 @@ impl<'s> CheckpointStore<'s> {
     /// The staging area is gone: nothing to publish, fenced and with `CURRENT` read as a
     /// publish of no file does.
     fn nothing_to_publish(&self, epoch: u64) -> Result<Published, CheckpointError> {
-        self.run_publish(epoch, 0, &mut |_| Ok(None))
+        self.run_publish(epoch, 0, &mut |_| Ok(None), None)
     }
 
     /// Runs the publish plan on the real filesystem, feeding it `next`'s inputs one at a time.
@@ -943,6 +1085,7 @@ impl<'s> CheckpointStore<'s> {
         epoch: u64,
         count: u64,
         next: &mut dyn FnMut(&mut Exec<'r>) -> Result<Option<plan::Input>, CheckpointError>,
+        over: Option<(Option<CheckpointId>, CheckpointId)>,
     ) -> Result<Published, CheckpointError>
     where
         's: 'r,
@@ -962,6 +1105,9 @@ impl<'s> CheckpointStore<'s> {
             count,
             created_at_ms,
         );
+        if let Some((parent, id)) = over {
+            p = p.over(parent, id);
+        }
         let mut acked = false;
         let res = loop {
             let r = match p.poll() {
