@@ -220,6 +220,8 @@ pub struct PublishPlan {
     acked: bool,
     /// Whether the second fence (right before `CURRENT` is replaced) passed.
     fenced: bool,
+    /// A rollback's parent and id, chosen by the caller instead of read from `CURRENT`.
+    over: Option<(Option<CheckpointId>, CheckpointId)>,
     gc_report: Option<GcReport>,
     out_result: Option<Published>,
 }
@@ -286,6 +288,7 @@ impl PublishPlan {
             new_blobs: 0,
             acked: false,
             fenced: false,
+            over: None,
             gc_report: None,
             out_result: None,
         }
@@ -313,6 +316,14 @@ impl PublishPlan {
             id: self.id?,
             manifest_sha256: self.manifest_sha256?,
         })
+    }
+
+    /// A rollback: the new checkpoint gets this parent and id instead of `CURRENT`'s, has no
+    /// parent entries to reuse, and is written even when it has no files.
+    #[must_use]
+    pub fn over(mut self, parent: Option<CheckpointId>, id: CheckpointId) -> PublishPlan {
+        self.over = Some((parent, id));
+        self
     }
 
     /// Whether the last fence, right before `CURRENT` is replaced, passed.
@@ -899,10 +910,13 @@ impl Plan for PublishPlan {
         let at = self.at.clone();
         match at {
             At::Fence1(mut f) => {
-                if f.handle(r, &self.path)? {
-                    self.at = At::ReadCurrent;
-                } else {
+                if !f.handle(r, &self.path)? {
                     self.at = At::Fence1(f);
+                } else if let Some((parent, _)) = self.over {
+                    self.parent_id = parent;
+                    self.parent_ready()?;
+                } else {
+                    self.at = At::ReadCurrent;
                 }
             }
             At::ReadCurrent => {
@@ -1315,16 +1329,17 @@ impl Plan for PublishPlan {
 impl PublishPlan {
     /// After `CURRENT` was read and its manifest's header: the new id, then `incoming/`.
     fn parent_ready(&mut self) -> Result<(), CheckpointError> {
-        if self.count == 0 {
+        if self.count == 0 && self.over.is_none() {
             self.out_result = Some(Published::Unchanged {
                 current: self.parent_id,
             });
             self.at = At::Done;
             return Ok(());
         }
-        let id = match self.parent_id {
-            None => CheckpointId::FIRST,
-            Some(p) => p.next().ok_or_else(|| CheckpointError::IdsExhausted {
+        let id = match (self.over, self.parent_id) {
+            (Some((_, id)), _) => id,
+            (None, None) => CheckpointId::FIRST,
+            (None, Some(p)) => p.next().ok_or_else(|| CheckpointError::IdsExhausted {
                 path: self.current_path(),
             })?,
         };
