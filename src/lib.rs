@@ -115,6 +115,7 @@ pub mod checkpoint;
 pub mod driver;
 #[doc(hidden)]
 pub mod failpoint;
+pub mod fsop;
 mod hex;
 pub mod host;
 pub mod lease;

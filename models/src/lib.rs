@@ -9,6 +9,8 @@
 //!   I16 and the obligations of the cards G1, G3, G4, G6, H2, T3).
 //! - [`checkpoint`]: the publish protocol over a filesystem that loses what was not fsynced
 //!   (I12–I14).
+//! - [`fs`]: the simulated crash filesystem the models execute the real store and lease plans
+//!   on (inode-based; power loss enumerates what unsynced writes and entry ops can leave).
 //! - [`trace`]: replays a JSONL trace of a real run through the single-process step relation.
 //! - [`run`]: runs a model's checker and reports what it found (used by the CLI and the tests).
 //! - [`catalog`]: the CI configurations, the invariant id of each property, the mutants (of the
@@ -18,6 +20,7 @@
 pub mod catalog;
 pub mod checkpoint;
 pub mod driver;
+pub mod fs;
 pub mod lease;
 pub mod run;
 pub mod signals;
