@@ -76,9 +76,11 @@ pub fn invariant(property: &str) -> &'static str {
         signals::PUBLISH_AFTER_CLEAN_EXIT => "G4",
         signals::STRAY_RELAYED => "T3",
         signals::HOOK_BEFORE_DRAINING => "H2",
-        checkpoint::CURRENT_VALID_AFTER_CRASH => "I12",
+        checkpoint::CURRENT_VALID_AFTER_CRASH | checkpoint::PUBLISHED_VALID => "I12",
         checkpoint::GC_KEEPS_CURRENT => "I13",
         checkpoint::NO_REPAIR | checkpoint::CORRUPTION_REFUSED => "I14",
+        checkpoint::FENCED_PUBLISH => "I3",
+        checkpoint::CLEAN_AFTER_POWER_LOSS => "I17",
         _ => "—",
     }
 }
@@ -107,13 +109,6 @@ pub fn mutants() -> Vec<Mutant> {
     for m in signals::Mutation::ALL {
         v.push(Mutant {
             model: Which::Signals,
-            name: m.name(),
-            breaks: m.breaks(),
-        });
-    }
-    for m in checkpoint::Mutation::ALL {
-        v.push(Mutant {
-            model: Which::Checkpoint,
             name: m.name(),
             breaks: m.breaks(),
         });
@@ -149,7 +144,7 @@ pub fn src_mutants() -> Vec<SrcMutant> {
         model,
         breaks,
     };
-    use Which::{Lease, Signals};
+    use Which::{Checkpoint, Lease, Signals};
     vec![
         // ---- the machine's rules (src/machine/rules.rs) and the driver core
         // (src/driver/core.rs), run by the signal model ----
@@ -324,13 +319,6 @@ pub fn src_mutants() -> Vec<SrcMutant> {
             lease::CLEAN_AFTER_POWER_LOSS,
         ),
         m(
-            "lease-fence-off-by-one",
-            "src/lease/epoch.rs `fence`",
-            "the fence lets the owner just before the current one publish",
-            Lease,
-            lease::FENCED_WRITES,
-        ),
-        m(
             "lease-marker-every-acquisition",
             "src/lease/plan.rs `AcquireSteps::compute`, `RenameMarker`",
             "every acquisition writes a fresh identity marker, replacing the dir's",
@@ -357,6 +345,70 @@ pub fn src_mutants() -> Vec<SrcMutant> {
             "a successor ends the crashed owner's cgroup only after replacing the record that names it (a crash in between loses it)",
             Lease,
             lease::NO_OVERLAP,
+        ),
+        // ---- the checkpoint store's plans (src/checkpoint/), run by the checkpoint model ----
+        m(
+            "current-rename-not-synced",
+            "src/checkpoint/plan/publish.rs `PublishPlan::after_current_rename`",
+            "the publish is acknowledged without the directory fsync after CURRENT's rename",
+            Checkpoint,
+            checkpoint::CURRENT_VALID_AFTER_CRASH,
+        ),
+        m(
+            "manifest-dir-not-synced",
+            "src/checkpoint/plan/publish.rs `PublishPlan` (SyncBlobs)",
+            "the manifests' directory is not synced before CURRENT names the new manifest",
+            Checkpoint,
+            checkpoint::CURRENT_VALID_AFTER_CRASH,
+        ),
+        m(
+            "batch-sync-skipped",
+            "src/checkpoint/plan/publish.rs `PublishPlan::manifest_done`",
+            "the one syncfs that makes the new blobs and the manifest durable is skipped",
+            Checkpoint,
+            checkpoint::CURRENT_VALID_AFTER_CRASH,
+        ),
+        m(
+            "blobs-named-before-batch-sync",
+            "src/checkpoint/plan/publish.rs `PublishPlan::manifest_done`",
+            "the new blobs get their names in blobs/sha256/ before the batch makes their data durable",
+            Checkpoint,
+            checkpoint::CLEAN_AFTER_POWER_LOSS,
+        ),
+        m(
+            "gc-before-current-sync",
+            "src/checkpoint/plan/publish.rs `PublishPlan::after_current_rename`",
+            "the GC runs before the directory fsync that makes the new CURRENT durable",
+            Checkpoint,
+            checkpoint::GC_KEEPS_CURRENT,
+        ),
+        m(
+            "gc-deletes-current",
+            "src/checkpoint/gc.rs `plan`",
+            "the GC policy also deletes the manifest CURRENT names",
+            Checkpoint,
+            checkpoint::GC_KEEPS_CURRENT,
+        ),
+        m(
+            "load-accepts-digest-mismatch",
+            "src/checkpoint/plan/load.rs `check_blob`",
+            "the load takes a blob of the right size whatever its digest",
+            Checkpoint,
+            checkpoint::CORRUPTION_REFUSED,
+        ),
+        m(
+            "dedup-trusts-existing-blob",
+            "src/checkpoint/plan/publish.rs `PublishPlan::existing`",
+            "an existing blob of the right size is reused without reading it",
+            Checkpoint,
+            checkpoint::PUBLISHED_VALID,
+        ),
+        m(
+            "fence-off-by-one",
+            "src/checkpoint/plan/mod.rs `fence`, through the one fence src/lease/epoch.rs `fence`",
+            "the fence lets an owner one epoch behind publish",
+            Checkpoint,
+            checkpoint::FENCED_PUBLISH,
         ),
     ]
 }
@@ -503,7 +555,7 @@ pub fn pinned() -> Vec<Pinned> {
         Pinned {
             name: "checkpoint",
             set: Set::Ci,
-            what: "checkpoint, 4 runs, 2 crashes, 1 corruption, BFS",
+            what: "checkpoint (real store plans), 2 runs, 1 crash, 1 power loss (ordered), 1 corruption, 1 takeover, BFS",
             run: |t| run::check(CheckpointModel::ci(), Search::Bfs, t, None, None),
         },
         Pinned {
@@ -551,15 +603,16 @@ pub fn pinned() -> Vec<Pinned> {
             },
         },
         Pinned {
-            name: "checkpoint-five-runs-three-crashes",
+            name: "checkpoint-three-runs",
             set: Set::Long,
-            what: "checkpoint, 5 runs, 3 crashes, BFS",
-            run: |t| {
-                let mut m = CheckpointModel::ci();
-                m.runs = 5;
-                m.crashes = 3;
-                run::check(m, Search::Bfs, t, None, None)
-            },
+            what: "checkpoint, 3 runs, keep 1 and 2, 1 crash, 1 power loss (ordered), 1 corruption, 1 takeover, BFS",
+            run: |t| run::check(CheckpointModel::three_runs(), Search::Bfs, t, None, None),
+        },
+        Pinned {
+            name: "checkpoint-any-subset",
+            set: Set::Long,
+            what: "checkpoint, 2 runs, power loss keeps any subset of the entry operations, BFS",
+            run: |t| run::check(CheckpointModel::any_subset(), Search::Bfs, t, None, None),
         },
     ]
 }
@@ -728,10 +781,9 @@ pub fn run_mutant(mutant: Mutant, processes: usize) -> MutantReport {
             SignalModel::ci().with_mutation(signals::Mutation::from_name(mutant.name)),
             mutant,
         ),
-        Which::Checkpoint => kill(
-            CheckpointModel::ci().with_mutation(checkpoint::Mutation::from_name(mutant.name)),
-            mutant,
-        ),
+        // The checkpoint model runs the store's real plans: its mutants are all planted in
+        // `src/` (`src_mutants`).
+        Which::Checkpoint => kill(CheckpointModel::ci(), mutant),
     }
 }
 

@@ -396,7 +396,6 @@ impl LeaseModel {
                 ..LeaseModel::tree_ci(Contain::Cgroup)
             },
             "lease-epoch-file-only" => LeaseModel::rewind_ci(),
-            "lease-fence-off-by-one" => LeaseModel::lock_lost_ci(),
             _ => LeaseModel::ci(2),
         }
     }

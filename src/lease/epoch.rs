@@ -161,8 +161,8 @@ pub enum Fenced {
 /// `mine`. An older persisted epoch was never granted to the requester; a newer one means a
 /// later owner exists.
 pub fn fence(mine: u64, persisted: u64) -> Result<(), Fenced> {
-    // The mutant `lease-fence-off-by-one` lets the owner just before the current one through.
-    let stale = if crate::mutant::on("lease-fence-off-by-one") {
+    // The mutant `fence-off-by-one` lets the owner just before the current one through.
+    let stale = if crate::mutant::on("fence-off-by-one") {
         persisted > mine.saturating_add(1)
     } else {
         persisted > mine

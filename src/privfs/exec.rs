@@ -124,6 +124,18 @@ impl<'r> Exec<'r> {
         self.put(Slot::Dir(dir))
     }
 
+    /// Takes a directory out of the executor (e.g. one a plan opened, for its caller to keep).
+    pub fn take_dir(&mut self, fd: Fd) -> Option<Dir> {
+        match self.take_slot(fd) {
+            Some(Slot::Dir(d)) => Some(d),
+            Some(other) => {
+                self.slots[fd.0 as usize] = Some(other);
+                None
+            }
+            None => None,
+        }
+    }
+
     /// The directory behind a handle.
     pub fn dir(&self, fd: Fd) -> Result<&Dir, FsError> {
         if fd == Fd::ROOT {
@@ -363,6 +375,19 @@ fn bad_handle(fd: Fd, want: &str) -> FsError {
     }
 }
 
+/// The `HashFile` step: opens `name` in `dir` (any link count: content-addressed files are
+/// checked by digest, not trusted), hashes it to its end or `limit` bytes and closes it. The
+/// executor runs it, and so do the threads of a parallel verify, so the step is one function.
+pub fn hash_file_at(
+    dir: &Dir,
+    name: &OsStr,
+    limit: Option<u64>,
+    buf: &mut Vec<u8>,
+) -> Result<Summary, FsError> {
+    let mut file = dir.open_file_with(name, Links::Any)?;
+    Exec::hash_file(&mut file, &dir.child_path(name), limit, buf)
+}
+
 /// Removes an abandoned temp file; failure only leaves a `.tmp-` file that the next owner
 /// sweeps.
 fn remove_abandoned(dir: &Dir, name: &OsStr) {
@@ -467,11 +492,10 @@ impl Executor for Exec<'_> {
                 Ok(Done::Hashed(res?))
             }
             Op::HashFile { dir, name, limit } => {
-                let d = self.dir(dir)?;
-                let mut file = d.open_file_with(name, Links::Any)?;
-                let path = d.child_path(name);
                 let mut buf = std::mem::take(&mut self.buf);
-                let res = Self::hash_file(&mut file, &path, limit, &mut buf);
+                let res = self
+                    .dir(dir)
+                    .and_then(|d| hash_file_at(d, name, limit, &mut buf));
                 self.buf = buf;
                 Ok(Done::Hashed(res?))
             }
