@@ -575,9 +575,11 @@ impl SimFs {
     /// handle open.
     pub fn power_loss(&self, reorder: Reorder) -> Vec<SimFs> {
         let n = self.pending.len();
-        assert!(n <= 16, "{n} pending entry ops: the model is too large");
         let choices: Vec<Vec<bool>> = match reorder {
-            Reorder::Subset => (0u32..(1 << n))
+            Reorder::Subset => (0u32..(1 << {
+                assert!(n <= 16, "{n} pending entry ops: the model is too large");
+                n
+            }))
                 .map(|mask| (0..n).map(|i| mask & (1 << i) != 0).collect())
                 .collect(),
             Reorder::Prefix => (0..=n).map(|k| (0..n).map(|i| i < k).collect()).collect(),

@@ -330,27 +330,20 @@ fn fence(
             });
         }
     };
-    // A planted bug for the mutation table: an owner one epoch behind is not fenced.
-    let stale = if crate::mutant::on("fence-off-by-one") {
-        persisted > epoch + 1
-    } else {
-        persisted > epoch
-    };
-    if stale {
-        return Err(CheckpointError::StaleEpoch {
+    // The one fence (card H5), shared with the lease and the lease model.
+    match crate::lease::epoch::fence(epoch, persisted) {
+        Ok(()) => Ok(()),
+        Err(crate::lease::epoch::Fenced::Stale) => Err(CheckpointError::StaleEpoch {
             path,
             epoch,
             persisted,
-        });
-    }
-    if persisted < epoch {
-        return Err(CheckpointError::UnknownEpoch {
+        }),
+        Err(crate::lease::epoch::Fenced::Unknown) => Err(CheckpointError::UnknownEpoch {
             path,
             epoch,
             persisted,
-        });
+        }),
     }
-    Ok(())
 }
 
 /// Where the fence's sub-machine is: open the control directory, read the epoch file.
