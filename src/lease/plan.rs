@@ -10,9 +10,9 @@
 //! ([`crate::fsop`]: handles, never descriptors) and leaves the lock and process acts as the
 //! lease's own operations ([`LeaseOp`]).
 //!
-//! Two executors run the plans. [`super::exec`] runs them for real: file operations through
+//! Two executors run the plans. `lease::exec` runs them for real: file operations through
 //! `privfs::Exec` (the same executor as the checkpoint store's plans), the lock through `flock`
-//! (the one module that takes it, [`super::lock`]), processes through pidfds and cgroupfs. The
+//! (the one module that takes it, `lease::lock`), processes through pidfds and cgroupfs. The
 //! lease model (`models/src/lease.rs`) runs the very same plans over the crash filesystem
 //! (`SimFs`), its lock table and its process table, and keeps the plan itself in its state:
 //! every operation boundary is a state, and a crash is one more enabled action there.
