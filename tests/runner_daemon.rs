@@ -339,7 +339,10 @@ fn d7_stop_signals_the_owner_and_waits_for_release() {
 #[test]
 fn d7_stop_escalates_to_kill_after_its_grace() {
     let env = Env::new();
-    let r = env.run(&["--grace", "60"], &sh(STUBBORN_CHILD, &[]));
+    let r = env.run(
+        &["--type", "notify", "--grace", "60"],
+        &sh(STUBBORN_CHILD, &[]),
+    );
     let child = env.wait_event("spawned", Some(r.pid()))["child_pid"]
         .as_u64()
         .unwrap() as u32;

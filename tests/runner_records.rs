@@ -226,7 +226,10 @@ fn p5_stop_tells_the_truth_while_the_owner_is_starting() {
 #[test]
 fn p5_stop_that_had_to_kill_the_owner_says_so() {
     let env = Env::new();
-    let owner = env.run(&["--grace", "30"], &sh(STUBBORN_CHILD, &[]));
+    let owner = env.run(
+        &["--type", "notify", "--grace", "30"],
+        &sh(STUBBORN_CHILD, &[]),
+    );
     env.wait_status("a ready owner", |s| s["phase"] == "ready");
     let f = env.tool("stop", &["--grace", "0.5"]);
     f.expect_code(137);

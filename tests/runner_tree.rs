@@ -670,15 +670,26 @@ fn t5_full_parent_socket_never_stalls() {
         queued += 1;
         assert!(queued < 100_000, "the parent socket never filled up");
     }
+    let armed = env.path("armed");
+    // STUBBORN_CHILD, which also says when its trap is set.
+    let stubborn = "trap '' TERM\n: > \"$1\"\nread _\nexit 0";
     let mut c = tenure();
     c.arg("run")
         .arg("--dir")
         .arg(&env.dir)
         .args(["--grace", "1", "--"])
-        .args(sh(STUBBORN_CHILD, &[]))
+        .args(sh(stubborn, &[armed.to_str().unwrap()]))
         .env("NOTIFY_SOCKET", &parent);
     let r = env.start(c);
     env.wait_event("ready", Some(r.pid()));
+    // `ready` of a simple service comes at spawn, before the shell has ignored TERM: wait for
+    // the child to say its trap is set, or a SIGTERM that wins the race ends it with 143.
+    wait_for(
+        "the child's TERM trap",
+        DEADLINE,
+        || armed.exists().then_some(()),
+        String::new,
+    );
     let t = Instant::now();
     r.signal(Signal::TERM);
     let f = r.wait();

@@ -731,8 +731,11 @@ pub const TERM_CHILD: &str = r#"trap 'echo "$TENURE_EPOCH" > "$TENURE_CHECKPOINT
 read _
 exit 3"#;
 
-/// A child that ignores SIGTERM and waits on stdin (only SIGKILL or end of input stops it).
+/// A child that ignores SIGTERM and waits on stdin (only SIGKILL or end of input stops it). Run
+/// it with `--type notify`: it declares itself ready only once its trap is set, so a test that
+/// waits for `ready` never sends a SIGTERM that beats the trap (and ends the child with 143).
 pub const STUBBORN_CHILD: &str = r#"trap '' TERM
+systemd-notify --ready
 read _
 exit 0"#;
 
