@@ -952,6 +952,10 @@ impl<'a> Runner<'a> {
                 eprintln!("tenure: readiness timed out: the child did not send READY=1 in time");
                 self.log("readiness-timed-out", json!({}));
             }
+            Note::Killed if self.core.lost() => {
+                eprintln!("tenure: the lease is lost; sending SIGKILL to the workload");
+                self.log("killed", json!({"cause": "lease-lost"}));
+            }
             Note::Killed => {
                 eprintln!(
                     "tenure: the workload did not stop within the grace period; sending SIGKILL"
@@ -970,6 +974,16 @@ impl<'a> Runner<'a> {
             Note::Refused => self.log("refused", json!({"error": self.failure})),
             Note::Cancelled => self.log("cancelled", json!({})),
             Note::Busy => self.log("busy", json!({})),
+            Note::LeaseLost => {
+                let why = self
+                    .failure
+                    .clone()
+                    .unwrap_or_else(|| "it expired".to_string());
+                eprintln!(
+                    "tenure: the lease of {dir} (epoch {epoch}) was lost: {why}; stopping the workload at once, nothing more will be published"
+                );
+                self.log("lease-lost", json!({"error": why}));
+            }
         }
     }
 
@@ -1052,6 +1066,9 @@ impl<'a> Runner<'a> {
                     Some(Refusal::RootLost) => "the state dir was moved or replaced".into(),
                     Some(Refusal::NoMainPid) => {
                         "the daemon's tree ended before its pid file named a main process".into()
+                    }
+                    Some(Refusal::LeaseLost) => {
+                        "the lease was lost while owned; the workload was stopped and nothing was released".into()
                     }
                     Some(Refusal::State) | Some(Refusal::Io) | None => self
                         .failure
@@ -1534,5 +1551,6 @@ fn cause_name(c: DrainCause) -> String {
         DrainCause::ChildExited => "child-exited".into(),
         DrainCause::RootLost => "root-lost".into(),
         DrainCause::Watchdog => "watchdog".into(),
+        DrainCause::LeaseLost => "lease-lost".into(),
     }
 }
