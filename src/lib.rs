@@ -95,6 +95,8 @@ macro_rules! eprint {
 }
 
 pub mod checkpoint;
+#[cfg(feature = "etcd")]
+pub mod cluster;
 pub mod driver;
 pub mod failpoint;
 pub mod host;
