@@ -94,3 +94,295 @@ fn etcd_client_survives_a_leader_and_fails_without_quorum() {
     cluster.wait_leader(Duration::from_secs(30));
     assert!(c.get(b"x").is_ok());
 }
+
+// ---- the cluster lease of `tenure run --lease etcd://…` ----
+
+use common::{DEADLINE, Env, Finished, Running, alive, sh, wait_for};
+use rustix::process::Signal;
+use std::path::{Path, PathBuf};
+use tenure::checkpoint::format::Current;
+use tenure::checkpoint::{CheckpointStore, StoreOptions};
+use tenure::cluster::{ClusterSpec, ReadPointer};
+use tenure::privfs::StateDir;
+
+/// A machine of the test: its own local state dir (an [`Env`]), the cluster's lease URL and
+/// the store the machines share.
+struct Machine<'c> {
+    env: Env,
+    url: String,
+    ttl: &'c str,
+    store: PathBuf,
+}
+
+impl<'c> Machine<'c> {
+    fn new(url: &str, ttl: &'c str, store: &Path) -> Machine<'c> {
+        Machine {
+            env: Env::new(),
+            url: url.to_string(),
+            ttl,
+            store: store.to_path_buf(),
+        }
+    }
+
+    fn run(&self, script: &str) -> Running {
+        let store = self.store.to_str().unwrap();
+        let args = [
+            "--lease",
+            &self.url,
+            "--lease-ttl",
+            self.ttl,
+            "--store",
+            store,
+            "--grace",
+            "5",
+        ];
+        self.env.run(&args, &sh(script, &[]))
+    }
+
+    /// The workload's pid, which the scripts below write to `pid` beside the state dir.
+    fn workload_pid(&self) -> u32 {
+        let p = self.env.path("pid");
+        wait_for(
+            "the workload's pid file",
+            DEADLINE,
+            || {
+                std::fs::read_to_string(&p)
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+            },
+            || self.env.events_text(),
+        )
+    }
+
+    fn epoch(&self, pid: u32) -> u64 {
+        self.env.wait_event("owned", Some(pid))["epoch"]
+            .as_u64()
+            .unwrap()
+    }
+}
+
+/// A workload that records its pid, stages `f` = `what`, and runs until SIGTERM (then exits 0).
+fn serving(m: &Machine<'_>, what: &str) -> String {
+    format!(
+        "echo $$ > {pid}; echo {what} > \"$TENURE_CHECKPOINT_OUT/f\"; trap 'exit 0' TERM; while :; do sleep 0.05; done",
+        pid = m.env.path("pid").display()
+    )
+}
+
+/// What CURRENT on the cluster names, and the file `f` of that checkpoint in the shared store
+/// (verified: the manifest's digest and every blob).
+fn current_f(spec: &ClusterSpec, store: &Path) -> Option<(Current, String)> {
+    let cur = tenure::cluster::read_current(spec).unwrap()?;
+    let sd = StateDir::open(store, false).unwrap();
+    let p = ReadPointer { spec: spec.clone() };
+    let s = CheckpointStore::open(&sd, StoreOptions::default())
+        .unwrap()
+        .with_pointer(&p);
+    let cp = s.load().unwrap().expect("CURRENT names a checkpoint");
+    assert_eq!(cp.id, cur.id);
+    let mut r = s.open_entry(cp.entry("f").unwrap()).unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut r, &mut text).unwrap();
+    Some((cur, text))
+}
+
+fn spec(cluster: &Cluster, prefix: &str) -> ClusterSpec {
+    ClusterSpec::parse(&cluster.url(prefix), Duration::from_secs(2)).unwrap()
+}
+
+/// Issue 14 (cards L1, L5 across machines): two runners with two local dirs and one shared
+/// store contend for one prefix: exactly one owns, the other waits — visibly, as a waiter on
+/// the cluster — and takes over after the owner's SIGTERM with a higher epoch, starting from
+/// the checkpoint the first published.
+#[test]
+fn two_machines_contend_and_the_waiter_takes_over_with_a_higher_epoch() {
+    let Some(cluster) = Cluster::start("two_machines_contend_and_the_waiter_takes_over") else {
+        return;
+    };
+    let shared = tempfile::tempdir().unwrap();
+    let url = cluster.url("svc");
+    let a = Machine::new(&url, "2", shared.path());
+    let b = Machine::new(&url, "2", shared.path());
+    let ra = a.run(&serving(&a, "from-a"));
+    let ea = a.epoch(ra.pid());
+    a.env.wait_event("ready", Some(ra.pid()));
+    let rb = b.run(r#"test "$(cat "$TENURE_CHECKPOINT/f")" = from-a && echo from-b > "$TENURE_CHECKPOINT_OUT/f""#);
+    let waiting = b.env.wait_event("waiting", Some(rb.pid()));
+    assert_eq!(waiting["owner_epoch"], ea);
+    let st = tenure::cluster::status(&spec(&cluster, "svc")).unwrap();
+    assert_eq!(st.owner.as_ref().map(|(h, e)| (h.pid, *e)), Some((ra.pid(), ea)));
+    assert_eq!(st.waiters.iter().map(|w| w.pid).collect::<Vec<_>>(), [rb.pid()]);
+    // `status --lease` shows the cluster owner and the waiter beside the local view.
+    let f = b.env.tool("status", &["--lease", &url, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&f.stdout).unwrap_or_default();
+    assert_eq!(v["cluster"]["owner"]["pid"], ra.pid(), "{}", f.stdout);
+    assert_eq!(v["cluster"]["owner"]["epoch"], ea);
+    assert_eq!(v["cluster"]["waiters"][0]["pid"], rb.pid());
+    ra.signal(Signal::TERM);
+    let fa = ra.wait();
+    fa.expect_code(143);
+    let fb = rb.wait();
+    fb.expect_code(0);
+    let eb = b.epoch(fb.pid);
+    assert!(eb > ea, "epoch {eb} after {ea}");
+    let (cur, f) = current_f(&spec(&cluster, "svc"), shared.path()).unwrap();
+    assert_eq!(f, "from-b\n");
+    assert_eq!(cur.id.get(), 2);
+}
+
+/// Issue 14: the owner is SIGSTOPped past its TTL; the other machine takes over and publishes;
+/// on SIGCONT the first finds its lease lost: its workload is killed at once, nothing is
+/// published, it exits 76 (`refused/lease-lost`), and CURRENT keeps the new owner's checkpoint.
+#[test]
+fn a_paused_owner_resumes_without_its_lease_and_is_stopped() {
+    let Some(cluster) = Cluster::start("a_paused_owner_resumes_without_its_lease") else {
+        return;
+    };
+    let shared = tempfile::tempdir().unwrap();
+    let url = cluster.url("svc");
+    let a = Machine::new(&url, "2", shared.path());
+    let b = Machine::new(&url, "2", shared.path());
+    let ra = a.run(&serving(&a, "from-a"));
+    let ea = a.epoch(ra.pid());
+    a.env.wait_event("ready", Some(ra.pid()));
+    let workload = a.workload_pid();
+    ra.signal(Signal::STOP);
+    let fb = b.run_finished(r#"echo from-b > "$TENURE_CHECKPOINT_OUT/f""#);
+    fb.expect_code(0);
+    assert!(b.epoch(fb.pid) > ea);
+    // A stop requested while it was paused is read after the loss, or drains into a publish
+    // that the fence refuses: either way the end is the loss's.
+    ra.signal(Signal::CONT);
+    let fa = ra.wait();
+    fa.expect_code(76);
+    assert_eq!(fa.end()["summary"], "refused/lease-lost");
+    assert!(!alive(workload), "the workload was stopped");
+    assert!(
+        a.env.events().iter().any(|e| e["kind"] == "lease-lost"),
+        "{}",
+        a.env.events_text()
+    );
+    let (_, f) = current_f(&spec(&cluster, "svc"), shared.path()).unwrap();
+    assert_eq!(f, "from-b\n", "CURRENT holds the new owner's checkpoint");
+}
+
+/// Issue 14: a paused owner whose workload exited 0 meanwhile (its output staged) resumes
+/// after another machine took over: its publish writes blobs and a manifest into the shared
+/// store, but the cluster refuses to move CURRENT (the owner key is another epoch's); it exits
+/// 76 and CURRENT keeps the new owner's checkpoint.
+#[test]
+fn a_paused_owners_publish_is_refused_by_the_fence() {
+    let Some(cluster) = Cluster::start("a_paused_owners_publish_is_refused_by_the_fence") else {
+        return;
+    };
+    let shared = tempfile::tempdir().unwrap();
+    let url = cluster.url("svc");
+    let a = Machine::new(&url, "2", shared.path());
+    let b = Machine::new(&url, "2", shared.path());
+    let go = a.env.path("go");
+    let ra = a.run(&format!(
+        "echo $$ > {pid}; while [ ! -e {go} ]; do sleep 0.05; done; echo from-a > \"$TENURE_CHECKPOINT_OUT/f\"",
+        pid = a.env.path("pid").display(),
+        go = go.display()
+    ));
+    a.env.wait_event("ready", Some(ra.pid()));
+    let workload = a.workload_pid();
+    ra.signal(Signal::STOP);
+    b.run_finished(r#"echo from-b > "$TENURE_CHECKPOINT_OUT/f""#)
+        .expect_code(0);
+    // The workload stages its output and exits 0 while its runner is paused.
+    std::fs::write(&go, b"").unwrap();
+    wait_for(
+        "the paused owner's workload to exit",
+        DEADLINE,
+        || (common::proc_state(workload) != Some('S')).then_some(()),
+        String::new,
+    );
+    ra.signal(Signal::CONT);
+    let fa = ra.wait();
+    fa.expect_code(76);
+    let (_, f) = current_f(&spec(&cluster, "svc"), shared.path()).unwrap();
+    assert_eq!(f, "from-b\n", "CURRENT holds the new owner's checkpoint");
+    let refused = a
+        .env
+        .events()
+        .into_iter()
+        .find(|e| e["kind"] == "publish-failed");
+    if let Some(e) = refused {
+        assert!(
+            e["error"].as_str().unwrap().contains("CURRENT was not moved"),
+            "{e}"
+        );
+    }
+}
+
+/// Issue 14: killing the etcd member that leads does not disturb the owner (a new leader is
+/// elected well within the TTL, and keep-alives go to the other members); the owner drains
+/// and publishes as usual afterwards.
+#[test]
+fn killing_the_leader_member_does_not_disturb_the_owner() {
+    let Some(mut cluster) = Cluster::start("killing_the_leader_member_does_not_disturb_the_owner")
+    else {
+        return;
+    };
+    let shared = tempfile::tempdir().unwrap();
+    let url = cluster.url("svc");
+    let a = Machine::new(&url, "3", shared.path());
+    let ra = a.run(&serving(&a, "from-a"));
+    a.env.wait_event("ready", Some(ra.pid()));
+    let leader = cluster.wait_leader(DEADLINE);
+    cluster.kill(leader);
+    cluster.wait_leader(DEADLINE);
+    // Two TTLs: a lease that was not renewed through the election would be lost by now.
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(
+        !a.env.events().iter().any(|e| e["kind"] == "lease-lost"),
+        "{}",
+        a.env.events_text()
+    );
+    ra.signal(Signal::TERM);
+    ra.wait().expect_code(143);
+    let (_, f) = current_f(&spec(&cluster, "svc"), shared.path()).unwrap();
+    assert_eq!(f, "from-a\n");
+}
+
+/// Issue 14: killing two of the three members (no quorum: nothing can renew the lease) makes
+/// the owner stop its workload within the TTL and publish nothing; exit 76.
+#[test]
+fn losing_the_quorum_stops_the_workload_within_the_ttl() {
+    let Some(mut cluster) = Cluster::start("losing_the_quorum_stops_the_workload_within_the_ttl")
+    else {
+        return;
+    };
+    let shared = tempfile::tempdir().unwrap();
+    let url = cluster.url("svc");
+    let a = Machine::new(&url, "2", shared.path());
+    let ra = a.run(&serving(&a, "from-a"));
+    a.env.wait_event("ready", Some(ra.pid()));
+    let workload = a.workload_pid();
+    cluster.kill(0);
+    cluster.kill(1);
+    let t = Instant::now();
+    let fa = ra.wait();
+    fa.expect_code(76);
+    // The TTL (2 s), a renewal period, and slack for a loaded machine.
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    assert!(!alive(workload));
+    cluster.restart(0);
+    cluster.restart(1);
+    cluster.wait_leader(Duration::from_secs(30));
+    assert!(
+        tenure::cluster::read_current(&spec(&cluster, "svc"))
+            .unwrap()
+            .is_none(),
+        "nothing was published"
+    );
+}
+
+impl Machine<'_> {
+    fn run_finished(&self, script: &str) -> Finished {
+        let mut r = self.run(script);
+        r.close_stdin();
+        r.wait()
+    }
+}

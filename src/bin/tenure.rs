@@ -43,6 +43,14 @@ RUN OPTIONS:
         --env-allow VAR,...   pass only these variables (plus TENURE_*) to the child
         --keep K              checkpoints kept by garbage collection (default 2)
         --trace FILE          write every lifecycle step as JSONL to FILE
+        --lease etcd://HOST:PORT[,HOST:PORT...]/PREFIX
+                              own PREFIX on an etcd cluster instead of the lock of --dir (needs
+                              the `etcd` feature): the epoch is the cluster's revision, CURRENT
+                              lives on etcd and moves only while the lease holds; --dir keeps
+                              this machine's records (see spec/cluster.md)
+        --lease-ttl SECONDS   the cluster lease's TTL (default 10); a lost lease kills the
+                              workload at once and exits 76
+        --store DIR           with --lease: blobs and manifests go to DIR, shared by the machines
 
 THE CHILD GETS:
     TENURE_DIR              the state dir
@@ -65,6 +73,7 @@ EXIT CODES (see spec/lifecycle.md):
     128+N      stopped (or cancelled, or refused while recovering) by signal N, e.g. 143
     64         usage error          65  refused state        69  not ready, or watchdog
     70         did not stop         74  I/O or publish error 75  busy (-E to change)
+    76         the cluster lease was lost (--lease)
     126, 127   the command could not be executed / was not found
     137        the child was killed after the grace period
 ";
@@ -132,42 +141,65 @@ fn real_main() -> Result<u8, Usage> {
             // Longer than the runner's own default grace, so the owner can stop its child and
             // publish before `stop` escalates to SIGKILL.
             let mut grace = Duration::from_secs(30);
+            // The owner this machine runs is stopped through its local records; the cluster
+            // options are accepted (and checked) so one set of options serves every command.
+            let mut lease = ClusterArgs::default();
             while let Some(a) = p.next_flag()? {
                 match a.as_str() {
                     "--dir" | "-d" => dir = Some(p.path(&a)?),
                     "--grace" => grace = p.duration(&a, false)?,
+                    _ if lease.take(&a, &mut p)? => {}
                     _ => return Err(unknown(&a)),
                 }
             }
             p.no_rest("stop")?;
+            lease.options()?;
             let dir = dir.ok_or_else(|| Usage("stop needs --dir DIR".into()))?;
             Ok(driver::ops::stop(&dir, grace))
         }
         Some("status") => {
             let mut p = Parser::new(args);
             let (mut dir, mut json) = (None, false);
+            let mut lease = ClusterArgs::default();
             while let Some(a) = p.next_flag()? {
                 match a.as_str() {
                     "--dir" | "-d" => dir = Some(p.path(&a)?),
                     "--json" => json = true,
+                    _ if lease.take(&a, &mut p)? => {}
                     _ => return Err(unknown(&a)),
                 }
             }
             p.no_rest("status")?;
             let dir = dir.ok_or_else(|| Usage("status needs --dir DIR".into()))?;
+            #[cfg(feature = "etcd")]
+            if let Some((spec, _)) = lease.options()? {
+                return Ok(driver::ops::cluster_status(&dir, &spec, json));
+            }
+            #[cfg(not(feature = "etcd"))]
+            lease.options()?;
             Ok(driver::ops::status(&dir, json))
         }
         Some("verify") => {
             let mut p = Parser::new(args);
             let mut dir = None;
+            let mut lease = ClusterArgs::default();
             while let Some(a) = p.next_flag()? {
                 match a.as_str() {
                     "--dir" | "-d" => dir = Some(p.path(&a)?),
+                    _ if lease.take(&a, &mut p)? => {}
                     _ => return Err(unknown(&a)),
                 }
             }
             p.no_rest("verify")?;
             let dir = dir.ok_or_else(|| Usage("verify needs --dir DIR".into()))?;
+            #[cfg(feature = "etcd")]
+            if let Some((spec, store)) = lease.options()? {
+                // The store a cluster's CURRENT names is the shared one (or the one in --dir).
+                let store = store.unwrap_or(dir);
+                return Ok(driver::ops::cluster_verify(&spec, &store));
+            }
+            #[cfg(not(feature = "etcd"))]
+            lease.options()?;
             Ok(driver::ops::verify(&dir))
         }
         Some("init") => {
@@ -194,6 +226,43 @@ fn real_main() -> Result<u8, Usage> {
             "unknown subcommand {:?}; expected run, up, stop, status, verify, init or demo",
             sub
         ))),
+    }
+}
+
+/// `--lease`, `--lease-ttl` and `--store` of `status`, `verify` and `stop`.
+#[derive(Default)]
+struct ClusterArgs {
+    lease: Option<String>,
+    ttl: Option<Duration>,
+    store: Option<PathBuf>,
+}
+
+impl ClusterArgs {
+    /// Takes `flag` (and its value) if it is one of the three.
+    fn take(&mut self, flag: &str, p: &mut Parser) -> Result<bool, Usage> {
+        match flag {
+            "--lease" => {
+                self.lease = Some(
+                    p.value(flag)?
+                        .into_string()
+                        .map_err(|_| Usage("--lease must be UTF-8".into()))?,
+                )
+            }
+            "--lease-ttl" => self.ttl = Some(p.duration(flag, false)?),
+            "--store" => self.store = Some(p.path(flag)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    #[cfg(feature = "etcd")]
+    fn options(&self) -> Result<Option<(tenure::cluster::ClusterSpec, Option<PathBuf>)>, Usage> {
+        cluster_options(self.lease.as_deref(), self.ttl, self.store.as_deref())
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    fn options(&self) -> Result<Option<()>, Usage> {
+        cluster_options(self.lease.as_deref(), self.ttl, self.store.as_deref())
     }
 }
 
@@ -229,6 +298,9 @@ fn parse_run(args: Vec<OsString>, needs_command: bool) -> Result<RunOptions, Usa
     let mut keep = 2usize;
     let mut busy_code = EXIT_BUSY;
     let mut trace = None;
+    let mut lease: Option<String> = None;
+    let mut lease_ttl: Option<Duration> = None;
+    let mut store: Option<PathBuf> = None;
     while let Some(a) = p.next_flag()? {
         match a.as_str() {
             "--dir" | "-d" => dir = Some(p.path(&a)?),
@@ -331,10 +403,21 @@ fn parse_run(args: Vec<OsString>, needs_command: bool) -> Result<RunOptions, Usa
                     .ok_or_else(|| Usage(format!("{a} takes an exit code from 0 to 255")))?
             }
             "--trace" => trace = Some(PathBuf::from(p.value(&a)?)),
+            "--lease" => {
+                lease = Some(
+                    p.value(&a)?
+                        .into_string()
+                        .map_err(|_| Usage("--lease must be UTF-8".into()))?,
+                )
+            }
+            "--lease-ttl" => lease_ttl = Some(p.duration(&a, false)?),
+            "--store" => store = Some(p.path(&a)?),
             _ => return Err(unknown(&a)),
         }
     }
     let command = p.rest();
+    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
+    let cluster = cluster_options(lease.as_deref(), lease_ttl, store.as_deref())?;
     if needs_command && command.is_empty() {
         return Err(Usage("a command is required after `--`".into()));
     }
@@ -389,7 +472,51 @@ fn parse_run(args: Vec<OsString>, needs_command: bool) -> Result<RunOptions, Usa
         busy_code,
         trace,
         command,
+        #[cfg(feature = "etcd")]
+        cluster: cluster.as_ref().map(|(c, _)| c.clone()),
+        #[cfg(feature = "etcd")]
+        store: cluster.and_then(|(_, s)| s),
     })
+}
+
+/// The cluster lease options (`--lease`, `--lease-ttl`, `--store`), validated before anything
+/// is touched: a spec and the shared store, or `None` for the kernel lock of `--dir`.
+#[cfg(feature = "etcd")]
+fn cluster_options(
+    lease: Option<&str>,
+    ttl: Option<Duration>,
+    store: Option<&std::path::Path>,
+) -> Result<Option<(tenure::cluster::ClusterSpec, Option<PathBuf>)>, Usage> {
+    let Some(url) = lease else {
+        if ttl.is_some() || store.is_some() {
+            return Err(Usage(
+                "--lease-ttl and --store go with --lease etcd://HOST:PORT/PREFIX".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let spec = tenure::cluster::ClusterSpec::parse(
+        url,
+        ttl.unwrap_or(tenure::cluster::DEFAULT_TTL),
+    )
+    .map_err(|e| Usage(e.to_string()))?;
+    let store = store.map(|s| std::path::absolute(s).unwrap_or_else(|_| s.to_path_buf()));
+    Ok(Some((spec, store)))
+}
+
+/// Without the `etcd` feature there is no cluster lease to ask for.
+#[cfg(not(feature = "etcd"))]
+fn cluster_options(
+    lease: Option<&str>,
+    ttl: Option<Duration>,
+    store: Option<&std::path::Path>,
+) -> Result<Option<()>, Usage> {
+    if lease.is_some() || ttl.is_some() || store.is_some() {
+        return Err(Usage(
+            "--lease, --lease-ttl and --store need a tenure built with the `etcd` feature (cargo build --features etcd)".into(),
+        ));
+    }
+    Ok(None)
 }
 
 /// Whether `path` lies inside `dir`, compared on absolute paths with existing parts resolved
@@ -439,6 +566,9 @@ fn canonical(flag: &str) -> Option<&'static str> {
         "--trace" => "--trace",
         "--json" => "--json",
         "--adopt" => "--adopt",
+        "--lease" => "--lease",
+        "--lease-ttl" => "--lease-ttl",
+        "--store" => "--store",
         _ => return None,
     })
 }

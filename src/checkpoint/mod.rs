@@ -77,7 +77,8 @@ pub use format::{
 pub use hash::VerifyingReader;
 pub use limits::Limits;
 pub use store::{
-    Checkpoint, CheckpointStore, CheckpointSummary, GcReport, PublishFile, Published, Source,
+    Checkpoint, CheckpointStore, CheckpointSummary, CurrentPointer, GcReport, PublishFile,
+    Published, Source,
     Staging, StoreOptions, VerifyReport, View, failed_name, highest_epoch,
 };
 

@@ -24,6 +24,23 @@ use crate::privfs::{Dir, FileKind, FsError, Links, StateDir};
 /// Bytes written between two writeback kicks of a blob being published.
 const WRITEBACK_KICK: u64 = 8 << 20;
 
+/// Where CURRENT lives when it is not the store's own file: a cluster (issue 14, the etcd
+/// lease), whose pointer moves only while the publisher's lease holds. The store then lives in
+/// a directory several machines share, and its publish differs in three ways: the fence is the
+/// pointer's (the local epoch file is not consulted); a manifest never replaces an existing
+/// file (a stale owner may have written one of the same id: the next free id is used); and the
+/// GC removes only manifests older than the new checkpoint, never blobs (a paused former owner
+/// or the next owner may be writing beside it).
+pub trait CurrentPointer: std::fmt::Debug {
+    /// Reads CURRENT (linearizably); `None` when there is no checkpoint yet.
+    fn read(&self) -> Result<Option<Current>, CheckpointError>;
+    /// Moves CURRENT to `new`, only while the lease of `epoch` holds; otherwise
+    /// [`CheckpointError::Fenced`] and nothing changed.
+    fn replace(&self, new: &Current, epoch: u64) -> Result<(), CheckpointError>;
+    /// Where CURRENT lives, for messages.
+    fn describe(&self) -> String;
+}
+
 /// Options of a store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreOptions {
@@ -226,6 +243,7 @@ pub struct CheckpointStore<'s> {
     owned: bool,
     keep: usize,
     limits: Limits,
+    pointer: Option<&'s dyn CurrentPointer>,
 }
 
 fn check_opts(opts: &StoreOptions) -> Result<(), CheckpointError> {
@@ -273,6 +291,7 @@ impl<'s> CheckpointStore<'s> {
             owned: false,
             keep: opts.keep,
             limits: Limits::DEFAULT,
+            pointer: None,
         })
     }
 
@@ -319,6 +338,24 @@ impl<'s> CheckpointStore<'s> {
         Ok(store)
     }
 
+    /// Opens a store shared by the machines of a cluster (issue 14) for its owner: temp files
+    /// of crashed publishes are removed as [`CheckpointStore::open_owned`] does, but staging
+    /// areas and views are not — they may be a paused former owner's, whose publish must be
+    /// refused by the cluster's fence rather than find its output gone.
+    pub fn open_owned_shared(
+        state: &'s StateDir,
+        opts: StoreOptions,
+    ) -> Result<CheckpointStore<'s>, CheckpointError> {
+        let store = Self::attach_owned(state, opts)?;
+        if let Some(dirs) = &store.dirs {
+            dirs.root.remove_temp_files("open.sweep")?;
+            for d in [&dirs.manifests, &dirs.blobs].into_iter().flatten() {
+                d.remove_temp_files("open.sweep")?;
+            }
+        }
+        Ok(store)
+    }
+
     /// Opens the store for its owner *without* the sweep of [`CheckpointStore::open_owned`]:
     /// for the second and later opens within one ownership, which must keep the staging area
     /// and views this ownership made (the child's output is in its staging area).
@@ -342,6 +379,7 @@ impl<'s> CheckpointStore<'s> {
             owned: true,
             keep: opts.keep,
             limits: Limits::DEFAULT,
+            pointer: None,
         })
     }
 
@@ -349,6 +387,13 @@ impl<'s> CheckpointStore<'s> {
     /// the limits at small sizes. Publish and load of one store always use the same limits.
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// The same store with CURRENT kept by `pointer` instead of its own file (a store shared
+    /// by the machines of a cluster, issue 14).
+    pub fn with_pointer(mut self, pointer: &'s dyn CurrentPointer) -> Self {
+        self.pointer = Some(pointer);
         self
     }
 
@@ -385,6 +430,12 @@ impl<'s> CheckpointStore<'s> {
     }
 
     fn read_current_raw(&self) -> Result<Option<(Current, Vec<u8>)>, CheckpointError> {
+        if let Some(p) = self.pointer {
+            return Ok(p.read()?.map(|c| {
+                let bytes = c.to_bytes();
+                (c, bytes)
+            }));
+        }
         let Some(dirs) = &self.dirs else {
             return Ok(None);
         };
@@ -810,6 +861,10 @@ impl<'s> CheckpointStore<'s> {
     /// Checks the fencing epoch (card H5): the publish must name exactly the epoch persisted
     /// in the state dir. An older one is a stale owner; a newer one was never granted.
     fn fence(&self, epoch: u64) -> Result<(), CheckpointError> {
+        // A cluster's pointer is its own fence: it moves only while the lease of `epoch` holds.
+        if self.pointer.is_some() {
+            return Ok(());
+        }
         let path = self
             .state
             .root()
@@ -1000,12 +1055,22 @@ impl<'s> CheckpointStore<'s> {
         if count == 0 {
             return Ok(Published::Unchanged { current: parent_id });
         }
-        let id = match parent_id {
+        let mut id = match parent_id {
             None => CheckpointId::FIRST,
             Some(p) => p.next().ok_or_else(|| CheckpointError::IdsExhausted {
                 path: self.current_path(),
             })?,
         };
+        // A shared store may hold a manifest of that id already, written by a former owner
+        // that lost its lease: it is never replaced; the next free id is used.
+        if self.pointer.is_some()
+            && let Some(top) = self.manifest_ids()?.last()
+            && *top >= id
+        {
+            id = top.next().ok_or_else(|| CheckpointError::IdsExhausted {
+                path: self.current_path(),
+            })?;
+        }
         let mut parent = parent.map(|(r, path)| ParentEntries {
             r,
             path,
@@ -1070,7 +1135,7 @@ impl<'s> CheckpointStore<'s> {
         }
 
         // 2. Manifest: temp, fsync, rename, fsync of the manifests dir.
-        let manifest_sha256 = out.finish(id)?;
+        let manifest_sha256 = out.finish(id, self.pointer.is_some())?;
         manifests.sync("publish.manifest").map_err(publish_failed)?;
 
         // 3. CURRENT, fenced once more right before the only step that makes it visible.
@@ -1079,7 +1144,10 @@ impl<'s> CheckpointStore<'s> {
             id,
             manifest_sha256,
         };
-        replace_current(root, &current)?;
+        match self.pointer {
+            Some(p) => p.replace(&current, epoch)?,
+            None => replace_current(root, &current)?,
+        }
         crate::failpoint::hit("publish.acked")
             .map_err(|e| CheckpointError::io(self.path(), "acknowledge", e))?;
 
@@ -1264,7 +1332,14 @@ impl<'s> CheckpointStore<'s> {
             };
             seen.insert(id, s);
         }
-        let plan = gc::plan(current, &seen, self.keep);
+        let mut plan = gc::plan(current, &seen, self.keep);
+        if self.pointer.is_some() {
+            // A shared store: manifests above the new checkpoint may be a newer owner's (this
+            // one may have lost its lease since), and any blob may be about to be named by
+            // one; only older manifests go, and blobs stay.
+            plan.manifests.retain(|id| *id < current);
+            plan.blobs_skipped = true;
+        }
         report.kept = plan.kept.clone();
         report.blobs_skipped = plan.blobs_skipped;
         // The blobs the kept checkpoints name, streamed from their manifests into a sorted
@@ -1549,20 +1624,28 @@ impl<'d> ManifestOut<'d> {
         Ok(())
     }
 
-    /// Writes the rest, fsyncs and renames the manifest into place; returns its digest.
-    fn finish(mut self, id: CheckpointId) -> Result<Digest, CheckpointError> {
+    /// Writes the rest, fsyncs and renames the manifest into place; returns its digest. In a
+    /// shared store (`shared`) an existing manifest of the id is never replaced.
+    fn finish(mut self, id: CheckpointId, shared: bool) -> Result<Digest, CheckpointError> {
         use sha2::Digest as _;
         self.spill()?;
         let digest = Digest(self.hash.clone().finalize().into());
-        // A leftover manifest of this id can only be the orphan of a crashed publish (CURRENT
-        // names its parent), so replacing it is safe.
-        self.tmp
+        let synced = self
+            .tmp
             .take()
             .expect("spill creates the temp file")
             .sync()
-            .map_err(publish_failed)?
-            .rename_into(id.manifest_file_name())
             .map_err(publish_failed)?;
+        // In a dir of its own, a leftover manifest of this id can only be the orphan of a
+        // crashed publish (CURRENT names its parent), so replacing it is safe. In a shared
+        // store another machine may be writing this very id (a former owner that lost its
+        // lease): the rename must not replace it, and then this publish fails.
+        if shared {
+            synced.rename_into_new(id.manifest_file_name())
+        } else {
+            synced.rename_into(id.manifest_file_name())
+        }
+        .map_err(publish_failed)?;
         Ok(digest)
     }
 }

@@ -155,6 +155,15 @@ pub enum LeaseError {
         mine: u64,
         current: u64,
     },
+    /// A cluster lease's epoch is not above what the local dir records (issue 14).
+    #[error(
+        "{dir} records epoch {recorded}, not below the cluster lease's epoch {cluster}: this dir was used with another lease (a local one, or another cluster); give the cluster lease a state dir of its own"
+    )]
+    EpochAhead {
+        dir: PathBuf,
+        recorded: u64,
+        cluster: u64,
+    },
     /// A record (owner record, registry entry) cannot be parsed.
     #[error("{path} is corrupt ({reason}); nothing was changed: inspect it, then move it aside")]
     CorruptRecord { path: PathBuf, reason: String },
@@ -214,6 +223,7 @@ impl LeaseError {
             | LeaseError::CorruptRecord { .. }
             | LeaseError::Moved { .. }
             | LeaseError::StaleEpoch { .. }
+            | LeaseError::EpochAhead { .. }
             | LeaseError::BadInstanceName { .. }
             | LeaseError::Epoch(_) => true,
             LeaseError::Fs(fs) => fs.is_refusal(),
@@ -283,6 +293,10 @@ pub struct AcquireOptions<'a> {
     pub cancel: Option<BorrowedFd<'a>>,
     /// The phase written into the owner record on acquisition (normally `Recovering`).
     pub phase: PhaseKind,
+    /// A cluster lease's epoch (issue 14): this ownership's epoch is exactly this value — the
+    /// cluster's fencing revision — instead of one above what the dir records; refused
+    /// ([`LeaseError::EpochAhead`]) if the dir records this epoch or a later one.
+    pub fence: Option<u64>,
 }
 
 impl Default for AcquireOptions<'_> {
@@ -291,6 +305,7 @@ impl Default for AcquireOptions<'_> {
             wait: WaitBound::Forever,
             cancel: None,
             phase: PhaseKind::Recovering,
+            fence: None,
         }
     }
 }
@@ -572,7 +587,7 @@ pub fn acquire_for_workload(
         }
     }
     let guard = lock::LockGuard::new(lock_file, lock_path.clone());
-    let lease = become_owner(dir, &control, guard, me, opts.phase, cgroup)?;
+    let lease = become_owner(dir, &control, guard, me, opts.phase, opts.fence, cgroup)?;
     drop(waiter);
     Ok(lease)
 }
@@ -584,6 +599,7 @@ fn become_owner(
     guard: lock::LockGuard,
     me: Identity,
     phase: PhaseKind,
+    fence: Option<u64>,
     want_cgroup: bool,
 ) -> Result<Lease, LeaseError> {
     // A named point between taking the lock and writing the owner record: tests hold an
@@ -611,6 +627,18 @@ fn become_owner(
         found.epoch,
         highest.as_ref(),
     )?;
+    // A cluster lease's epoch is the cluster's revision; the dir must not have seen it yet.
+    let (epoch, rewound) = match fence {
+        None => (epoch, rewound),
+        Some(cluster) if cluster >= epoch => (cluster, None),
+        Some(cluster) => {
+            return Err(LeaseError::EpochAhead {
+                dir: dir.path().to_path_buf(),
+                recorded: epoch - 1,
+                cluster,
+            });
+        }
+    };
     let mut token = [0u8; 16];
     crate::privfs::random_bytes(&mut token)?;
     let (marker, new_marker) = match found.marker {
