@@ -495,11 +495,9 @@ fn cluster_options(
         }
         return Ok(None);
     };
-    let spec = tenure::cluster::ClusterSpec::parse(
-        url,
-        ttl.unwrap_or(tenure::cluster::DEFAULT_TTL),
-    )
-    .map_err(|e| Usage(e.to_string()))?;
+    let spec =
+        tenure::cluster::ClusterSpec::parse(url, ttl.unwrap_or(tenure::cluster::DEFAULT_TTL))
+            .map_err(|e| Usage(e.to_string()))?;
     let store = store.map(|s| std::path::absolute(s).unwrap_or_else(|_| s.to_path_buf()));
     Ok(Some((spec, store)))
 }

@@ -78,8 +78,7 @@ pub use hash::VerifyingReader;
 pub use limits::Limits;
 pub use store::{
     Checkpoint, CheckpointStore, CheckpointSummary, CurrentPointer, GcReport, PublishFile,
-    Published, Source,
-    Staging, StoreOptions, VerifyReport, View, failed_name, highest_epoch,
+    Published, Source, Staging, StoreOptions, VerifyReport, View, failed_name, highest_epoch,
 };
 
 /// The store's directory inside a state dir.

@@ -99,7 +99,9 @@ impl ClusterError {
     pub fn is_refusal(&self) -> bool {
         matches!(
             self,
-            ClusterError::Foreign { .. } | ClusterError::BadUrl { .. } | ClusterError::BadTtl { .. }
+            ClusterError::Foreign { .. }
+                | ClusterError::BadUrl { .. }
+                | ClusterError::BadTtl { .. }
         )
     }
 }
@@ -316,7 +318,10 @@ struct Keeper {
 
 /// Whether `fd` is readable now (the cancel descriptor; never read).
 fn readable(fd: BorrowedFd<'_>) -> bool {
-    let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+    let mut fds = [rustix::event::PollFd::new(
+        &fd,
+        rustix::event::PollFlags::IN,
+    )];
     matches!(
         rustix::event::poll(&mut fds, Some(&rustix::time::Timespec::default())),
         Ok(n) if n > 0
@@ -450,10 +455,7 @@ fn acquire_with(
             let slice = Instant::now() + Duration::from_millis(100);
             match watch.next(slice) {
                 Ok(evs) => {
-                    if evs
-                        .iter()
-                        .any(|e| matches!(e, WatchEvent::Delete { .. }))
-                    {
+                    if evs.iter().any(|e| matches!(e, WatchEvent::Delete { .. })) {
                         break 'watch;
                     }
                 }
@@ -593,13 +595,13 @@ fn keep(ttl_spec: &ClusterSpec, lease: i64, stop: &AtomicBool, lost: &LostFlag, 
 
 /// Reads CURRENT on the cluster without owning it (for `status` and `verify`).
 pub fn read_current(spec: &ClusterSpec) -> Result<Option<Current>, CheckpointError> {
-    let (kv, _) = spec
-        .client()
-        .get(&spec.current_key())
-        .map_err(|e| CheckpointError::PointerFailed {
-            pointer: format!("{}/current", spec.url()),
-            reason: e.to_string(),
-        })?;
+    let (kv, _) =
+        spec.client()
+            .get(&spec.current_key())
+            .map_err(|e| CheckpointError::PointerFailed {
+                pointer: format!("{}/current", spec.url()),
+                reason: e.to_string(),
+            })?;
     parse_current(spec, kv)
 }
 

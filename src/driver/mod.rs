@@ -1054,8 +1054,8 @@ impl<'a> Runner<'a> {
                     .attach()
                     .expect("attached above")
                     .and_then(|s| s.read_current())
-                .map(|c| c.map(|c| c.id))
-                .unwrap_or(before);
+                    .map(|c| c.map(|c| c.id))
+                    .unwrap_or(before);
                 self.publish_failure = Some((before, now));
                 self.failure = Some(e.to_string());
                 self.log(

@@ -362,10 +362,14 @@ pub fn cluster_status(dir: &Path, spec: &crate::cluster::ClusterSpec, json: bool
         Ok(c) => c,
         Err(e) => {
             eprintln!("tenure: {e}");
-            return if e.is_refusal() { EXIT_REFUSED } else { EXIT_IO };
+            return if e.is_refusal() {
+                EXIT_REFUSED
+            } else {
+                EXIT_IO
+            };
         }
     };
-    let local = match StateDir::open(dir, false).and_then(|d| Ok(collect(&d))) {
+    let local = match StateDir::open(dir, false).map(|d| collect(&d)) {
         Ok(Ok(s)) => Some(s),
         // A machine that never ran on this dir has no local view yet.
         Err(crate::privfs::FsError::NotFound { .. }) => None,
