@@ -325,7 +325,7 @@ mod tests {
 
     #[test]
     fn reads_a_content_length_body() {
-        let ep = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{\"a\":\"1\"}\n");
+        let ep = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{\"a\":\"1\"}\n");
         let r = post(&ep, "/v3/kv/range", b"{}", deadline()).unwrap();
         assert_eq!(r.status, 200);
         assert_eq!(r.body(deadline()).unwrap(), b"{\"a\":\"1\"}\n");
@@ -334,7 +334,7 @@ mod tests {
     #[test]
     fn reads_a_chunked_stream_message_by_message() {
         let ep = serve(
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n6\r\n1}\n{\"b\"\r\n4\r\n:2}\n\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n7\r\n1}\n{\"b\"\r\n4\r\n:2}\n\r\n0\r\n\r\n",
         );
         let mut r = post(&ep, "/v3/watch", b"{}", deadline()).unwrap();
         assert_eq!(r.next_message(deadline()).unwrap().unwrap()["a"], 1);

@@ -281,6 +281,111 @@ fn holder_of(spec: &ClusterSpec, kv: &etcd::Kv) -> Result<Holder, ClusterError> 
     })
 }
 
+/// A transaction of the cluster lease: the compares, the operations run when every compare
+/// holds, and those run otherwise.
+#[derive(Debug, Clone)]
+pub struct Txn {
+    /// What must hold.
+    pub compare: Vec<Compare>,
+    /// Run when every compare holds.
+    pub success: Vec<Op>,
+    /// Run otherwise.
+    pub failure: Vec<Op>,
+}
+
+impl Txn {
+    /// Sends the transaction to the cluster.
+    pub fn run(&self, etcd: &Etcd) -> Result<etcd::TxnResult, EtcdError> {
+        etcd.txn(&self.compare, &self.success, &self.failure)
+    }
+}
+
+/// The cluster lease's transactions and how their answers are read, as pure functions: the
+/// runner sends them to etcd, the cluster model (models/src/cluster.rs) to its etcd world, so
+/// both run the same protocol.
+pub mod plan {
+    use super::{ClusterSpec, Compare, Op, Txn};
+    use crate::cluster::etcd::{Kv, TxnResult};
+    use crate::mutant;
+
+    /// Ownership: create `PREFIX/owner` holding `holder` under `lease`, only if it does not
+    /// exist; otherwise read who holds it.
+    pub fn claim(spec: &ClusterSpec, holder: Vec<u8>, lease: i64) -> Txn {
+        let owner = spec.owner_key();
+        Txn {
+            compare: vec![Compare::CreateRevision(owner.clone(), 0)],
+            success: vec![Op::Put {
+                key: owner.clone(),
+                value: holder,
+                lease,
+            }],
+            failure: vec![Op::Get(owner)],
+        }
+    }
+
+    /// What the answer to [`claim`] means.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum Claim {
+        /// Ours, with this epoch: the owner key's create revision.
+        Owned {
+            /// The fencing epoch.
+            epoch: u64,
+        },
+        /// Another lease holds the key (this is its record).
+        Held(Kv),
+        /// The key was deleted between the compare and the read: try again.
+        Vanished,
+    }
+
+    /// Reads the answer to [`claim`] sent with `lease`.
+    pub fn claimed(r: &TxnResult, lease: i64) -> Claim {
+        if r.succeeded {
+            // The transaction wrote the key: its revision is the key's create revision.
+            return Claim::Owned {
+                epoch: r.revision as u64,
+            };
+        }
+        match r.kvs.first() {
+            None => Claim::Vanished,
+            // An earlier attempt of ours succeeded but its answer was lost.
+            Some(kv) if kv.lease == lease => Claim::Owned {
+                epoch: kv.create_revision as u64,
+            },
+            Some(kv) => Claim::Held(kv.clone()),
+        }
+    }
+
+    /// Moves CURRENT to `value`, only while `PREFIX/owner` has this epoch's create revision;
+    /// otherwise reads the owner key (to say who holds it now).
+    pub fn move_current(spec: &ClusterSpec, value: Vec<u8>, epoch: u64) -> Txn {
+        let put = Op::Put {
+            key: spec.current_key(),
+            value,
+            lease: 0,
+        };
+        // Mutant: CURRENT written with a plain put, without the fence.
+        let compare = if mutant::on("cluster-current-plain-put") {
+            Vec::new()
+        } else {
+            vec![Compare::CreateRevision(spec.owner_key(), epoch as i64)]
+        };
+        Txn {
+            compare,
+            success: vec![put],
+            failure: vec![Op::Get(spec.owner_key())],
+        }
+    }
+
+    /// Release: delete the owner key only if it is still this epoch's.
+    pub fn release(spec: &ClusterSpec, epoch: u64) -> Txn {
+        Txn {
+            compare: vec![Compare::CreateRevision(spec.owner_key(), epoch as i64)],
+            success: vec![Op::Delete(spec.owner_key())],
+            failure: Vec::new(),
+        }
+    }
+}
+
 /// How long [`acquire`] may wait for a held prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
@@ -383,31 +488,19 @@ fn acquire_with(
     // Renewals of our own lease while we wait (the waiter key lives under it).
     let mut next_renewal = Instant::now() + spec.ttl / 3;
     loop {
-        let r = etcd
-            .txn(
-                &[Compare::CreateRevision(owner_key.clone(), 0)],
-                &[Op::Put {
-                    key: owner_key.clone(),
-                    value: value.clone(),
-                    lease,
-                }],
-                &[Op::Get(owner_key.clone())],
-            )
+        let r = plan::claim(spec, value.clone(), lease)
+            .run(etcd)
             .map_err(|e| spec.etcd_error(e))?;
-        if r.succeeded {
-            if waiting {
-                let _ = etcd.txn(&[], &[Op::Delete(waiter_key(spec, me))], &[]);
+        let holder = match plan::claimed(&r, lease) {
+            plan::Claim::Owned { epoch } => {
+                if waiting {
+                    let _ = etcd.txn(&[], &[Op::Delete(waiter_key(spec, me))], &[]);
+                }
+                return Ok(epoch);
             }
-            return Ok(r.revision as u64);
-        }
-        let holder = match r.kvs.first() {
             // The key was deleted between the compare and the read: try again at once.
-            None => continue,
-            Some(kv) if kv.lease == lease => {
-                // An earlier attempt of ours succeeded but its answer was lost.
-                return Ok(kv.create_revision as u64);
-            }
-            Some(kv) => holder_of(spec, kv)?,
+            plan::Claim::Vanished => continue,
+            plan::Claim::Held(kv) => holder_of(spec, &kv)?,
         };
         let busy = || ClusterError::Busy {
             url: spec.url(),
@@ -523,16 +616,8 @@ impl ClusterLease {
     /// lost (the key expired, or another owner's).
     pub fn release(mut self) -> Result<bool, ClusterError> {
         self.stop_keeper();
-        let r = self
-            .etcd
-            .txn(
-                &[Compare::CreateRevision(
-                    self.spec.owner_key(),
-                    self.epoch as i64,
-                )],
-                &[Op::Delete(self.spec.owner_key())],
-                &[],
-            )
+        let r = plan::release(&self.spec, self.epoch)
+            .run(&self.etcd)
             .map_err(|e| self.spec.etcd_error(e))?;
         let _ = self.etcd.revoke(self.lease);
         Ok(r.succeeded && self.lost().is_none())
@@ -652,17 +737,8 @@ impl CurrentPointer for ClusterLease {
 
     fn replace(&self, new: &Current, epoch: u64) -> Result<(), CheckpointError> {
         let spec = &self.spec;
-        let r = self
-            .etcd
-            .txn(
-                &[Compare::CreateRevision(spec.owner_key(), epoch as i64)],
-                &[Op::Put {
-                    key: spec.current_key(),
-                    value: new.to_bytes(),
-                    lease: 0,
-                }],
-                &[Op::Get(spec.owner_key())],
-            )
+        let r = plan::move_current(spec, new.to_bytes(), epoch)
+            .run(&self.etcd)
             .map_err(|e| CheckpointError::PointerFailed {
                 pointer: self.describe(),
                 reason: e.to_string(),

@@ -593,6 +593,22 @@ pub fn acquire_for_workload(
 }
 
 /// The part of acquisition done under the lock. On error the guard is dropped, which unlocks.
+/// The epoch of an ownership under a cluster lease (issue 14): the cluster's fencing revision
+/// `cluster`, which must not be below `next_local`, the next epoch the local dir would grant
+/// (else `Err` with the epoch the dir records: the dir was used with another lease). The
+/// cluster model (models/src/cluster.rs) grants epochs through this function too.
+pub fn fenced_epoch(next_local: u64, cluster: u64) -> Result<u64, u64> {
+    // Mutant: the epoch taken from the local dir's counter instead of the cluster's revision.
+    if crate::mutant::on("cluster-epoch-local-counter") {
+        return Ok(next_local);
+    }
+    if cluster >= next_local {
+        Ok(cluster)
+    } else {
+        Err(next_local - 1)
+    }
+}
+
 fn become_owner(
     dir: &StateDir,
     control: &Dir,
@@ -630,14 +646,16 @@ fn become_owner(
     // A cluster lease's epoch is the cluster's revision; the dir must not have seen it yet.
     let (epoch, rewound) = match fence {
         None => (epoch, rewound),
-        Some(cluster) if cluster >= epoch => (cluster, None),
-        Some(cluster) => {
-            return Err(LeaseError::EpochAhead {
-                dir: dir.path().to_path_buf(),
-                recorded: epoch - 1,
-                cluster,
-            });
-        }
+        Some(cluster) => match fenced_epoch(epoch, cluster) {
+            Ok(e) => (e, None),
+            Err(recorded) => {
+                return Err(LeaseError::EpochAhead {
+                    dir: dir.path().to_path_buf(),
+                    recorded,
+                    cluster,
+                });
+            }
+        },
     };
     let mut token = [0u8; 16];
     crate::privfs::random_bytes(&mut token)?;
