@@ -175,10 +175,11 @@ impl<'c> Machine<'c> {
     }
 }
 
-/// A workload that records its pid, stages `f` = `what`, and runs until SIGTERM (then exits 0).
+/// A workload that stages `f` = `what`, and runs until SIGTERM (then exits 0); it records its pid
+/// once its trap is set, so a test that waited for the pid file may stop it.
 fn serving(m: &Machine<'_>, what: &str) -> String {
     format!(
-        "echo $$ > {pid}; echo {what} > \"$TENURE_CHECKPOINT_OUT/f\"; trap 'exit 0' TERM; while :; do sleep 0.05; done",
+        "trap 'exit 0' TERM; echo {what} > \"$TENURE_CHECKPOINT_OUT/f\"; echo $$ > {pid}; while :; do sleep 0.05; done",
         pid = m.env.path("pid").display()
     )
 }
@@ -228,6 +229,8 @@ fn two_machines_contend_and_the_waiter_takes_over_with_a_higher_epoch() {
     let ra = a.run(&serving(&a, "from-a"));
     let ea = a.epoch(ra.pid());
     a.env.wait_event("ready", Some(ra.pid()));
+    // Staged, and its trap set.
+    a.workload_pid();
     let rb = b.run(r#"test "$(cat "$TENURE_CHECKPOINT/f")" = from-a && echo from-b > "$TENURE_CHECKPOINT_OUT/f""#);
     // B's local dir is new (no event log yet): its wait shows on the cluster, as a waiter.
     let st = wait_for(
@@ -371,6 +374,7 @@ fn killing_the_leader_member_does_not_disturb_the_owner() {
     let a = Machine::new(&url, "3", shared.path());
     let ra = a.run(&serving(&a, "from-a"));
     a.env.wait_event("ready", Some(ra.pid()));
+    a.workload_pid();
     let leader = cluster.wait_leader(DEADLINE);
     cluster.kill(leader);
     cluster.wait_leader(DEADLINE);
@@ -426,4 +430,190 @@ impl Machine<'_> {
         r.close_stdin();
         r.wait()
     }
+}
+
+/// The checker workload: each owner copies the log of the checkpoint it starts from and
+/// appends `EPOCH SEQ` (SEQ one more than the last line), then serves until SIGTERM; its pid
+/// file is written once the line is staged and the trap set.
+fn appender(m: &Machine<'_>) -> String {
+    format!(
+        r#"trap 'exit 0' TERM
+out="$TENURE_CHECKPOINT_OUT/log"
+if [ -n "$TENURE_CHECKPOINT" ] && [ -f "$TENURE_CHECKPOINT/log" ]; then cp "$TENURE_CHECKPOINT/log" "$out"; else : > "$out"; fi
+n=$(wc -l < "$out")
+echo "$TENURE_EPOCH $((n + 1))" >> "$out"
+echo $$ > {pid}
+while :; do sleep 0.05; done"#,
+        pid = m.env.path("pid").display()
+    )
+}
+
+/// What the file `name` of the checkpoint CURRENT names holds (verified).
+fn current_file(spec: &ClusterSpec, store: &Path, name: &str) -> Option<String> {
+    tenure::cluster::read_current(spec).unwrap()?;
+    let sd = StateDir::open(store, false).unwrap();
+    let p = ReadPointer { spec: spec.clone() };
+    let s = CheckpointStore::open(&sd, StoreOptions::default())
+        .unwrap()
+        .with_pointer(&p);
+    let cp = s.load().unwrap()?;
+    let mut r = s.open_entry(cp.entry(name)?).unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut r, &mut text).unwrap();
+    Some(text)
+}
+
+/// A small deterministic generator (the seed is printed, and `TENURE_FAILOVER_SEED` replays it).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// Issue 14, the checker workload: two machines run the appender one after the other over
+/// randomized failover rounds — the owner SIGTERMed (it publishes), SIGKILLed with its workload
+/// (a machine crash: nothing published), SIGSTOPped past its TTL and resumed (exit 76, its
+/// workload killed), or an etcd member killed and restarted under it (no failover). After every
+/// round the next owner's epoch is higher; at the end the published checkpoints' log has
+/// non-decreasing epochs and consecutive sequence numbers, and every acknowledged checkpoint
+/// (a `checkpoint-published` the runner logged) is a prefix of it: none was lost.
+/// `TENURE_FAILOVER_ROUNDS` (default 50) and `TENURE_FAILOVER_SEED` choose the run.
+#[test]
+fn randomized_failover_rounds_lose_no_acknowledged_checkpoint() {
+    let Some(mut cluster) =
+        Cluster::start("randomized_failover_rounds_lose_no_acknowledged_checkpoint")
+    else {
+        return;
+    };
+    let rounds: usize = std::env::var("TENURE_FAILOVER_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let seed: u64 = std::env::var("TENURE_FAILOVER_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| tenure::lease::now_ms());
+    eprintln!("failover: {rounds} rounds, TENURE_FAILOVER_SEED={seed}");
+    let mut rng = Rng(seed);
+    let shared = shared_store();
+    let url = cluster.url("svc");
+    let sp = spec(&cluster, "svc");
+    let machines = [
+        Machine::new(&url, "2", shared.path()),
+        Machine::new(&url, "2", shared.path()),
+    ];
+    // A new runner's workload writes the pid file only once it owns: a stale one is removed.
+    let start = |i: usize| {
+        let _ = std::fs::remove_file(machines[i].env.path("pid"));
+        machines[i].run(&appender(&machines[i]))
+    };
+    let mut runs = [Some(start(0)), None];
+    let mut owner = 0usize;
+    let mut epoch = machines[0].epoch(runs[0].as_ref().unwrap().pid());
+    machines[0]
+        .env
+        .wait_event("ready", Some(runs[0].as_ref().unwrap().pid()));
+    runs[1] = Some(start(1));
+    let mut acked: Vec<String> = Vec::new();
+    let mut kinds = [0usize; 4];
+    for round in 0..rounds {
+        let fault = rng.below(4) as usize;
+        kinds[fault] += 1;
+        let other = 1 - owner;
+        let m = &machines[owner];
+        let workload = m.workload_pid();
+        if fault == 3 {
+            // An etcd member dies and comes back; the owner is not disturbed.
+            let i = rng.below(3) as usize;
+            cluster.kill(i);
+            cluster.wait_leader(DEADLINE);
+            cluster.restart(i);
+            cluster.wait_leader(DEADLINE);
+            assert!(
+                runs[owner].as_mut().unwrap().running(),
+                "round {round}: the owner ended when member {i} was killed"
+            );
+            continue;
+        }
+        let r = runs[owner].take().unwrap();
+        let pid = r.pid();
+        match fault {
+            0 => {
+                r.signal(Signal::TERM);
+                r.wait().expect_code(143);
+                let published = m
+                    .env
+                    .events()
+                    .into_iter()
+                    .any(|e| e["pid"] == pid && e["kind"] == "checkpoint-published");
+                assert!(published, "round {round}: {}", m.env.events_text());
+                // Acknowledged: CURRENT names it until the next owner publishes.
+                acked.push(current_file(&sp, shared.path(), "log").unwrap());
+            }
+            1 => {
+                // The machine crashes: the runner and its workload die at once.
+                r.signal(Signal::KILL);
+                common::send(workload, Signal::KILL);
+                drop(r.wait());
+            }
+            _ => {
+                r.signal(Signal::STOP);
+                // Resumed once the other machine owns: then it must find its lease lost.
+                machines[other].epoch(runs[other].as_ref().unwrap().pid());
+                r.signal(Signal::CONT);
+                let f = r.wait();
+                f.expect_code(76);
+                assert!(
+                    !alive(workload),
+                    "round {round}: the paused owner's workload runs"
+                );
+            }
+        }
+        // The other machine takes over with a higher epoch; this one waits again.
+        let next = machines[other].epoch(runs[other].as_ref().unwrap().pid());
+        assert!(next > epoch, "round {round}: epoch {next} after {epoch}");
+        machines[other]
+            .env
+            .wait_event("ready", Some(runs[other].as_ref().unwrap().pid()));
+        epoch = next;
+        runs[owner] = Some(start(owner));
+        owner = other;
+    }
+    // The last owner publishes too.
+    let r = runs[owner].take().unwrap();
+    r.signal(Signal::TERM);
+    r.wait().expect_code(143);
+    acked.push(current_file(&sp, shared.path(), "log").unwrap());
+    let waiter = runs[1 - owner].take().unwrap();
+    waiter.signal(Signal::TERM);
+    waiter.wait();
+    let last = acked.last().unwrap().clone();
+    let mut prev = 0u64;
+    for (i, line) in last.lines().enumerate() {
+        let (e, seq) = line.split_once(' ').unwrap();
+        let (e, seq): (u64, usize) = (e.parse().unwrap(), seq.parse().unwrap());
+        assert_eq!(seq, i + 1, "a gap in the sequence:\n{last}");
+        assert!(e >= prev, "epochs decrease:\n{last}");
+        prev = e;
+    }
+    for a in &acked {
+        assert!(
+            last.starts_with(a.as_str()),
+            "lost: {a:?} is not in\n{last}"
+        );
+    }
+    eprintln!(
+        "failover: {} acknowledged checkpoints over {rounds} rounds (term {}, crash {}, pause {}, member {})",
+        acked.len(),
+        kinds[0],
+        kinds[1],
+        kinds[2],
+        kinds[3]
+    );
 }
