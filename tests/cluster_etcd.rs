@@ -498,7 +498,7 @@ fn randomized_failover_rounds_lose_no_acknowledged_checkpoint() {
     let seed: u64 = std::env::var("TENURE_FAILOVER_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| tenure::lease::now_ms());
+        .unwrap_or_else(tenure::lease::now_ms);
     eprintln!("failover: {rounds} rounds, TENURE_FAILOVER_SEED={seed}");
     let mut rng = Rng(seed);
     let shared = shared_store();
