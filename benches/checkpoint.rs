@@ -1,4 +1,4 @@
-//! Checkpoint store benchmarks (issue 4), each printed as a ratio against a baseline measured
+//! Checkpoint store benchmarks, each printed as a ratio against a baseline measured
 //! in the same run:
 //!
 //! - verify a cached checkpoint (full `load`) vs in-process sha2 on the same bytes (in memory,
@@ -7,7 +7,7 @@
 //! - incremental publish (one 4 MiB file changed) vs writing + fsyncing 4 MiB;
 //! - publish and load of 100,000 small files (1,000,000 with `TENURE_BENCH_FULL=1`) vs writing
 //!   them plainly (with and without an fsync each) and reading them back with sha256, with the
-//!   peak RSS of the publishing and the loading process (issue 10). `TENURE_BENCH_MANY_ONLY=1`
+//!   peak RSS of the publishing and the loading process. `TENURE_BENCH_MANY_ONLY=1`
 //!   runs only these.
 //!
 //! Default sizes run in about a minute (`cargo bench --bench checkpoint`); the issue's sizes
@@ -612,7 +612,7 @@ fn main() {
         bench_publish(tmp.path());
         bench_incremental(tmp.path());
     }
-    // Many small files (issue 10): 100,000 by default, and 1,000,000 with the full sizes
+    // Many small files: 100,000 by default, and 1,000,000 with the full sizes
     // (about a quarter of an hour here, most of it one fsync per file on both sides).
     bench_many(tmp.path(), scale(100_000));
     if full() {

@@ -1,4 +1,4 @@
-//! Lease benchmarks (issue 3). Prints ratios against baselines measured in the same run; asserts
+//! Lease benchmarks. Prints ratios against baselines measured in the same run; asserts
 //! nothing. Run: `cargo bench --bench lease`. Knobs: `LEASE_BENCH_N` (samples),
 //! `LEASE_BENCH_SETTLE_MS` (how long a waiter parks before the release, default 10),
 //! `LEASE_BENCH_RAW=1` (print every sample, e.g. to see bimodal fsync latency on a shared disk).
@@ -15,7 +15,7 @@
 //!    a durable floor: the raw waiter also does by hand the fsyncs a tenure acquisition does
 //!    (two fsynced files and a dir fsync; the holder one fsynced file), which shows how much of
 //!    tenure's handoff is the durability the issue requires and how much is tenure itself.
-//! 3. Crash takeover (card L5; the timing the lease test used to assert, issue 15): the holder
+//! 3. Crash takeover (card L5; the timing the lease test used to assert): the holder
 //!    is a child process that is SIGKILLed; the time from the kill to "the waiting process
 //!    owns", for a tenure holder and waiter (the waiter also finds a stale record) and for raw
 //!    `flock(LOCK_EX)` processes (the kernel floor).

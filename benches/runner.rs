@@ -1,4 +1,4 @@
-//! Benchmarks of the `tenure` runner (issue 5), each printed against a baseline measured in the
+//! Benchmarks of the `tenure` runner, each printed against a baseline measured in the
 //! same run on the same filesystem, so the ratios survive a slow or loaded machine:
 //!
 //! 1. `tenure run --dir D -- true` against `flock F/lock true` (both spawn `true`): medians of N
@@ -6,7 +6,7 @@
 //!    `/usr/bin/time -f %M` when it is installed).
 //! 2. SIGTERM → exit of a ready owner whose child staged a 100 MiB checkpoint, against the
 //!    publish of the same 100 MiB through the library alone (target ≤ +20 ms).
-//! 3. The cost of containment (issue 9), separately: `tenure run -- true` with a cgroup per
+//! 3. The cost of containment, separately: `tenure run -- true` with a cgroup per
 //!    ownership against `--cgroup off` (subreaper and inherited lock only), interleaved; and the
 //!    parts alone — `PR_SET_CHILD_SUBREAPER`, and a cgroup's create + record-free remove.
 //!

@@ -3,7 +3,7 @@
 //! Product code calls [`hit`] with a name such as `publish.blob.fsync` just before a step whose
 //! interruption a test wants to prove harmless. Without the `failpoints` cargo feature `hit` is an
 //! inlined `Ok(())`, so release builds carry no trace of it. With the feature, the action for a
-//! name comes from a [`scoped`] configuration (in-process tests) or else from the environment
+//! name comes from a `scoped` configuration (in-process tests) or else from the environment
 //! variable `TENURE_FAILPOINTS` (child processes), a comma-separated list of `name=action`:
 //!
 //! - `abort`: `std::process::abort()` (SIGABRT, no unwinding, no destructors);
@@ -17,8 +17,8 @@
 //!   to its end, then returns `Ok(())` — a handshake that holds a step for exactly as long as the
 //!   test wants (every hit blocks anew), so a race becomes an ordering the test chooses.
 //!
-//! The in-process configuration is one process-wide set, so [`scoped`] hands out one
-//! configuration at a time: a test holds its [`Scoped`] guard while its faults are armed, and
+//! The in-process configuration is one process-wide set, so `scoped` hands out one
+//! configuration at a time: a test holds its `Scoped` guard while its faults are armed, and
 //! another test that wants its own waits for it (tests of one binary run on parallel threads).
 //!
 //! `crate::privfs` calls `hit` with `<label>.<step>` for every step it performs, where the caller
@@ -50,7 +50,7 @@ mod enabled {
     }
 
     static CONFIG: Mutex<Option<Vec<(String, Action)>>> = Mutex::new(None);
-    /// Held by the one [`Scoped`] configuration in force.
+    /// Held by the one `Scoped` configuration in force.
     static SCOPE: Mutex<()> = Mutex::new(());
 
     /// Parses `name=action,name=action`; unknown actions and empty items are ignored so that a

@@ -54,6 +54,7 @@ impl fmt::Debug for Host {
 
 /// Mutations of this module that the loom tests must catch (compiled only with `--cfg loom`).
 #[cfg(loom)]
+#[doc(hidden)]
 pub mod mutation {
     use std::sync::atomic::{AtomicU8, Ordering};
 

@@ -4,12 +4,12 @@
 //! the real code and showing that a model property fails for each. Product code marks the place
 //! of such a bug with [`on`]: `if mutant::on("gc-deletes-current") { ... the bug ... }`. Without
 //! the `mutants` cargo feature `on` is a constant `false` that the compiler removes, so release
-//! builds carry no trace of it. With the feature, the one active mutant comes from a [`scoped`]
+//! builds carry no trace of it. With the feature, the one active mutant comes from a `scoped`
 //! selection (in-process tests, `tenure-models check MODEL --mutant NAME`) or else from the
 //! environment variable `TENURE_MUTANT` (child processes).
 //!
 //! One mutant at a time: the selection is process-wide (the model checker runs on threads of its
-//! own), so [`scoped`] hands it out to one test at a time, and tests that must never see a
+//! own), so `scoped` hands it out to one test at a time, and tests that must never see a
 //! mutant live in another test binary than the tests that plant them.
 //!
 //! The catalogue of names, with the property that must fail for each, is the models' mutation

@@ -1,4 +1,4 @@
-//! The process's standard streams, written without ever panicking (issue 10).
+//! The process's standard streams, written without ever panicking.
 //!
 //! `std`'s `println!` panics when a write fails ("failed printing to stdout: Broken pipe"), so
 //! `tenure status | true` used to die with 101. Every print of this crate goes through

@@ -64,8 +64,9 @@ impl Default for Options {
     }
 }
 
-/// Errors of the typed lifecycle.
+/// Errors of the typed lifecycle: the one error type of every [`Tenure`] method.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TenureError {
     /// An option is out of range; nothing on disk was touched.
     #[error("invalid option: {0}")]
@@ -83,14 +84,18 @@ pub enum TenureError {
     /// the lease was released and nothing was published.
     #[error("the owner ended while recovering ({}); the lease was released and the checkpoint is unchanged", .0.summary())]
     Ended(Outcome),
+    /// The drain did not settle within the grace (card H4): [`Tenure::close`] kept the lease
+    /// and hands the owner back, still draining, with the original cause.
+    #[error(transparent)]
+    Unsettled(Box<Unsettled>),
     /// The machine rejected an event: a bug in this module, reported instead of a panic.
     #[error("internal error: {0}; please report it")]
     Internal(#[from] Rejected),
 }
 
 /// The drain did not settle within the grace: active residencies remain. The lease is kept;
-/// the original cause of the drain is kept too (card H4). Call [`Tenure::close`] again to wait
-/// more.
+/// the original cause of the drain is kept too (card H4). Call [`Tenure::close`] on `tenure`
+/// again to wait more. Returned inside [`TenureError::Unsettled`].
 #[derive(Debug, thiserror::Error)]
 #[error(
     "the drain ({cause}) did not settle within the grace: {active} active residencies remain; the lease is kept"
@@ -134,6 +139,7 @@ pub enum Recovered {
 
 /// The end of an ownership.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Released {
     /// How it ended.
     pub outcome: Outcome,
@@ -354,16 +360,15 @@ impl Tenure<Draining> {
     /// Closes the ownership: waits (up to the grace) until no active residency is held,
     /// publishes `files` as the next checkpoint (fenced by the epoch; an empty list publishes
     /// nothing), and releases the lease. If residencies do not settle in time the lease is
-    /// kept and [`Unsettled`] returns the owner so the caller can wait more (card H4).
+    /// kept and [`TenureError::Unsettled`] returns the owner so the caller can wait more
+    /// (card H4).
     pub fn close(
         mut self,
         files: impl IntoIterator<Item = CheckpointFile>,
-    ) -> Result<Released, Result<Unsettled, TenureError>> {
+    ) -> Result<Released, TenureError> {
         let host = self.core.host.clone();
         self.core.staged = files.into_iter().collect();
-        if let Err(e) = self.core.run_pending() {
-            return Err(Err(e));
-        }
+        self.core.run_pending()?;
         // The grace armed when the drain began; after it expired once, each further call
         // waits one more grace.
         let armed = self.core.timers.get(&Timer::Grace).copied();
@@ -373,15 +378,13 @@ impl Tenure<Draining> {
         let event = match (settled, armed) {
             (true, _) => Event::ResidenciesSettled,
             (false, Some(_)) => Event::TimerExpired(Timer::Grace),
-            (false, None) => return Err(Ok(self.unsettled())),
+            (false, None) => return Err(self.unsettled()),
         };
-        if let Err(e) = self.core.feed(event, None) {
-            return Err(Err(e));
-        }
+        self.core.feed(event, None)?;
         if !settled {
-            return Err(Ok(self.unsettled()));
+            return Err(self.unsettled());
         }
-        self.core.released().map_err(Err)
+        self.core.released()
     }
 
     /// Waits for residencies to settle without a bound, then closes as [`Tenure::close`].
@@ -396,16 +399,16 @@ impl Tenure<Draining> {
         self.core.released()
     }
 
-    fn unsettled(self) -> Unsettled {
+    fn unsettled(self) -> TenureError {
         let cause = match self.core.host.machine().phase() {
             Phase::Draining { cause, .. } => cause,
             _ => DrainCause::Requested,
         };
-        Unsettled {
+        TenureError::Unsettled(Box::new(Unsettled {
             cause,
             active: self.core.host.residencies().active(),
             tenure: self,
-        }
+        }))
     }
 }
 

@@ -1,4 +1,4 @@
-//! Crash and fault tests of the checkpoint store that need the `failpoints` feature (issue 4):
+//! Crash and fault tests of the checkpoint store that need the `failpoints` feature:
 //! the crash-point sweep (a child process dies at every named step of a publish), EIO at every
 //! fsync, the recorded operation order (every create and rename is followed by an fsync of its
 //! directory before publish returns), and a property test of publish/crash/GC/load sequences.

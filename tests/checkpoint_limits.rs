@@ -1,4 +1,4 @@
-//! Card P2 (issue 10): publish accepts only what load accepts. A property test generates
+//! Card P2: publish accepts only what load accepts. A property test generates
 //! staging trees at and past every limit — number of files, depth, name length, component
 //! length, manifest size — and checks the round trip: what publish acknowledges, load (under
 //! the same limits) returns byte for byte; what publish refuses, it refuses as a limit before
@@ -159,7 +159,7 @@ fn p2_manifest_size_at_and_one_past_the_limit() {
     round_trip(past, names).unwrap();
 }
 
-/// Old manifests still load (issue 10): a format-1 manifest as earlier versions wrote it, for
+/// Old manifests still load: a format-1 manifest as earlier versions wrote it, for
 /// a checkpoint 1,500 levels deep (deeper than today's publish limit, which did not exist
 /// then), loads, verifies and is copied into a view with a bounded number of descriptors.
 #[test]

@@ -1,4 +1,4 @@
-//! Integration tests of the checkpoint store (issue 4) on real files in temp dirs, and a random
+//! Integration tests of the checkpoint store on real files in temp dirs, and a random
 //! SIGKILL harness with real child processes. Cards: G3/G4 (a bad or interrupted checkpoint is
 //! refused, never replaced), L1 (a run that changes nothing leaves CURRENT's bytes), H5 (stale
 //! epochs are fenced), H6 (bad options rejected).

@@ -1,4 +1,4 @@
-//! Integration tests of the owner lease (issue 3): cards L1–L10, D7, H5, H8, crash takeover,
+//! Integration tests of the owner lease: cards L1–L10, D7, H5, H8, crash takeover,
 //! a recycled pid, the hostile-dir matrix and a bounded stress run. Contenders are real child
 //! processes (this test binary re-executed as a probe, see `support/probe.rs`) using the library
 //! on real state dirs; signals are real (SIGTERM, SIGKILL). No test sleeps to synchronise: each

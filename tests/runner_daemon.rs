@@ -159,7 +159,7 @@ fn d5_stderr_tail_of_a_failed_child() {
     assert_eq!(ok.end()["stderr_tail"], Value::Null);
 }
 
-/// Card D5 under a flood (issue 15): a child that writes 1 MiB to stdout and to stderr at
+/// Card D5 under a flood: a child that writes 1 MiB to stdout and to stderr at
 /// once, far beyond a pipe's 64 KiB, neither blocks nor loses a byte: the runner drains the
 /// stderr pipe while it waits, tees all of it to its own stderr, and keeps the last 4 KiB (with
 /// `truncated`) for a failed child; stdout passes through whole. The child's staged file is

@@ -238,7 +238,7 @@ fn g6_unreapable_child_keeps_the_lease_until_reaped() {
     assert_eq!(next.end()["epoch"], 2);
 }
 
-/// Card T2 / invariant I7 across a crash (issue 15): a crashed owner's child that survives
+/// Card T2 / invariant I7 across a crash: a crashed owner's child that survives
 /// SIGKILL past the successor's `--kill-wait` makes the successor refuse to start: exit 74,
 /// `refused/io`, a message naming the surviving pid, its command never run, the lease released
 /// (the orphan still holds no lock, the dir is free). Once the orphan can die, the next run
@@ -253,7 +253,7 @@ fn orphan_surviving_kill_wait_makes_the_successor_refuse() {
     // `cat` itself is the child (no `sh -c 'exec cat'`): the registry records the child's
     // identity (pid, start time, executable) at spawn, and an exec after that changes the
     // executable, so the successor would count the orphan as a recycled pid and start anyway
-    // (a gap reported with issue 15 for the process-tree work, card T2).
+    // (a gap of the first process-tree work, card T2).
     let owner = env.run(&[], &["cat", stuck.to_str().unwrap()]);
     let child = env.wait_event("spawned", Some(owner.pid()))["child_pid"]
         .as_u64()

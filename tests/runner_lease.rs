@@ -493,7 +493,8 @@ fn l9_private_by_default_permissive_refused() {
 }
 
 /// Card L10: a record holding `{not-json` (the owner record, the epoch file) is a clear error
-/// naming the file: exit 65, no panic, nothing deleted; `status` fails closed on it too (H8).
+/// naming the file: exit 65, no panic, nothing deleted; `status` fails closed on it too (H8),
+/// as LSB's "status unknown" (4).
 #[test]
 fn l10_corrupt_records_are_clear_errors() {
     for (file, text) in [("owner.json", "{not-json"), ("epoch", "{not-json")] {
@@ -503,7 +504,7 @@ fn l10_corrupt_records_are_clear_errors() {
         assert_refused_unchanged(&env, file);
         let before = snapshot(&env.dir);
         let st = env.tool("status", &["--json"]);
-        st.expect_code(65);
+        st.expect_code(4);
         assert!(st.stderr.contains(file), "{}", st.stderr);
         assert_same_tree(&before, &snapshot(&env.dir));
     }

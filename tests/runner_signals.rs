@@ -726,7 +726,7 @@ read _ < "$1"; exec "$2" demo-child"#,
     assert_eq!(env.checkpoint_file("counter").as_deref(), Some("1\n"));
 }
 
-/// Card D4 (`STOPPING=1`, issue 15): a notify-mode child may announce its own stop. The owner
+/// Card D4 (`STOPPING=1`): a notify-mode child may announce its own stop. The owner
 /// then drains without signalling it: phase draining with the lock held while the child still
 /// runs, `STOPPING=1` relayed to the runner's own supervisor, nothing forwarded. If the child
 /// then exits 0 its staged file is published and its code passes through (`exited/0`); if a

@@ -1,4 +1,4 @@
-//! The workload is a process tree (cards T1–T5, issue 9), through the built binary with real
+//! The workload is a process tree (cards T1–T5), through the built binary with real
 //! process trees, real signals and real SIGKILL crashes: what a child backgrounds or detaches
 //! with `setsid` is stopped before the lease is released, a successor never overlaps what a
 //! crashed runner left, no catchable signal kills the runner, forking daemons are ready when

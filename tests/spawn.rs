@@ -1,4 +1,4 @@
-//! The two ways the runner starts a child (issue 9, cards D3, T1): `clone3(CLONE_INTO_CGROUP)`
+//! The two ways the runner starts a child (cards D3, T1): `clone3(CLONE_INTO_CGROUP)`
 //! straight into the ownership's cgroup, and `fork` + `exec` (std) entering it through
 //! `cgroup.procs` where the kernel cannot. Both must behave the same: the same `execvp`
 //! lookup (a script without `#!` runs with /bin/sh), the same errors (`ENOENT` → 127,
@@ -28,7 +28,8 @@ fn spec(program: &Path, args: &[&str]) -> SpawnSpec {
         set: vec![("SPAWN_TEST".into(), "yes".into())],
         cgroup_dir: None,
         cgroup_procs: None,
-        inherit: None,
+        inherit: Vec::new(),
+        user: None,
         foreground: false,
     }
 }
@@ -125,7 +126,7 @@ fn same_behaviour(dir: &Path, configure: &dyn Fn(&mut SpawnSpec), cg: Option<&Cg
     );
     s.args.push(dup.as_raw_fd().to_string().into());
     s.args.push(out.clone().into());
-    s.inherit = Some(dup.as_raw_fd());
+    s.inherit = vec![dup.as_raw_fd()];
     configure(&mut s);
     let mut c = Child::spawn(&s).expect("spawn sh from PATH");
     assert_eq!(wait_exit(&mut c), ChildStatus::Exited(0));

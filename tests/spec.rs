@@ -85,7 +85,7 @@ fn representatives_are_faithful() {
 /// Every invariant id in spec/lifecycle.md is claimed by at least one test or model in tests/
 /// or models/, so no invariant is left unchecked.
 ///
-/// What counts as a claim (issue 15: a bare mention anywhere used to count, even a comment in
+/// What counts as a claim (a bare mention anywhere used to count, even a comment in
 /// src/): the id in the name of a `#[test]` function (`fn i3_...`), in the doc comment of a
 /// `#[test]` function (the test says it checks it), or inside a string literal — an assertion
 /// or panic message, or a model property's catalogue entry (`models/src/catalog.rs` maps each

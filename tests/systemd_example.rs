@@ -1,4 +1,4 @@
-//! `examples/tenure.service` (issue 9, cards T3, T5) parses and says what the README promises:
+//! `examples/tenure.service` (cards T3, T5) parses and says what the README promises:
 //! `systemd-analyze verify` accepts it without a warning (where systemd-analyze is installed; a
 //! broken copy shows that the check can fail), its settings fit tenure's (`Type=notify`,
 //! `KillMode=mixed`, `SuccessExitStatus=143`, `TimeoutStopSec` longer than the grace plus the

@@ -178,8 +178,8 @@ fn h4_bounded_close_keeps_cause_and_lease() {
     host.stop(tenure::machine::Signal::Term);
     let draining = ready.wait_for_drain().unwrap();
     let unsettled = match draining.close([CheckpointFile::new("x", "1")]) {
-        Err(Ok(u)) => u,
-        Err(Err(e)) => panic!("unexpected error {e}"),
+        Err(TenureError::Unsettled(u)) => *u,
+        Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("closed while an active residency was held"),
     };
     assert_eq!(

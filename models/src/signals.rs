@@ -73,7 +73,7 @@ pub enum Mutation {
     /// workload (`child-exited`) without waiting for the rest of its tree.
     ReleaseBeforeTree,
     /// T1: stop signals for the whole tree reach the main process only (the runner before
-    /// issue 9): the rest of the tree is SIGKILLed without ever being asked to stop.
+    /// process trees were contained): the rest of the tree is SIGKILLed without ever being asked to stop.
     TermToMainOnly,
 }
 

@@ -25,7 +25,7 @@ fn every_core_mutant_has_a_test() {
     }
 }
 
-/// G4, R1: a drain that publishes after the main process exited 3 (caught by no test before issue 12).
+/// G4, R1: a drain that publishes after the main process exited 3 (caught by no test before the driver core was shared).
 #[test]
 fn publish_after_nonzero_exit() {
     killed("publish-after-nonzero-exit");

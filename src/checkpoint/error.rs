@@ -11,6 +11,7 @@ use crate::privfs::FsError;
 
 /// Errors of the checkpoint store.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CheckpointError {
     /// `CURRENT` exists but holds no bytes.
     #[error(

@@ -33,6 +33,7 @@ pub const CURRENT_LEN: usize = 20 + 1 + 64 + 1;
 
 /// Why a piece of on-disk text was refused; the caller adds the file it came from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum FormatError {
     /// The file holds no bytes at all.
     #[error("is empty")]
@@ -133,10 +134,7 @@ impl Digest {
 
 impl fmt::Display for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in &self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        crate::hex::write(f, &self.0)
     }
 }
 
@@ -152,26 +150,9 @@ impl FromStr for Digest {
     /// Accepts exactly 64 lowercase hex digits; uppercase is refused so one digest has one
     /// spelling and file names in `blobs/sha256/` are unambiguous.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || FormatError::BadDigest(s.chars().take(80).collect());
-        let bytes = s.as_bytes();
-        if bytes.len() != 64 {
-            return Err(bad());
-        }
-        let mut out = [0u8; 32];
-        for (i, pair) in bytes.chunks_exact(2).enumerate() {
-            let hi = hex_val(pair[0]).ok_or_else(bad)?;
-            let lo = hex_val(pair[1]).ok_or_else(bad)?;
-            out[i] = (hi << 4) | lo;
-        }
-        Ok(Digest(out))
-    }
-}
-
-fn hex_val(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
+        crate::hex::decode(s)
+            .map(Digest)
+            .ok_or_else(|| FormatError::BadDigest(s.chars().take(80).collect()))
     }
 }
 
@@ -756,7 +737,7 @@ impl Current {
         }
         // Split on bytes, then decode each part: valid UTF-8 may hold a multi-byte character
         // across byte 20, where a split of the text would panic (found by the `current` fuzz
-        // target, issue 10).
+        // target).
         let (id, rest) = bytes[..CURRENT_LEN - 1].split_at(20);
         let id: CheckpointId = std::str::from_utf8(id)
             .map_err(|_| FormatError::BadId(String::from_utf8_lossy(id).into()))?
@@ -877,7 +858,7 @@ mod tests {
         }
     }
 
-    /// Found by fuzzing (issue 10): a multi-byte character across byte 20 of CURRENT made
+    /// Found by fuzzing: a multi-byte character across byte 20 of CURRENT made
     /// the parser panic instead of refusing the file.
     #[test]
     fn current_with_a_character_across_the_id_is_refused_not_a_panic() {

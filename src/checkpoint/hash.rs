@@ -107,7 +107,7 @@ pub enum PipeError<E> {
 
 /// Streams `src` to its end (or to `limit` bytes), handing each chunk to `sink` on the calling
 /// thread while a helper thread hashes the same chunks, so reading, writing and hashing
-/// overlap on two cores. Memory stays fixed at [`PIPELINE_BUFS`] buffers of [`BUF_LEN`].
+/// overlap on two cores. Memory stays fixed at `PIPELINE_BUFS` buffers of [`BUF_LEN`].
 pub fn pipe<R, E, S>(src: &mut R, limit: Option<u64>, mut sink: S) -> Result<Summary, PipeError<E>>
 where
     R: Read + ?Sized,

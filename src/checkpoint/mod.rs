@@ -1,5 +1,5 @@
 //! The checkpoint store: content-addressed blobs, a digest-checked manifest per checkpoint and a
-//! durable `CURRENT` pointer (issue 4; cards G3, G4, L1, H5).
+//! durable `CURRENT` pointer (cards G3, G4, L1, H5).
 //!
 //! # Layout (all under `<state dir>/checkpoints/`, directories 0700, files 0600 or 0400)
 //! ```text
@@ -12,7 +12,7 @@
 //! failed/<epoch>             the staged output of a failed publish, kept (newest `keep`)
 //! ```
 //!
-//! # Limits, streaming and descriptors (issue 10, cards P1 and P2)
+//! # Limits, streaming and descriptors (cards P1 and P2)
 //! One set of [`Limits`] is checked by publish before anything durable and by every load, so
 //! what publish acknowledges always loads. Manifests are written and read a line at a time
 //! ([`ManifestReader`]); a million-file checkpoint publishes and loads in memory that does not
@@ -64,7 +64,11 @@
 
 pub mod error;
 pub mod format;
+// Garbage collection's plan and the hashing pipeline are the store's internals (the reader a
+// user needs is re-exported below as `VerifyingReader`).
+#[doc(hidden)]
 pub mod gc;
+#[doc(hidden)]
 pub mod hash;
 pub mod limits;
 mod store;
@@ -77,7 +81,7 @@ pub use format::{
 pub use hash::VerifyingReader;
 pub use limits::Limits;
 pub use store::{
-    Checkpoint, CheckpointStore, CheckpointSummary, CurrentPointer, GcReport, PublishFile,
+    Checkpoint, CheckpointStore, CheckpointSummary, CurrentPointer, GcReport, Listed, PublishFile,
     Published, Source, Staging, StoreOptions, VerifyReport, View, failed_name, highest_epoch,
 };
 

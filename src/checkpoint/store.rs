@@ -132,6 +132,20 @@ pub struct VerifyReport {
     pub newest_valid_older: Option<CheckpointSummary>,
 }
 
+/// One checkpoint of the store as [`CheckpointStore::list`] found it (read-only).
+#[derive(Debug)]
+pub struct Listed {
+    /// Its id (from its manifest's file name).
+    pub id: CheckpointId,
+    /// Whether `CURRENT` names it.
+    pub current: bool,
+    /// Its manifest's header, when that much of the manifest could be read.
+    pub header: Option<Header>,
+    /// Its full verification (the manifest's digest when `CURRENT` names it, every rule, every
+    /// blob's size and digest): what a load of it would give.
+    pub verified: Result<CheckpointSummary, CheckpointError>,
+}
+
 /// Where the bytes of one file of a publish come from.
 pub enum Source<'r> {
     /// Bytes read to the end from a reader.
@@ -719,6 +733,51 @@ impl<'s> CheckpointStore<'s> {
         })
     }
 
+    /// Every checkpoint whose manifest is in the store, oldest first, each verified completely
+    /// (read-only; what `tenure checkpoint list` shows). A `CURRENT` that cannot be read
+    /// marks no checkpoint as current; [`CheckpointStore::read_current`] says why.
+    pub fn list(&self) -> Result<Vec<Listed>, CheckpointError> {
+        let current = self.read_current().ok().flatten();
+        let mut buf = hash::buffer();
+        let mut out = Vec::new();
+        for id in self.manifest_ids()? {
+            let expected = current
+                .as_ref()
+                .filter(|c| c.id == id)
+                .map(|c| c.manifest_sha256);
+            out.push(Listed {
+                id,
+                current: expected.is_some(),
+                header: self.manifest_header(id).ok(),
+                verified: self
+                    .load_verified(id, expected.as_ref(), &mut buf, false)
+                    .map(|(s, _)| s),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Loads checkpoint `id` — the current one or an older one — and verifies it completely,
+    /// as [`CheckpointStore::load`] does (when `CURRENT` names `id`, its manifest digest too).
+    /// Read-only.
+    pub fn load_id(&self, id: CheckpointId) -> Result<Checkpoint, CheckpointError> {
+        let expected = self
+            .read_current()
+            .ok()
+            .flatten()
+            .filter(|c| c.id == id)
+            .map(|c| c.manifest_sha256);
+        let (s, entries) = self.load_verified(id, expected.as_ref(), &mut hash::buffer(), true)?;
+        Ok(Checkpoint {
+            id: s.id,
+            parent: s.parent,
+            epoch: s.epoch,
+            created_at_ms: s.created_at_ms,
+            entries,
+            manifest_sha256: s.manifest_sha256,
+        })
+    }
+
     /// Ids of the well-named manifest files, ascending.
     pub(crate) fn manifest_ids(&self) -> Result<Vec<CheckpointId>, CheckpointError> {
         let Some(dir) = self.dirs.as_ref().and_then(|d| d.manifests.as_ref()) else {
@@ -948,7 +1007,52 @@ impl<'s> CheckpointStore<'s> {
                 source: Source::File(f),
             }))
         };
-        self.publish_checked(epoch, count, &mut next, Some(top.path()))
+        self.publish_checked(epoch, count, &mut next, Some(top.path()), None)
+    }
+
+    /// Rollback (owner only): publishes the files of checkpoint `to` again, as a new checkpoint
+    /// written at `epoch`, through the same protocol as every publish (fence, blob directory
+    /// fsync, manifest, fence, `CURRENT`, GC). `to` is verified completely first, and its blobs
+    /// are carried over by digest ([`Source::Blob`]): nothing is copied.
+    ///
+    /// It works whatever `CURRENT` holds, since its purpose is to get past a current checkpoint
+    /// that is refused: the new checkpoint's parent is the checkpoint `CURRENT` names (or, when
+    /// `CURRENT` cannot be read, the newest manifest), so the refused checkpoint stays in the
+    /// kept chain as evidence until a later garbage collection; the new id is above every
+    /// manifest in the store, so nothing is overwritten. When `to` is the current checkpoint
+    /// and it verifies, nothing changes ([`Published::Unchanged`]).
+    pub fn republish(&self, epoch: u64, to: CheckpointId) -> Result<Published, CheckpointError> {
+        self.owned_dirs()?;
+        self.fence(epoch)?;
+        let current = self.read_current();
+        let target = self.load_id(to)?;
+        let newest = self.manifest_ids()?.last().copied();
+        let parent = match &current {
+            Ok(Some(c)) => {
+                if c.id == to {
+                    return Ok(Published::Unchanged { current: Some(to) });
+                }
+                Some(c.id)
+            }
+            Ok(None) | Err(_) => newest,
+        };
+        let above = parent.max(newest).unwrap_or(to);
+        let id = above.next().ok_or_else(|| CheckpointError::IdsExhausted {
+            path: self.current_path(),
+        })?;
+        let count = target.entries.len() as u64;
+        let mut it = target.entries.into_iter();
+        let mut next = || -> Result<Option<Input<'_>>, CheckpointError> {
+            Ok(it.next().map(|e| Input {
+                name: e.name,
+                mode: e.mode,
+                source: Source::Blob {
+                    sha256: e.sha256,
+                    size: e.size,
+                },
+            }))
+        };
+        self.publish_checked(epoch, count, &mut next, None, Some(Over { parent, id }))
     }
 
     /// Publishes a list of files as the new current checkpoint (owner only); the library form
@@ -984,7 +1088,7 @@ impl<'s> CheckpointStore<'s> {
                 source: f.source,
             }))
         };
-        self.publish_checked(epoch, count, &mut next, None)
+        self.publish_checked(epoch, count, &mut next, None, None)
     }
 
     fn check_totals(&self, count: u64, bound: u64, path: &Path) -> Result<(), CheckpointError> {
@@ -1014,14 +1118,19 @@ impl<'s> CheckpointStore<'s> {
         count: u64,
         next: &mut dyn FnMut() -> Result<Option<Input<'r>>, CheckpointError>,
         origin: Option<&Path>,
+        over: Option<Over>,
     ) -> Result<Published, CheckpointError> {
         let (root, manifests, blobs) = self.owned_dirs()?;
         let shown = |name: &str| match origin {
             Some(o) => o.join(name),
             None => PathBuf::from(name),
         };
-        // CURRENT and the parent manifest's digest are checked before any blob is written.
-        let current = self.read_current()?;
+        // CURRENT and the parent manifest's digest are checked before any blob is written
+        // (a rollback names its parent and id itself, and has no parent entries to reuse).
+        let current = match over {
+            Some(_) => None,
+            None => self.read_current()?,
+        };
         let parent = match &current {
             None => None,
             Some(cur) => {
@@ -1051,19 +1160,24 @@ impl<'s> CheckpointStore<'s> {
                 Some((r, path))
             }
         };
-        let parent_id = current.map(|c| c.id);
-        if count == 0 {
+        let parent_id = match over {
+            Some(o) => o.parent,
+            None => current.map(|c| c.id),
+        };
+        if count == 0 && over.is_none() {
             return Ok(Published::Unchanged { current: parent_id });
         }
-        let mut id = match parent_id {
-            None => CheckpointId::FIRST,
-            Some(p) => p.next().ok_or_else(|| CheckpointError::IdsExhausted {
+        let mut id = match (over, parent_id) {
+            (Some(o), _) => o.id,
+            (None, None) => CheckpointId::FIRST,
+            (None, Some(p)) => p.next().ok_or_else(|| CheckpointError::IdsExhausted {
                 path: self.current_path(),
             })?,
         };
         // A shared store may hold a manifest of that id already, written by a former owner
         // that lost its lease: it is never replaced; the next free id is used.
         if self.pointer.is_some()
+            && over.is_none()
             && let Some(top) = self.manifest_ids()?.last()
             && *top >= id
         {
@@ -1533,6 +1647,14 @@ impl<'s> CheckpointStore<'s> {
         let parent = root.open_dir(VIEWS_DIR)?;
         tree::remove_tree(&parent, &view.name, "view")
     }
+}
+
+/// What a rollback publishes over: the new checkpoint's parent and id, chosen by
+/// [`CheckpointStore::republish`] instead of read from `CURRENT`.
+#[derive(Debug, Clone, Copy)]
+struct Over {
+    parent: Option<CheckpointId>,
+    id: CheckpointId,
 }
 
 /// One file of a publish.

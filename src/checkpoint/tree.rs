@@ -139,7 +139,7 @@ fn unlink_gone_ok(d: &Dir, name: &OsStr, label: &str) -> Result<(), CheckpointEr
 pub(crate) fn random_name() -> Result<String, CheckpointError> {
     let mut b = [0u8; 8];
     crate::privfs::random_bytes(&mut b)?;
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+    Ok(crate::hex::encode(&b))
 }
 
 /// How many directory descriptors a [`DirCursor`] keeps open at most: the walks of the store

@@ -23,6 +23,7 @@ use super::http::{self, Response};
 
 /// Why an etcd call failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EtcdError {
     /// No member answered within the deadline (all unreachable, or none had a leader).
     #[error(

@@ -15,6 +15,7 @@ const MAX_BODY: usize = 4 << 20;
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HttpError {
     /// No connection could be made, or it broke, or the deadline passed: try another member.
     #[error("cannot reach {endpoint}: {source}")]

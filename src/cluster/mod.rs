@@ -40,6 +40,7 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
 /// Errors of the cluster lease.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClusterError {
     /// The `--lease` URL is not `etcd://HOST:PORT[,HOST:PORT…]/PREFIX`.
     #[error(

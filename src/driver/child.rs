@@ -37,13 +37,48 @@ pub struct SpawnSpec {
     /// `cgroup.procs` of the same cgroup, open for writing: where the kernel has no
     /// `CLONE_INTO_CGROUP`, the forked child enters the cgroup (writes `0`) before it execs.
     pub cgroup_procs: Option<RawFd>,
-    /// A descriptor the child keeps across exec (the shared lock descriptor); the parent's copy
-    /// is `O_CLOEXEC`, the child clears the flag on its own.
-    pub inherit: Option<RawFd>,
+    /// Descriptors the child keeps across exec (the shared lock descriptor, the directories
+    /// handed to another user); the parent's copies are `O_CLOEXEC`, the child clears the flag
+    /// on its own.
+    pub inherit: Vec<RawFd>,
+    /// Run the child as this user (`--user`): it switches after entering its cgroup and
+    /// before it execs.
+    pub user: Option<Credentials>,
     /// The runner's process group has the terminal on stdin in the foreground: the child's own
     /// group takes it over, as a shell's foreground job does (so the workload can read the
     /// terminal and Ctrl-C reaches it).
     pub foreground: bool,
+}
+
+/// The identity a child switches to before it execs (`--user`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// Real, effective and saved uid.
+    pub uid: u32,
+    /// Real, effective and saved gid.
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+/// In the child, before exec: the supplementary groups, then the gid, then the uid (the order
+/// in which each step still has the privilege the next needs). Raw system calls only: the
+/// child of `clone3` is not a `fork` that the C library knows about, so its `setuid` (which
+/// signals every thread it believes exists) must not run there. Async-signal-safe.
+///
+/// # Safety
+/// Call only in a freshly forked or cloned child, before exec.
+unsafe fn switch_user(c: &Credentials) -> io::Result<()> {
+    // SAFETY: plain system calls on memory owned by this process; `groups` outlives the call.
+    unsafe {
+        if libc::syscall(libc::SYS_setgroups, c.groups.len(), c.groups.as_ptr()) != 0
+            || libc::syscall(libc::SYS_setresgid, c.gid, c.gid, c.gid) != 0
+            || libc::syscall(libc::SYS_setresuid, c.uid, c.uid, c.uid) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// Whether stdin is a terminal whose foreground process group is this process's.
@@ -177,7 +212,8 @@ impl Child {
         // KillMode=control-group) reaches the child only through the runner, once.
         cmd.process_group(0);
         let parent = rustix::process::getpid();
-        let (procs, inherit, foreground) = (spec.cgroup_procs, spec.inherit, spec.foreground);
+        let (procs, foreground) = (spec.cgroup_procs, spec.foreground);
+        let (inherit, user) = (spec.inherit.clone(), spec.user.clone());
         // SAFETY: the closure runs in the forked child before exec and only makes raw system
         // calls (write, fcntl, prctl, getppid) on descriptors the parent keeps open until the
         // spawn returns; they are async-signal-safe, and it allocates nothing.
@@ -193,11 +229,16 @@ impl Child {
                     // Into the workload's cgroup before anything else can fork.
                     rustix::io::write(BorrowedFd::borrow_raw(fd), b"0")?;
                 }
-                if let Some(fd) = inherit {
+                for fd in &inherit {
                     rustix::io::fcntl_setfd(
-                        BorrowedFd::borrow_raw(fd),
+                        BorrowedFd::borrow_raw(*fd),
                         rustix::io::FdFlags::empty(),
                     )?;
+                }
+                // After the cgroup (entering it needs the runner's rights) and before the
+                // parent-death signal (a change of uid clears it).
+                if let Some(c) = &user {
+                    switch_user(c)?;
                 }
                 rustix::process::set_parent_process_death_signal(Some(
                     rustix::process::Signal::KILL,
@@ -486,7 +527,8 @@ mod clone3 {
         let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| fail(e.into()))?;
         let parent = std::process::id() as libc::pid_t;
-        let inherit = spec.inherit;
+        let inherit = spec.inherit.as_slice();
+        let user = spec.user.as_ref();
         let foreground = spec.foreground;
         let (err_w_raw, status_w_raw) = (err_w.as_raw_fd(), status_w.as_raw_fd());
         let mut pidfd: libc::c_int = -1;
@@ -514,6 +556,7 @@ mod clone3 {
                 child_exec(
                     parent,
                     inherit,
+                    user,
                     foreground,
                     err_w_raw,
                     status_w_raw,
@@ -566,7 +609,8 @@ mod clone3 {
     #[allow(clippy::too_many_arguments)]
     unsafe fn child_exec(
         parent: libc::pid_t,
-        inherit: Option<RawFd>,
+        inherit: &[RawFd],
+        user: Option<&super::Credentials>,
         foreground: bool,
         err_w: RawFd,
         status_w: RawFd,
@@ -593,13 +637,20 @@ mod clone3 {
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
             // The Rust runtime ignores SIGPIPE; a program started from it must not.
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-            if let Some(fd) = inherit
-                && libc::fcntl(fd, libc::F_SETFD, 0) != 0
-            {
-                report(*libc::__errno_location());
+            for fd in inherit {
+                if libc::fcntl(*fd, libc::F_SETFD, 0) != 0 {
+                    report(*libc::__errno_location());
+                }
             }
             if libc::dup2(err_w, 2) < 0 {
                 report(*libc::__errno_location());
+            }
+            // Created inside the cgroup already; before the parent-death signal, which a
+            // change of uid clears.
+            if let Some(c) = user
+                && let Err(e) = super::switch_user(c)
+            {
+                report(e.raw_os_error().unwrap_or(libc::EPERM));
             }
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 report(*libc::__errno_location());

@@ -694,8 +694,9 @@ mod tests {
     }
 
     /// A release withdraws a recovery still running (the runner cancels its worker), and a
-    /// request of the same step after a release is owed as well, not dropped: the issue-12
-    /// divergence, where a later request replaced an outstanding one.
+    /// request of the same step after a release is owed as well, not dropped: the divergence
+    /// found when the models and the runner came to share this core, where a later request
+    /// replaced an outstanding one.
     #[test]
     fn requests_of_one_step_are_all_owed() {
         let mut d = Core::new(Config::child(ReadyMode::Start));

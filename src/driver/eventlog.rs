@@ -31,13 +31,13 @@ impl EventLog {
     /// Opens (creating) the log of `dir`, but only if the control folder exists: a run that
     /// never touched the dir must not create anything just to log (card G1).
     /// A log file that privfs refuses (a symlink, a FIFO, a permissive or foreign file) is
-    /// not written, and says so in one warning line on stderr rather than silently (issue 10).
+    /// not written, and says so in one warning line on stderr rather than silently.
     pub fn open(dir: &StateDir) -> Option<EventLog> {
         let control = dir.root().open_dir_optional(CONTROL_DIR).ok()??;
         let file = match control.open_or_create_file(LOG_FILE, "events") {
             Ok(f) => f,
             Err(e) => {
-                eprintln!("tenure: warning: {e}; the events of this run are not logged");
+                log::warn!("{e}; the events of this run are not logged");
                 return None;
             }
         };
@@ -73,7 +73,7 @@ impl EventLog {
         let mut text = Value::Object(line).to_string();
         text.push('\n');
         if let Err(e) = self.file.write_all(text.as_bytes()) {
-            eprintln!("tenure: cannot append to the event log: {e}");
+            log::warn!("cannot append to the event log: {e}");
         }
     }
 

@@ -13,15 +13,23 @@
 //! here but by the sans-IO driver [`core`], the same code the models and the trace checker run;
 //! this loop only executes the actions and observes the world.
 
+// The runner's own parts, public for the binary, the tests and the models only.
+#[doc(hidden)]
 pub mod child;
+#[doc(hidden)]
 pub mod core;
+#[doc(hidden)]
 pub mod demo;
+#[doc(hidden)]
 pub mod eventlog;
+#[doc(hidden)]
 pub mod notify;
 pub mod ops;
 pub mod signals;
+#[doc(hidden)]
 pub mod tree;
 pub mod up;
+pub mod user;
 
 use crate::checkpoint::{
     CheckpointError, CheckpointId, CheckpointStore, Published, Staging, StoreOptions, View,
@@ -97,6 +105,8 @@ pub struct RunOptions {
     pub busy_code: u8,
     /// Write every machine step here as JSONL.
     pub trace: Option<PathBuf>,
+    /// Run the child as this user (`--user`; the runner must be root).
+    pub user: Option<user::RunAs>,
     /// The command and its arguments.
     pub command: Vec<OsString>,
     /// The cluster lease (`--lease etcd://…`, issue 14): ownership and CURRENT live on etcd,
@@ -138,6 +148,7 @@ pub enum CgroupMode {
 
 /// Failures that happen before the machine can run (the machine handles everything after).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DriverError {
     /// The trace file could not be created.
     #[error("cannot create the trace file {path}: {source}; choose a writable path")]
@@ -159,6 +170,7 @@ pub enum DriverError {
 
 /// What a finished run reports.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RunReport {
     /// The machine's outcome.
     pub outcome: Outcome,
@@ -189,7 +201,7 @@ pub fn run(opts: &RunOptions, intake: &SignalIntake) -> Result<RunReport, Driver
     // Before anything is started: every descendant the workload detaches stays the runner's,
     // so it is found, stopped and reaped (card T1).
     if let Err(e) = tree::become_subreaper() {
-        eprintln!("tenure: warning: cannot become a child subreaper: {e}");
+        log::warn!("cannot become a child subreaper: {e}");
     }
     let mut r = Runner::new(opts, intake)?;
     r.queue.push_back(Event::Start);
@@ -396,7 +408,7 @@ impl<'a> Runner<'a> {
                 if let Some(l) = &mut self.lease
                     && let Err(e) = l.set_phase(p)
                 {
-                    eprintln!("tenure: cannot record phase {p}: {e}");
+                    log::warn!("cannot record phase {p}: {e}");
                 }
             }
             Action::Recover => self.start_recovery(),
@@ -421,7 +433,7 @@ impl<'a> Runner<'a> {
             Action::Forward(s, t) => self.signal_workload(to_rustix(s), t, true),
             Action::Relay(n, t) => match signal_from_number(n) {
                 Some(sig) => self.signal_workload(sig, t, false),
-                None => eprintln!("tenure: cannot relay {}", signal_name(n)),
+                None => log::warn!("cannot relay {}", signal_name(n)),
             },
             Action::Kill => self.signal_workload(rustix::process::Signal::KILL, Target::Tree, true),
             Action::Publish => self.publish(),
@@ -440,7 +452,7 @@ impl<'a> Runner<'a> {
             && let Err(e) = s.send(text)
         {
             // Card T5: a full or missing supervisor socket is a warning, never a stall.
-            eprintln!("tenure: warning: cannot notify the supervisor ({text}): {e}");
+            log::warn!("cannot notify the supervisor ({text}): {e}");
         }
     }
 
@@ -490,7 +502,7 @@ impl<'a> Runner<'a> {
             &dir,
             &opts,
             &mut |c| {
-                eprintln!("tenure: {c}");
+                log::info!("{c}");
                 contended = true;
                 // The dir passed the read-only inspection and its control folder exists: the
                 // `waiting` line is written now, while we wait (card D6, L1), not once the wait is
@@ -532,7 +544,7 @@ impl<'a> Runner<'a> {
                 self.epoch = Some(l.epoch());
                 // Card P3: a rewound epoch file is one warning line, never a reused epoch.
                 if let Some(r) = l.rewound() {
-                    eprintln!("tenure: warning: {r}");
+                    log::warn!("{r}");
                     self.log(
                         "epoch-rewound",
                         json!({"file_epoch": r.file, "recorded_epoch": r.seen.epoch,
@@ -546,7 +558,7 @@ impl<'a> Runner<'a> {
                 match l.stop_orphans(self.opts.kill_wait) {
                     Ok(pids) => {
                         for pid in pids {
-                            eprintln!("tenure: stopped pid {pid}, left running by a crashed owner");
+                            log::warn!("stopped pid {pid}, left running by a crashed owner");
                             self.log("orphan-killed", json!({"orphan_pid": pid}));
                         }
                     }
@@ -565,8 +577,8 @@ impl<'a> Runner<'a> {
                 let killed = l.leftovers_ended().to_vec();
                 if !killed.is_empty() {
                     let prev_epoch = l.previous().map_or(0, |p| p.epoch);
-                    eprintln!(
-                        "tenure: stopped {} process(es) of the workload of epoch {prev_epoch}, left running by a crashed owner",
+                    log::warn!(
+                        "stopped {} process(es) of the workload of epoch {prev_epoch}, left running by a crashed owner",
                         killed.len()
                     );
                     self.log(
@@ -739,7 +751,7 @@ impl<'a> Runner<'a> {
     fn start_recovery(&mut self) {
         if let Some(msg) = self.orphan_alive.take() {
             // An orphan of a crashed owner could not be stopped: refuse before any workload.
-            eprintln!("tenure: {msg}");
+            log::error!("{msg}");
             self.failure = Some(msg);
             self.queue.push_back(Event::RecoveryFailed(Fault::Io));
             return;
@@ -810,7 +822,7 @@ impl<'a> Runner<'a> {
                 self.queue.push_back(Event::RecoveryDone);
             }
             Ok(Err((fault, msg))) => {
-                eprintln!("tenure: {msg}");
+                log::error!("{msg}");
                 self.failure = Some(msg);
                 self.queue.push_back(Event::RecoveryFailed(fault));
             }
@@ -841,15 +853,44 @@ impl<'a> Runner<'a> {
             "WATCHDOG_USEC".into(),
             "WATCHDOG_PID".into(),
         ];
+        // With `--user` the child cannot reach the private state dir by path: its two
+        // directories become its own and are handed over as inherited descriptors.
+        let handover = match (&self.opts.user, &self.recovered) {
+            (Some(u), Some(rec)) => {
+                match u.hand_over(rec.staging.path(), rec.view.as_ref().map(|v| v.path())) {
+                    Ok(h) => Some(h),
+                    Err(e) => {
+                        let msg =
+                            format!("cannot hand the checkpoint directories to {}: {e}", u.name);
+                        log::error!("{msg}");
+                        self.log(
+                            "spawn-failed",
+                            json!({"error": msg, "errno": child::errno_name(&e)}),
+                        );
+                        self.failure = Some(msg);
+                        self.queue.push_back(Event::SpawnFailed(
+                            crate::machine::ExecFailure::NotExecutable,
+                        ));
+                        return;
+                    }
+                }
+            }
+            _ => None,
+        };
         if let Some(rec) = &self.recovered {
-            if let Some(v) = &rec.view {
-                set.push(("TENURE_CHECKPOINT".into(), v.path().as_os_str().to_owned()));
+            let view = match &handover {
+                Some(h) => h.view_path(),
+                None => rec.view.as_ref().map(|v| v.path().as_os_str().to_owned()),
+            };
+            if let Some(v) = view {
+                set.push(("TENURE_CHECKPOINT".into(), v));
                 remove.retain(|n| n != "TENURE_CHECKPOINT");
             }
-            set.push((
-                "TENURE_CHECKPOINT_OUT".into(),
-                rec.staging.path().as_os_str().to_owned(),
-            ));
+            let out = match &handover {
+                Some(h) => h.out_path(),
+                None => rec.staging.path().as_os_str().to_owned(),
+            };
+            set.push(("TENURE_CHECKPOINT_OUT".into(), out));
         }
         if let Some(w) = self.opts.watchdog {
             set.push(("WATCHDOG_USEC".into(), w.as_micros().to_string().into()));
@@ -861,7 +902,7 @@ impl<'a> Runner<'a> {
                     remove.retain(|n| n != "NOTIFY_SOCKET");
                     self.notify = Some(s);
                 }
-                Err(e) => eprintln!("tenure: cannot create the readiness socket: {e}"),
+                Err(e) => log::error!("cannot create the readiness socket: {e}"),
             }
         }
         // Containment (card T1, T2): a cgroup of this ownership where one can be made,
@@ -879,7 +920,7 @@ impl<'a> Runner<'a> {
             (None, Some(l)) => match l.share_lock() {
                 Ok(fd) => Some(fd),
                 Err(e) => {
-                    eprintln!("tenure: warning: cannot share the lock with the workload: {e}");
+                    log::warn!("cannot share the lock with the workload: {e}");
                     None
                 }
             },
@@ -902,13 +943,20 @@ impl<'a> Runner<'a> {
             set,
             cgroup_dir: cgroup.as_ref().map(|c| c.dir_fd().as_raw_fd()),
             cgroup_procs: cgroup.as_ref().map(|c| c.procs_fd().as_raw_fd()),
-            inherit: shared_lock.as_ref().map(|fd| fd.as_raw_fd()),
+            inherit: shared_lock
+                .as_ref()
+                .map(|fd| fd.as_raw_fd())
+                .into_iter()
+                .chain(handover.iter().flat_map(user::Handover::fds))
+                .collect(),
+            user: self.opts.user.as_ref().map(user::RunAs::credentials),
             foreground: child::holds_terminal(),
         };
         self.terminal_handed = spec.foreground;
         let spawned = Child::spawn(&spec);
         // The child has its copy; ours would only keep the lock past our own release.
         drop(shared_lock);
+        drop(handover);
         self.tree = Some(Tree::new(cgroup));
         match spawned {
             Ok(c) => {
@@ -916,7 +964,7 @@ impl<'a> Runner<'a> {
                 if let (Some(l), Ok(id)) = (&self.lease, Identity::of_pid(pid))
                     && let Err(e) = l.register_instance("child", &id)
                 {
-                    eprintln!("tenure: cannot register the child: {e}");
+                    log::warn!("cannot register the child: {e}");
                 }
                 self.log(
                     "spawned",
@@ -926,7 +974,7 @@ impl<'a> Runner<'a> {
                 self.queue.push_back(Event::ChildSpawned);
             }
             Err(e) => {
-                eprintln!("tenure: {e}");
+                log::error!("{e}");
                 self.log(
                     "spawn-failed",
                     json!({"error": e.to_string(), "errno": e.errno}),
@@ -954,7 +1002,7 @@ impl<'a> Runner<'a> {
             (Some(c), Some(_)) => match c.signal(sig) {
                 Ok(sent) => sent,
                 Err(e) => {
-                    eprintln!("tenure: cannot send {name} to the child: {e}");
+                    log::warn!("cannot send {name} to the child: {e}");
                     false
                 }
             },
@@ -986,6 +1034,14 @@ impl<'a> Runner<'a> {
             self.queue.push_back(Event::CheckpointSkipped);
             return;
         };
+        // The output of a child that ran as another user is the runner's again before the
+        // store looks at it; if that fails, the publish refuses the files it could not take
+        // back and the output is kept like any refused output (card P1).
+        if self.opts.user.is_some()
+            && let Err(e) = user::take_back(rec.staging.path())
+        {
+            log::warn!("{e}");
+        }
         let Some(store) = self.attach() else {
             self.queue.push_back(Event::CheckpointSkipped);
             return;
@@ -1025,20 +1081,20 @@ impl<'a> Runner<'a> {
                     Ok(Some(k)) => e.relocate(rec.staging.path(), k),
                     _ => e,
                 };
-                eprintln!("tenure: {e}");
+                log::error!("{e}");
                 let kept = match kept {
                     Ok(Some(k)) => {
                         let d = dir.path().display();
                         let k = k.display();
-                        eprintln!(
-                            "tenure: the child's output was kept in {k}; fix it there, then publish it with: tenure run --dir {d} -- sh -c 'cp -a {k}/. \"$TENURE_CHECKPOINT_OUT\"'"
+                        log::error!(
+                            "the child's output was kept in {k}; fix it there, then publish it with: tenure run --dir {d} -- sh -c 'cp -a {k}/. \"$TENURE_CHECKPOINT_OUT\"'"
                         );
                         Some(k.to_string())
                     }
                     Ok(None) => None,
                     Err(err) => {
-                        eprintln!(
-                            "tenure: the child's output could not be kept: {err}; it is still in {}, and the next owner of {} removes it",
+                        log::error!(
+                            "the child's output could not be kept: {err}; it is still in {}, and the next owner of {} removes it",
                             rec.staging.path().display(),
                             dir.path().display()
                         );
@@ -1077,7 +1133,15 @@ impl<'a> Runner<'a> {
                 self.recovered = Some(rec);
             }
         }
-        // Scratch areas of this run go first, while we still own the dir.
+        // Scratch areas of this run go first, while we still own the dir. What a child running
+        // as another user was given is taken back first (the workload is gone by now).
+        if let (Some(rec), Some(_)) = (&self.recovered, &self.opts.user) {
+            for p in std::iter::once(rec.staging.path()).chain(rec.view.as_ref().map(View::path)) {
+                if let Err(e) = user::take_back(p) {
+                    log::warn!("{e}");
+                }
+            }
+        }
         if let Some(rec) = self.recovered.take()
             && let Some(Ok(store)) = self.attach()
         {
@@ -1097,7 +1161,7 @@ impl<'a> Runner<'a> {
         if let Some(l) = self.lease.take() {
             let _ = l.unregister_instance("child");
             if let Err(e) = l.release() {
-                eprintln!("tenure: releasing {}: {e}", self.dir_display());
+                log::error!("releasing {}: {e}", self.dir_display());
             }
         }
         // The cluster lease goes last: its owner key is deleted only if it is still this
@@ -1130,21 +1194,21 @@ impl<'a> Runner<'a> {
         match n {
             Note::Waiting => {}
             Note::Owned(e) => {
-                eprintln!("tenure: owner of {dir} (epoch {e})");
+                log::info!("owner of {dir} (epoch {e})");
                 self.log("owned", json!({}));
             }
             Note::Spawned => {}
             Note::Ready => {
-                eprintln!("tenure: ready (epoch {epoch})");
+                log::info!("ready (epoch {epoch})");
                 self.log("ready", json!({}));
             }
             Note::Draining(cause) => {
-                eprintln!("tenure: draining ({cause})");
+                log::info!("draining ({cause})");
                 self.log("draining", json!({"cause": cause_name(cause)}));
             }
             Note::WatchdogTimedOut => {
-                eprintln!(
-                    "tenure: watchdog timed out: the workload did not send WATCHDOG=1 in time; stopping it"
+                log::error!(
+                    "watchdog timed out: the workload did not send WATCHDOG=1 in time; stopping it"
                 );
                 self.log("watchdog-timed-out", json!({}));
             }
@@ -1155,14 +1219,14 @@ impl<'a> Runner<'a> {
                     .as_ref()
                     .map(|t| t.members(main).into_keys().collect())
                     .unwrap_or_default();
-                eprintln!(
-                    "tenure: the main process exited; stopping the {} process(es) it left behind before releasing {dir}",
+                log::info!(
+                    "the main process exited; stopping the {} process(es) it left behind before releasing {dir}",
                     left.len()
                 );
                 self.log("tree-remains", json!({"pids": left}));
             }
             Note::ReadinessTimedOut => {
-                eprintln!("tenure: readiness timed out: the child did not send READY=1 in time");
+                log::error!("readiness timed out: the child did not send READY=1 in time");
                 self.log("readiness-timed-out", json!({}));
             }
             Note::Killed if self.core.lost() => {
@@ -1170,14 +1234,12 @@ impl<'a> Runner<'a> {
                 self.log("killed", json!({"cause": "lease-lost"}));
             }
             Note::Killed => {
-                eprintln!(
-                    "tenure: the workload did not stop within the grace period; sending SIGKILL"
-                );
+                log::warn!("the workload did not stop within the grace period; sending SIGKILL");
                 self.log("killed", json!({}));
             }
             Note::DidNotStop => {
-                eprintln!(
-                    "tenure: did not stop: a process of the workload survived SIGKILL; keeping the lease of {dir} until the whole workload is gone"
+                log::error!(
+                    "did not stop: a process of the workload survived SIGKILL; keeping the lease of {dir} until the whole workload is gone"
                 );
                 self.log("did-not-stop", json!({}));
             }
@@ -1260,13 +1322,13 @@ impl<'a> Runner<'a> {
             | Reason::Killed
             | Reason::DidNotStop
             | Reason::Watchdog => match self.published {
-                Some(id) => eprintln!(
-                    "tenure: checkpoint {} published; released {dir} (epoch {epoch}, {})",
+                Some(id) => log::info!(
+                    "checkpoint {} published; released {dir} (epoch {epoch}, {})",
                     id.get(),
                     o.summary()
                 ),
-                None => eprintln!(
-                    "tenure: released {dir} (epoch {epoch}, {}); checkpoint unchanged",
+                None => log::info!(
+                    "released {dir} (epoch {epoch}, {}); checkpoint unchanged",
                     o.summary()
                 ),
             },
@@ -1278,17 +1340,17 @@ impl<'a> Runner<'a> {
                     )
                 };
                 match self.publish_failure {
-                    Some((before, now)) if before != now => eprintln!(
-                        "tenure: the checkpoint was not published durably: CURRENT names {} now, but may name {} again after a crash; released {dir} (epoch {epoch})",
+                    Some((before, now)) if before != now => log::error!(
+                        "the checkpoint was not published durably: CURRENT names {} now, but may name {} again after a crash; released {dir} (epoch {epoch})",
                         name(now),
                         name(before)
                     ),
-                    Some((before, _)) => eprintln!(
-                        "tenure: the checkpoint could not be published; CURRENT is unchanged ({}); released {dir} (epoch {epoch})",
+                    Some((before, _)) => log::error!(
+                        "the checkpoint could not be published; CURRENT is unchanged ({}); released {dir} (epoch {epoch})",
                         name(before)
                     ),
-                    None => eprintln!(
-                        "tenure: the checkpoint could not be published; released {dir} (epoch {epoch})"
+                    None => log::error!(
+                        "the checkpoint could not be published; released {dir} (epoch {epoch})"
                     ),
                 }
             }
@@ -1310,23 +1372,23 @@ impl<'a> Runner<'a> {
                         .clone()
                         .unwrap_or_else(|| "the state was refused".into()),
                 };
-                eprintln!("tenure: refused {dir}: {why}; checkpoint unchanged");
+                log::error!("refused {dir}: {why}; checkpoint unchanged");
             }
             Reason::SpawnFailed => {
-                eprintln!(
-                    "tenure: refused {dir}: the command could not be started; nothing was published"
+                log::error!(
+                    "refused {dir}: the command could not be started; nothing was published"
                 )
             }
             Reason::Cancelled => {
                 let s = o.signal.map_or("a stop signal", Signal::name);
-                eprintln!("tenure: cancelled by {s} before owning {dir}; nothing was changed");
+                log::info!("cancelled by {s} before owning {dir}; nothing was changed");
             }
             Reason::Busy => {
                 let msg = self
                     .failure
                     .clone()
                     .unwrap_or_else(|| format!("{dir} is busy; lock and state were preserved"));
-                eprintln!("tenure: {msg}");
+                log::error!("{msg}");
             }
         }
     }
@@ -1481,10 +1543,7 @@ impl<'a> Runner<'a> {
                 .is_some_and(|d| !matches!(d.is_still_at_path(), Ok(true)));
             if moved {
                 self.root_lost = true;
-                eprintln!(
-                    "tenure: {} was moved or replaced while owned",
-                    self.dir_display()
-                );
+                log::warn!("{} was moved or replaced while owned", self.dir_display());
                 self.log("root-lost", json!({}));
                 self.queue.push_back(Event::RootLost);
             }
@@ -1500,7 +1559,7 @@ impl<'a> Runner<'a> {
             Ok(Some(status)) => status,
             Ok(None) => return,
             Err(e) => {
-                eprintln!("tenure: cannot reap the child: {e}");
+                log::error!("cannot reap the child: {e}");
                 return;
             }
         };
@@ -1516,7 +1575,7 @@ impl<'a> Runner<'a> {
                 Err(e) => {
                     // Without a trustworthy answer the tree counts as still running: the lease
                     // must not be released on a guess.
-                    eprintln!("tenure: warning: {e}");
+                    log::warn!("{e}");
                     false
                 }
             },
@@ -1544,7 +1603,7 @@ impl<'a> Runner<'a> {
                 self.queue.push_back(Event::TreeEmpty);
             }
             Ok(false) => {}
-            Err(e) => eprintln!("tenure: warning: {e}"),
+            Err(e) => log::warn!("{e}"),
         }
     }
 
@@ -1596,8 +1655,8 @@ impl<'a> Runner<'a> {
                             self.child_status = None;
                             self.tree_remains = false;
                             self.pid_file_problem = None;
-                            eprintln!(
-                                "tenure: {} names pid {pid}, the daemon's main process",
+                            log::info!(
+                                "{} names pid {pid}, the daemon's main process",
                                 path.display()
                             );
                             self.log("main-adopted", json!({"child_pid": pid}));
@@ -1614,10 +1673,7 @@ impl<'a> Runner<'a> {
             },
         };
         if self.pid_file_problem.as_deref() != Some(problem.as_str()) {
-            eprintln!(
-                "tenure: waiting for the pid file {}: {problem}",
-                path.display()
-            );
+            log::info!("waiting for the pid file {}: {problem}", path.display());
             self.pid_file_problem = Some(problem);
         }
     }
@@ -1631,8 +1687,8 @@ impl<'a> Runner<'a> {
             if !accepted {
                 let pid = d.sender.unwrap_or(0);
                 if self.rejected.insert(pid) {
-                    eprintln!(
-                        "tenure: warning: ignored a notification from pid {pid}, which is not a process of the workload"
+                    log::warn!(
+                        "ignored a notification from pid {pid}, which is not a process of the workload"
                     );
                     self.log("notify-rejected", json!({"sender_pid": pid}));
                 }
@@ -1736,7 +1792,7 @@ impl TraceWriter {
         if let Ok(mut text) = serde_json::to_string(line) {
             text.push('\n');
             if let Err(e) = self.file.write_all(text.as_bytes()) {
-                eprintln!("tenure: cannot write the trace: {e}");
+                log::warn!("cannot write the trace: {e}");
             }
         }
     }
@@ -1762,11 +1818,22 @@ fn recover(
         };
         (fault, e.to_string())
     };
+    let open = || match CheckpointStore::open_owned(dir, StoreOptions { keep }) {
+        // Scratch that a child running as another user (`--user`) still owned when its runner
+        // ended without cleaning up (a crash): taken back, so that the sweep removes it.
+        Err(CheckpointError::Fs(crate::privfs::FsError::NotOwned { path, .. }))
+            if user::is_scratch(dir, &path) =>
+        {
+            user::take_back_scratch(dir).map_err(|e| (Fault::Io, e.to_string()))?;
+            Ok(CheckpointStore::open_owned(dir, StoreOptions { keep }))
+        }
+        other => Ok(other),
+    };
     let store = match pointer {
         Some(p) => CheckpointStore::open_owned_shared(dir, StoreOptions { keep })
             .map_err(fail)?
             .with_pointer(p),
-        None => CheckpointStore::open_owned(dir, StoreOptions { keep }).map_err(fail)?,
+        None => open()?.map_err(fail)?,
     };
     // A named point before the checkpoint is read and verified: tests hold the worker here
     // (`gate`) to stop a run deterministically while it verifies, or fail it (`eio`).

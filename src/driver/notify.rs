@@ -73,8 +73,7 @@ impl NotifySocket {
     pub fn bind() -> io::Result<NotifySocket> {
         let mut r = [0u8; 16];
         crate::privfs::random_bytes(&mut r).map_err(io::Error::other)?;
-        let hex: String = r.iter().map(|b| format!("{b:02x}")).collect();
-        let name = format!("tenure/notify/{hex}");
+        let name = format!("tenure/notify/{}", crate::hex::encode(&r));
         let addr = SocketAddr::from_abstract_name(name.as_bytes())?;
         let sock = UnixDatagram::bind_addr(&addr)?;
         sock.set_nonblocking(true)?;

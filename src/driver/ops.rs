@@ -2,7 +2,9 @@
 //! state dir without owning it (except `init`, which takes the lease for an instant), and never
 //! change a refused dir.
 
-use crate::checkpoint::{CheckpointError, CheckpointStore, CheckpointSummary, StoreOptions};
+use crate::checkpoint::{
+    CheckpointError, CheckpointId, CheckpointStore, CheckpointSummary, Published, StoreOptions,
+};
 use crate::lease::{
     self, AcquireOptions, Identity, LeaseStatus, Liveness, OwnerState, SignalOutcome, WaitBound,
 };
@@ -17,6 +19,7 @@ const STOP_POLL: Duration = Duration::from_millis(10);
 
 /// The JSON shape of `tenure status --json` (documented in spec/runner.md).
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct Status {
     /// The state dir (canonical path).
     pub dir: String,
@@ -42,6 +45,7 @@ pub struct Status {
 
 /// The output of a failed publish, kept (card P1).
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct FailedView {
     /// The epoch of the owner whose publish failed.
     pub epoch: u64,
@@ -52,6 +56,7 @@ pub struct FailedView {
 /// The containment of the recorded owner's workload as `status` shows it (spec/runner.md,
 /// "Containment").
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ContainmentView {
     /// `cgroup`, `lock-fd` (no cgroup: the workload keeps the lock descriptor), or null when
     /// the owner record names no workload.
@@ -90,6 +95,7 @@ fn containment_view(dir: &StateDir, owner: Option<&lease::OwnerRecord>) -> Conta
 
 /// A process as `status` shows it.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ProcessView {
     /// Its pid.
     pub pid: u32,
@@ -105,6 +111,7 @@ pub struct ProcessView {
 
 /// The owner as `status` shows it.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct OwnerView {
     /// The process.
     #[serde(flatten)]
@@ -117,6 +124,7 @@ pub struct OwnerView {
 
 /// A registry entry as `status` shows it.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct RegistryView {
     /// `leases` or `instances`.
     pub kind: String,
@@ -130,6 +138,7 @@ pub struct RegistryView {
 
 /// The checkpoint as `status` shows it.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct CheckpointView {
     /// `none`, `valid` or `invalid`.
     pub state: String,
@@ -247,38 +256,63 @@ pub fn collect(dir: &StateDir) -> Result<Status, lease::LeaseError> {
 
 fn open_existing(dir: &Path) -> Result<StateDir, u8> {
     StateDir::open(dir, false).map_err(|e| {
-        eprintln!("tenure: {e}");
+        log::error!("{e}");
         EXIT_REFUSED
     })
 }
 
-/// `tenure status`: prints the phase, epoch, owner, waiters and checkpoint. Exit 0, or 65 when
-/// the dir or a record is refused (an invalid registration fails closed, card H8).
+/// `status`'s exit code when a process holds the lease (LSB: the service is running).
+pub const STATUS_OWNED: u8 = 0;
+/// `status`'s exit code when nothing holds the lease, or the dir does not exist (LSB: the
+/// service is not running).
+pub const STATUS_NOT_RUNNING: u8 = 3;
+/// `status`'s exit code when the dir or one of its records is refused, so whether anything
+/// runs is unknown (LSB: status unknown). An invalid registration fails closed (card H8).
+pub const STATUS_UNKNOWN: u8 = 4;
+
+/// `tenure status`: prints the phase, epoch, owner, waiters and checkpoint. Exit codes follow
+/// LSB: [`STATUS_OWNED`], [`STATUS_NOT_RUNNING`], [`STATUS_UNKNOWN`].
 pub fn status(dir: &Path, json: bool) -> u8 {
-    // With `--json` a refusal is JSON too (`{"dir", "error": {"code", "message"}}`), so a
-    // script that parses stdout learns why instead of finding nothing (issue 10).
-    let refused = |message: String| {
-        eprintln!("tenure: {message}");
+    // With `--json` every answer is JSON: when there is no status to show, an `error` object
+    // (`{"dir", "error": {"code", "message"}}`), so a script that parses stdout learns why
+    // instead of finding nothing.
+    let failed = |code: u8, message: String| {
+        if code == STATUS_UNKNOWN {
+            log::error!("{message}");
+        } else if !json {
+            println!("{message}");
+        }
         if json {
             let v = serde_json::json!({
                 "dir": dir.display().to_string(),
-                "error": {"code": EXIT_REFUSED, "message": message},
+                "error": {"code": code, "message": message},
             });
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         }
-        EXIT_REFUSED
+        code
     };
     let d = match StateDir::open(dir, false) {
         Ok(d) => d,
-        Err(e) => return refused(e.to_string()),
+        Err(e) if e.is_not_found() => {
+            return failed(
+                STATUS_NOT_RUNNING,
+                format!("{} does not exist: nothing runs there", dir.display()),
+            );
+        }
+        Err(e) => return failed(STATUS_UNKNOWN, e.to_string()),
     };
     let s = match collect(&d) {
         Ok(s) => s,
-        Err(e) => return refused(e.to_string()),
+        Err(e) => return failed(STATUS_UNKNOWN, e.to_string()),
+    };
+    let code = if s.lock_held {
+        STATUS_OWNED
+    } else {
+        STATUS_NOT_RUNNING
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
-        return 0;
+        return code;
     }
     println!("dir:        {}", s.dir);
     println!("phase:      {}", s.phase);
@@ -350,7 +384,7 @@ pub fn status(dir: &Path, json: bool) -> u8 {
             f.epoch, f.path
         );
     }
-    0
+    code
 }
 
 /// `tenure status --lease etcd://…` (issue 14): the cluster's owner (node, pid, epoch), its
@@ -499,7 +533,7 @@ pub fn verify(dir: &Path) -> u8 {
     let store = match CheckpointStore::open(&d, StoreOptions::default()) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("tenure: {e}");
+            log::error!("{e}");
             return if e.is_corrupt_state() {
                 EXIT_REFUSED
             } else {
@@ -510,7 +544,7 @@ pub fn verify(dir: &Path) -> u8 {
     let report = match store.report() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("tenure: {e}");
+            log::error!("{e}");
             return if e.is_corrupt_state() {
                 EXIT_REFUSED
             } else {
@@ -534,10 +568,10 @@ pub fn verify(dir: &Path) -> u8 {
             0
         }
         Err(e) => {
-            eprintln!("tenure: {e}");
+            log::error!("{e}");
             if let Some(older) = report.newest_valid_older {
-                eprintln!(
-                    "tenure: the newest older checkpoint that verifies is {} (epoch {}); nothing was changed",
+                log::error!(
+                    "the newest older checkpoint that verifies is {} (epoch {}); nothing was changed",
                     older.id.get(),
                     older.epoch
                 );
@@ -557,7 +591,7 @@ pub fn init(dir: &Path, adopt: bool) -> u8 {
     let d = match StateDir::open(dir, true) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("tenure: {e}");
+            log::error!("{e}");
             return EXIT_REFUSED;
         }
     };
@@ -568,7 +602,7 @@ pub fn init(dir: &Path, adopt: bool) -> u8 {
                 0
             }
             Err(e) => {
-                eprintln!("tenure: {e}");
+                log::error!("{e}");
                 EXIT_REFUSED
             }
         };
@@ -583,7 +617,7 @@ pub fn init(dir: &Path, adopt: bool) -> u8 {
         Ok(l) => {
             let epoch = l.epoch();
             if let Err(e) = l.release() {
-                eprintln!("tenure: {e}");
+                log::error!("{e}");
                 return EXIT_IO;
             }
             println!("initialised {} (epoch {epoch})", d.path().display());
@@ -594,7 +628,7 @@ pub fn init(dir: &Path, adopt: bool) -> u8 {
             0
         }
         Err(e) => {
-            eprintln!("tenure: {e}");
+            log::error!("{e}");
             EXIT_REFUSED
         }
     }
@@ -681,9 +715,21 @@ fn wait_end(d: &StateDir, owner: &lease::OwnerRecord, deadline: Instant) -> End 
 /// [`EXIT_STOP_KILLED`] when the owner had to be SIGKILLed (or ended without releasing), 70
 /// when it still holds the lease after SIGKILL, 65 for a refused dir.
 pub fn stop(dir: &Path, grace: Duration) -> u8 {
-    let d = match open_existing(dir) {
+    let d = match StateDir::open(dir, false) {
         Ok(d) => d,
-        Err(code) => return code,
+        // Nothing can run on a dir that does not exist: stopped already, as LSB's `stop` of a
+        // stopped service.
+        Err(e) if e.is_not_found() => {
+            println!(
+                "{} does not exist: nothing runs there; nothing was signalled",
+                dir.display()
+            );
+            return 0;
+        }
+        Err(e) => {
+            log::error!("{e}");
+            return EXIT_REFUSED;
+        }
     };
     let first_look = Instant::now() + grace;
     let mut said_waiting = false;
@@ -691,13 +737,13 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
         let st = match lease::status(&d) {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("tenure: {e}");
+                log::error!("{e}");
                 return EXIT_REFUSED;
             }
         };
         if !st.held {
             println!(
-                "no live owner of {}; nothing was signalled",
+                "{} is not owned: nothing runs there (already stopped); nothing was signalled",
                 d.path().display()
             );
             return 0;
@@ -706,8 +752,8 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
             break (o.clone(), st.identity.clone());
         }
         if Instant::now() >= first_look {
-            eprintln!(
-                "tenure: {} is owned, but its owner is still starting: no record names it after {:.1}s; nothing was signalled: run `tenure stop` again",
+            log::error!(
+                "{} is owned, but its owner is still starting: no record names it after {:.1}s; nothing was signalled: run `tenure stop` again",
                 d.path().display(),
                 grace.as_secs_f64()
             );
@@ -733,7 +779,7 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
         // It ended between the look and the signal: how it ended is read below.
         Ok(SignalOutcome::Dead) | Ok(SignalOutcome::Mismatch { .. }) => {}
         Err(e) => {
-            eprintln!("tenure: {e}");
+            log::error!("{e}");
             return EXIT_IO;
         }
     }
@@ -748,8 +794,8 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
             return 0;
         }
         End::Unreleased(phase) => {
-            eprintln!(
-                "tenure: owner pid {} ended without an orderly release (its record says {phase}); the lease of {} is free, but its last checkpoint may not have been published",
+            log::error!(
+                "owner pid {} ended without an orderly release (its record says {phase}); the lease of {} is free, but its last checkpoint may not have been published",
                 id.pid,
                 d.path().display()
             );
@@ -802,18 +848,18 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
                 killed.len(),
                 rec.path.display()
             ),
-            Ok(lease::cgroup::EndedCgroup::Survived { pids }) => eprintln!(
-                "tenure: processes {pids:?} of the owner's workload survived SIGKILL in {}",
+            Ok(lease::cgroup::EndedCgroup::Survived { pids }) => log::error!(
+                "processes {pids:?} of the owner's workload survived SIGKILL in {}",
                 rec.path.display()
             ),
             Ok(_) => {}
-            Err(e) => eprintln!("tenure: {e}"),
+            Err(e) => log::error!("{e}"),
         }
     }
     match lease::signal_owner(&id, rustix::process::Signal::KILL) {
         Ok(SignalOutcome::Delivered) => {}
         Ok(_) => {}
-        Err(e) => eprintln!("tenure: {e}"),
+        Err(e) => log::error!("{e}"),
     }
     // Without a cgroup the workload keeps a copy of the lock descriptor: whoever still holds
     // the lock once the owner is dead is a process of that workload.
@@ -840,16 +886,16 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
             0
         }
         End::Unreleased(_) => {
-            eprintln!(
-                "tenure: owner pid {} was killed with SIGKILL mid-drain; the lease of {} is free, but its last checkpoint may not have been published",
+            log::error!(
+                "owner pid {} was killed with SIGKILL mid-drain; the lease of {} is free, but its last checkpoint may not have been published",
                 id.pid,
                 d.path().display()
             );
             EXIT_STOP_KILLED
         }
         End::StillHeld => {
-            eprintln!(
-                "tenure: did not stop: owner pid {} still holds {}",
+            log::error!(
+                "did not stop: owner pid {} still holds {}",
                 id.pid,
                 d.path().display()
             );
@@ -871,4 +917,358 @@ fn wait_released(d: &StateDir, epoch: u64, deadline: Instant) -> bool {
         }
         std::thread::sleep(STOP_POLL);
     }
+}
+
+/// A checkpoint as `tenure checkpoint list --json` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct ListedView {
+    /// Its id.
+    pub id: u64,
+    /// Whether `CURRENT` names it.
+    pub current: bool,
+    /// The epoch that published it (from its manifest's header, when readable).
+    pub epoch: Option<u64>,
+    /// The checkpoint that was current when it was published.
+    pub parent: Option<u64>,
+    /// Publication time, unix milliseconds.
+    pub created_ms: Option<u64>,
+    /// Number of files.
+    pub files: Option<u64>,
+    /// Total bytes (known only when it verifies).
+    pub bytes: Option<u64>,
+    /// Whether its manifest and every blob verify: whether a load of it would succeed.
+    pub verifies: bool,
+    /// Why it does not verify.
+    pub error: Option<String>,
+}
+
+/// The JSON shape of `tenure checkpoint list --json`.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct CheckpointList {
+    /// The state dir (canonical path).
+    pub dir: String,
+    /// The id `CURRENT` names, if it can be read.
+    pub current: Option<u64>,
+    /// Why `CURRENT` cannot be read.
+    pub current_error: Option<String>,
+    /// Every checkpoint in the store, oldest first.
+    pub checkpoints: Vec<ListedView>,
+    /// Outputs of failed publishes kept under `checkpoints/failed/`, oldest first (card P1).
+    pub failed_publishes: Vec<FailedView>,
+}
+
+/// Refuses a command on `dir`: the message on stderr and, with `json`, as an `error` object.
+fn refuse_json(dir: &Path, json: bool, code: u8, message: String) -> u8 {
+    log::error!("{message}");
+    if json {
+        let v = serde_json::json!({
+            "dir": dir.display().to_string(),
+            "error": {"code": code, "message": message},
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    }
+    code
+}
+
+fn checkpoint_code(e: &CheckpointError) -> u8 {
+    if e.is_corrupt_state() {
+        EXIT_REFUSED
+    } else {
+        EXIT_IO
+    }
+}
+
+/// Collects `tenure checkpoint list` for `dir` (read-only).
+pub fn list_checkpoints(dir: &StateDir) -> Result<CheckpointList, CheckpointError> {
+    let store = CheckpointStore::open(dir, StoreOptions::default())?;
+    let (current, current_error) = match store.read_current() {
+        Ok(c) => (c.map(|c| c.id.get()), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let checkpoints = store
+        .list()?
+        .into_iter()
+        .map(|l| ListedView {
+            id: l.id.get(),
+            current: l.current,
+            epoch: l.header.map(|h| h.epoch),
+            parent: l.header.and_then(|h| h.parent).map(|p| p.get()),
+            created_ms: l.header.map(|h| h.created_at_ms),
+            files: l.header.map(|h| h.files),
+            bytes: l.verified.as_ref().ok().map(|s| s.bytes),
+            verifies: l.verified.is_ok(),
+            error: l.verified.err().map(|e| e.to_string()),
+        })
+        .collect();
+    let failed_publishes = store
+        .failed_outputs()?
+        .into_iter()
+        .map(|(epoch, path)| FailedView {
+            epoch,
+            path: path.display().to_string(),
+        })
+        .collect();
+    Ok(CheckpointList {
+        dir: dir.path().display().to_string(),
+        current,
+        current_error,
+        checkpoints,
+        failed_publishes,
+    })
+}
+
+/// `tenure checkpoint list`: every checkpoint with its id, epoch, time, files, size and whether
+/// it verifies, and the kept outputs of failed publishes. Read-only; exit 0, or 65 (74 for an
+/// I/O error) when the dir or the store cannot be read.
+pub fn checkpoint_list(dir: &Path, json: bool) -> u8 {
+    let d = match StateDir::open(dir, false) {
+        Ok(d) => d,
+        Err(e) => return refuse_json(dir, json, EXIT_REFUSED, e.to_string()),
+    };
+    let l = match list_checkpoints(&d) {
+        Ok(l) => l,
+        Err(e) => return refuse_json(dir, json, checkpoint_code(&e), e.to_string()),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&l).unwrap_or_default());
+        return 0;
+    }
+    if let Some(e) = &l.current_error {
+        println!("CURRENT is refused: {e}");
+    }
+    if l.checkpoints.is_empty() {
+        println!("no checkpoint in {}", l.dir);
+    } else {
+        println!(
+            "{:>6} {:>6} {:<24} {:>8} {:>12}  STATE",
+            "ID", "EPOCH", "CREATED", "FILES", "BYTES"
+        );
+    }
+    let or_dash = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    for c in &l.checkpoints {
+        let state = match (&c.error, c.current) {
+            (None, true) => "current, verifies".to_owned(),
+            (None, false) => "verifies".to_owned(),
+            (Some(e), true) => format!("current, refused: {e}"),
+            (Some(e), false) => format!("refused: {e}"),
+        };
+        println!(
+            "{:>6} {:>6} {:<24} {:>8} {:>12}  {state}",
+            c.id,
+            or_dash(c.epoch),
+            c.created_ms
+                .map_or_else(|| "-".to_owned(), lease::format_unix_ms),
+            or_dash(c.files),
+            or_dash(c.bytes),
+        );
+    }
+    for f in &l.failed_publishes {
+        println!(
+            "failed publish of epoch {}: its output is kept in {}",
+            f.epoch, f.path
+        );
+    }
+    0
+}
+
+/// `tenure checkpoint show N`: checkpoint N's header and files, verified (read-only). Exit 0
+/// when it verifies; 65 naming the bad file when it does not or does not exist (74 for an I/O
+/// error).
+pub fn checkpoint_show(dir: &Path, id: u64, json: bool) -> u8 {
+    let d = match StateDir::open(dir, false) {
+        Ok(d) => d,
+        Err(e) => return refuse_json(dir, json, EXIT_REFUSED, e.to_string()),
+    };
+    let Some(id) = CheckpointId::new(id) else {
+        return refuse_json(dir, json, EXIT_REFUSED, "checkpoint ids start at 1".into());
+    };
+    let store = match CheckpointStore::open(&d, StoreOptions::default()) {
+        Ok(s) => s,
+        Err(e) => return refuse_json(dir, json, checkpoint_code(&e), e.to_string()),
+    };
+    let current = store.read_current().ok().flatten().map(|c| c.id);
+    let cp = match store.load_id(id) {
+        Ok(cp) => cp,
+        Err(e) => {
+            let hint = match &e {
+                CheckpointError::ManifestMissing { .. } => {
+                    format!(
+                        "{e} (see `tenure checkpoint list --dir {}`)",
+                        d.path().display()
+                    )
+                }
+                _ => format!("checkpoint {} does not verify: {e}", id.get()),
+            };
+            return refuse_json(dir, json, checkpoint_code(&e), hint);
+        }
+    };
+    if json {
+        let v = serde_json::json!({
+            "dir": d.path().display().to_string(),
+            "id": cp.id.get(),
+            "current": current == Some(cp.id),
+            "epoch": cp.epoch,
+            "parent": cp.parent.map(CheckpointId::get),
+            "created_ms": cp.created_at_ms,
+            "files": cp.entries.len(),
+            "bytes": cp.total_size(),
+            "manifest_sha256": cp.manifest_sha256.to_hex(),
+            "entries": cp.entries,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return 0;
+    }
+    println!(
+        "checkpoint {}{}: verifies",
+        cp.id.get(),
+        if current == Some(cp.id) {
+            " (current)"
+        } else {
+            ""
+        }
+    );
+    println!("epoch:      {}", cp.epoch);
+    println!(
+        "parent:     {}",
+        cp.parent
+            .map_or_else(|| "none".to_owned(), |p| p.get().to_string())
+    );
+    println!("created:    {}", lease::format_unix_ms(cp.created_at_ms));
+    println!("manifest:   sha256 {}", cp.manifest_sha256.to_hex());
+    println!(
+        "files:      {} ({} bytes)",
+        cp.entries.len(),
+        cp.total_size()
+    );
+    for e in &cp.entries {
+        println!(
+            "  {:04o} {:>12} {}  {}",
+            e.mode,
+            e.size,
+            &e.sha256.to_hex()[..16],
+            e.name
+        );
+    }
+    0
+}
+
+/// `tenure checkpoint rollback --to N`: an explicit operator action that makes checkpoint N
+/// current again. N is verified (before and again under the lease); the lease is taken — so no
+/// run owns the dir meanwhile, and the rollback gets an epoch of its own — and N's files are
+/// published as a new checkpoint through the store's publish protocol
+/// ([`CheckpointStore::republish`]), fenced by that epoch. Nothing is deleted by the rollback
+/// itself: the checkpoint it replaces (typically a refused one) stays in the kept chain as
+/// evidence until a later garbage collection (`keep` is at least 2 here so that it survives
+/// this one). Exit 0; 65 when N does not verify or the dir is refused; 75 when the lease is
+/// held (`wait` bounds the wait); 74 for an I/O error; 128 + N when a signal cancels the wait.
+pub fn rollback(
+    dir: &Path,
+    to: u64,
+    wait: WaitBound,
+    keep: usize,
+    intake: &crate::driver::signals::SignalIntake,
+) -> u8 {
+    let d = match open_existing(dir) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
+    let n = to;
+    let Some(to) = CheckpointId::new(to) else {
+        log::error!("checkpoint ids start at 1");
+        return EXIT_REFUSED;
+    };
+    // Checked before anything is written: a rollback to a checkpoint that does not verify
+    // changes nothing, not even the epoch.
+    let before = match CheckpointStore::open(&d, StoreOptions::default()) {
+        Ok(store) => {
+            if let Err(e) = store.load_id(to) {
+                log::error!(
+                    "cannot roll back to checkpoint {}: {e}; nothing was changed",
+                    to.get()
+                );
+                return checkpoint_code(&e);
+            }
+            store.read_current()
+        }
+        Err(e) => {
+            log::error!("{e}");
+            return checkpoint_code(&e);
+        }
+    };
+    let opts = AcquireOptions {
+        wait,
+        cancel: Some(intake.fd()),
+        phase: PhaseKind::Recovering,
+        fence: None,
+    };
+    let lease = match lease::acquire(&d, &opts, &mut |c| log::info!("{c}")) {
+        Ok(l) => l,
+        Err(lease::LeaseError::Busy { .. }) => {
+            log::error!(
+                "{} is owned; nothing was changed: stop its owner first (tenure stop), or wait with --wait",
+                d.path().display()
+            );
+            return crate::machine::EXIT_BUSY;
+        }
+        Err(lease::LeaseError::Cancelled { .. }) => {
+            let sig = intake.take().first().copied();
+            log::info!("rollback cancelled while waiting for the lease; nothing was changed");
+            return sig.map_or(130, |s| s.exit_code());
+        }
+        Err(e) => {
+            log::error!("{e}");
+            return if e.is_refusal() {
+                EXIT_REFUSED
+            } else {
+                EXIT_IO
+            };
+        }
+    };
+    let epoch = lease.epoch();
+    let result = CheckpointStore::open_owned(&d, StoreOptions { keep: keep.max(2) })
+        .and_then(|s| s.republish(epoch, to));
+    let from = match &before {
+        Ok(c) => serde_json::json!(c.as_ref().map(|c| c.id.get())),
+        Err(e) => serde_json::json!(e.to_string()),
+    };
+    let code = match &result {
+        Ok(Published::New { checkpoint, gc, .. }) => {
+            if let Some(mut log) = crate::driver::eventlog::EventLog::open(&d) {
+                log.write(
+                    "checkpoint-rolled-back",
+                    Some(epoch),
+                    serde_json::json!({"to": to.get(), "checkpoint": checkpoint.id.get(),
+                                       "from": from, "gc_error": gc.error}),
+                );
+            }
+            let replaced = match &before {
+                Ok(Some(c)) => format!(
+                    "; checkpoint {} is kept until garbage collection",
+                    c.id.get()
+                ),
+                Ok(None) => String::new(),
+                Err(e) => format!("; CURRENT was refused ({e})"),
+            };
+            println!(
+                "checkpoint {n} is current again as checkpoint {} (epoch {epoch}){replaced}",
+                checkpoint.id.get()
+            );
+            0
+        }
+        Ok(Published::Unchanged { .. }) => {
+            println!("checkpoint {n} is already current and verifies; nothing was changed");
+            0
+        }
+        Err(e) => {
+            log::error!("cannot roll back to checkpoint {n}: {e}");
+            checkpoint_code(e)
+        }
+    };
+    if let Err(e) = lease.release() {
+        log::error!("releasing {}: {e}", d.path().display());
+        return EXIT_IO;
+    }
+    code
 }

@@ -175,7 +175,7 @@ impl Tree {
         if let Some(cg) = &self.cgroup
             && let Err(e) = cg.kill()
         {
-            eprintln!("tenure: warning: {e}");
+            log::warn!("{e}");
         }
         for (pid, start) in &listed {
             self.stopped.insert((*pid, *start));
@@ -235,7 +235,7 @@ impl Tree {
         if let Some(cg) = &self.cgroup
             && let Err(e) = cg.remove()
         {
-            eprintln!("tenure: warning: {e}");
+            log::warn!("{e}");
         }
     }
 }

@@ -55,19 +55,18 @@ impl Failure {
     }
 }
 
+/// A duration as the runner's options take it, exactly (`1500000000ns`).
+fn nanos(d: Duration) -> String {
+    format!("{}ns", d.as_nanos())
+}
+
 /// The arguments of the `tenure run` that `up` launches for these options (absolute paths,
 /// since the owner runs with cwd `/`). The lease wait is bounded by `up`'s own deadline.
 pub fn run_args(opts: &RunOptions, dir: &std::path::Path, left: Duration) -> Vec<OsString> {
     let mut a: Vec<OsString> = vec!["run".into(), "--dir".into(), dir.into()];
-    a.extend(["--wait".into(), format!("{:.3}", left.as_secs_f64()).into()]);
-    a.extend([
-        "--grace".into(),
-        format!("{:.3}", opts.grace.as_secs_f64()).into(),
-    ]);
-    a.extend([
-        "--kill-wait".into(),
-        format!("{:.3}", opts.kill_wait.as_secs_f64()).into(),
-    ]);
+    a.extend(["--wait".into(), nanos(left).into()]);
+    a.extend(["--grace".into(), nanos(opts.grace).into()]);
+    a.extend(["--kill-wait".into(), nanos(opts.kill_wait).into()]);
     let ty = match opts.ready {
         ReadyMode::Start => "simple",
         ReadyMode::Notify => "notify",
@@ -75,10 +74,7 @@ pub fn run_args(opts: &RunOptions, dir: &std::path::Path, left: Duration) -> Vec
     };
     a.extend(["--type".into(), ty.into()]);
     if let Some(t) = opts.ready_timeout {
-        a.extend([
-            "--ready-timeout".into(),
-            format!("{:.3}", t.as_secs_f64()).into(),
-        ]);
+        a.extend(["--ready-timeout".into(), nanos(t).into()]);
     }
     a.extend([
         "--kill-mode".into(),
@@ -105,10 +101,7 @@ pub fn run_args(opts: &RunOptions, dir: &std::path::Path, left: Duration) -> Vec
         a.extend(["--pidfile".into(), abs.into()]);
     }
     if let Some(w) = opts.watchdog {
-        a.extend([
-            "--watchdog".into(),
-            format!("{:.3}", w.as_secs_f64()).into(),
-        ]);
+        a.extend(["--watchdog".into(), nanos(w).into()]);
     }
     if let Some(list) = &opts.env_allow {
         let joined: Vec<String> = list
@@ -116,6 +109,9 @@ pub fn run_args(opts: &RunOptions, dir: &std::path::Path, left: Duration) -> Vec
             .map(|s| s.to_string_lossy().into_owned())
             .collect();
         a.extend(["--env-allow".into(), joined.join(",").into()]);
+    }
+    if let Some(u) = &opts.user {
+        a.extend(["--user".into(), format!("{}:{}", u.uid, u.gid).into()]);
     }
     a.extend(["--keep".into(), opts.keep.to_string().into()]);
     #[cfg(feature = "etcd")]
@@ -146,14 +142,14 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
     let dir = match StateDir::open(&opts.dir, true) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("tenure: {e}");
+            log::error!("{e}");
             return EXIT_REFUSED;
         }
     };
     // Refuse foreign or corrupt state before the election writes anything into the dir: a
     // refused dir stays byte-for-byte as it was (card L8).
     if let Err(e) = lease::check(&dir) {
-        eprintln!("tenure: {e}");
+        log::error!("{e}");
         if !e.is_refusal() {
             return EXIT_IO;
         }
@@ -184,7 +180,7 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
         let st = match lease::status(&dir) {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("tenure: {e}");
+                log::error!("{e}");
                 return EXIT_REFUSED;
             }
         };
@@ -198,7 +194,7 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
             Ok(None) => continue,
             // Retrying an election that cannot even be attempted would spin until the deadline.
             Err(e) => {
-                eprintln!("tenure: {e}");
+                log::error!("{e}");
                 return EXIT_IO;
             }
         };
@@ -233,7 +229,7 @@ fn announce_ready(dir: &StateDir) -> Option<u8> {
         }
         Ok(None) => None,
         Err(e) => {
-            eprintln!("tenure: {e}");
+            log::error!("{e}");
             Some(EXIT_REFUSED)
         }
     }
@@ -299,7 +295,7 @@ fn launch_and_wait(
         cmd.pre_exec(|| rustix::process::setsid().map(|_| ()).map_err(Into::into));
     }
     let mut child = cmd.spawn().map_err(|e| {
-        eprintln!("tenure: cannot launch the owner: {e}");
+        log::error!("cannot launch the owner: {e}");
         (Failure::SpawnFailed, None, None)
     })?;
     // Card D6: the launch is on the record, naming the owner it started.
@@ -364,8 +360,8 @@ fn fail(why: Failure, launches: u32, code: Option<i32>, tail: Option<(Vec<u8>, b
             "truncated": truncated,
         })
     );
-    eprintln!(
-        "tenure: up failed: {} after {launches} launch(es){}",
+    log::error!(
+        "up failed: {} after {launches} launch(es){}",
         why.word(),
         code.map(|c| format!("; the owner exited with {c}"))
             .unwrap_or_default()
@@ -390,8 +386,8 @@ fn interrupted(intake: &SignalIntake, launches: u32) -> u8 {
         json!({"error": Failure::Interrupted.word(), "launches": launches,
                "signal": sig.map(|s| s.name())})
     );
-    eprintln!(
-        "tenure: up was interrupted by {}; the owner (if any) keeps running",
+    log::error!(
+        "up was interrupted by {}; the owner (if any) keeps running",
         sig.map_or("a stop signal", |s| s.name())
     );
     sig.map_or(130, |s| s.exit_code())

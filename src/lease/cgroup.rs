@@ -45,6 +45,7 @@ pub struct CgroupRecord {
 
 /// Why no cgroup could be had, or an operation on one failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CgroupError {
     /// No cgroup v2 hierarchy is mounted, or this process's cgroup is not in it.
     #[error("no cgroup v2 hierarchy is mounted (hybrid or v1-only host); {0}")]

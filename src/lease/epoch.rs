@@ -17,15 +17,24 @@ const MAX_LEN: u64 = 64;
 
 /// Errors of reading or writing the epoch file.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EpochError {
     /// The file exists but does not hold `<decimal u64>\n`.
     #[error(
         "{path} is corrupt ({reason}); it must hold one decimal number and a newline: restore it from a backup or run `tenure init --adopt`"
     )]
-    Corrupt { path: PathBuf, reason: &'static str },
+    Corrupt {
+        /// The epoch file.
+        path: PathBuf,
+        /// Why it could not be parsed.
+        reason: &'static str,
+    },
     /// The epoch cannot grow any more.
     #[error("{path} holds the largest possible epoch; this state dir cannot be acquired again")]
-    Exhausted { path: PathBuf },
+    Exhausted {
+        /// The epoch file.
+        path: PathBuf,
+    },
     /// The file could not be read or written.
     #[error(transparent)]
     Fs(#[from] FsError),

@@ -51,17 +51,28 @@ pub enum Liveness {
 
 /// Errors of reading a process identity.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum IdentityError {
     /// The process does not exist (or has exited).
     #[error("process {pid} does not exist; it may have exited already")]
-    NoSuchProcess { pid: u32 },
+    NoSuchProcess {
+        /// The process id.
+        pid: u32,
+    },
     /// `/proc/PID/stat` did not have the expected shape.
     #[error("{path} has an unexpected format ({reason}); is /proc mounted as procfs?")]
-    BadStat { path: PathBuf, reason: &'static str },
+    BadStat {
+        /// The `/proc` file.
+        path: PathBuf,
+        /// Why it could not be parsed.
+        reason: &'static str,
+    },
     /// A `/proc` file or a pidfd could not be read.
     #[error("cannot read {path}: {source}; is /proc mounted and the process ours?")]
     Io {
+        /// The `/proc` file.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: io::Error,
     },
@@ -69,13 +80,16 @@ pub enum IdentityError {
 
 /// Errors of [`signal_owner`] (a dead or recycled process is an outcome, not an error).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SignalError {
     /// The pidfd could not be opened or used for a reason other than the process being gone.
     #[error(
         "cannot signal process {pid} through a pidfd: {source}; check that it runs as your user"
     )]
     Pidfd {
+        /// The process id.
         pid: u32,
+        /// The OS error.
         #[source]
         source: io::Error,
     },
@@ -92,7 +106,10 @@ pub enum SignalOutcome {
     /// The recorded process is gone; nothing was signalled.
     Dead,
     /// The pid now belongs to another process (shown when readable); nothing was signalled.
-    Mismatch { found: Option<Identity> },
+    Mismatch {
+        /// The process that has the pid now, if its identity could be read.
+        found: Option<Identity>,
+    },
 }
 
 /// Parses field 22 (start time) of a `/proc/PID/stat` line. The command name (field 2) may hold

@@ -136,8 +136,8 @@ impl CloseWatch {
                         | rustix::io::Errno::NOSYS
                 ) =>
             {
-                eprintln!(
-                    "tenure: warning: cannot watch {} with inotify ({e}); waiting by trying every {} ms: raise fs.inotify.max_user_instances or max_user_watches",
+                log::warn!(
+                    "cannot watch {} with inotify ({e}); waiting by trying every {} ms: raise fs.inotify.max_user_instances or max_user_watches",
                     path.display(),
                     DEGRADED_WAKE.as_millis()
                 );
@@ -302,8 +302,8 @@ impl Drop for LockGuard {
             && !self.shared
             && let Err(e) = flock(&file, FlockOperation::Unlock)
         {
-            eprintln!(
-                "tenure: warning: failed to unlock {}: {e}; closing the descriptor releases it",
+            log::warn!(
+                "failed to unlock {}: {e}; closing the descriptor releases it",
                 self.path.display()
             );
         }

@@ -1,5 +1,5 @@
 //! The owner lease on a state directory: kernel lock, owner record, process identity, epoch,
-//! waiters, registry and the directory identity marker (issue 3; cards L1–L10, D7, H5, H8).
+//! waiters, registry and the directory identity marker (cards L1–L10, D7, H5, H8).
 //!
 //! ## Layout of the control folder
 //! ```text
@@ -55,8 +55,12 @@
 //! A waiter that stops waiting for any reason removes its entry, so a cancelled or expired
 //! contender leaves nothing but the `.tenure/` folder and lock file that any contender may create.
 
+// The runner's containment and the epoch file's encoding: public for the runner and the
+// tests, not part of the API (the epoch a user sees is `Lease::epoch` and `LeaseStatus`).
+#[doc(hidden)]
 pub mod cgroup;
 mod election;
+#[doc(hidden)]
 pub mod epoch;
 pub mod identity;
 mod lock;
@@ -112,38 +116,60 @@ pub const LEFTOVERS_WAIT: Duration = Duration::from_secs(5);
 
 /// Errors of the lease boundary.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LeaseError {
     /// The wait bound expired while another process owned the dir.
     #[error("{dir} is busy ({}); lock and state were preserved", OwnerPart(.owner.as_deref()))]
     Busy {
+        /// The state dir.
         dir: PathBuf,
+        /// The owner's record, when it could be read.
         owner: Option<Box<OwnerRecord>>,
     },
     /// The caller's cancel fd became readable before the lease was acquired.
     #[error("waiting for {dir} was cancelled; nothing was changed")]
-    Cancelled { dir: PathBuf },
+    Cancelled {
+        /// The state dir.
+        dir: PathBuf,
+    },
     /// The opened state dir is no longer at its path (moved, or replaced by another dir).
     #[error(
         "{dir} was moved or replaced while tenure had it open; nothing was initialised: check which directory is the real state dir and run again"
     )]
-    Moved { dir: PathBuf },
+    Moved {
+        /// The state dir.
+        dir: PathBuf,
+    },
     /// The dir holds entries tenure did not create and has no identity marker.
     #[error(
         "{dir} holds derived state but no identity marker (found {entry:?}); if this is tenure state, adopt it explicitly with `tenure init --adopt --dir {dir}`, otherwise choose an empty dir"
     )]
-    ForeignState { dir: PathBuf, entry: OsString },
+    ForeignState {
+        /// The state dir.
+        dir: PathBuf,
+        /// The first entry tenure did not create.
+        entry: OsString,
+    },
     /// The identity marker exists but cannot be parsed.
     #[error(
         "{path}: identity is unreadable ({reason}); nothing was changed: restore it, or move it aside and adopt the dir with `tenure init --adopt`"
     )]
-    IdentityUnreadable { path: PathBuf, reason: String },
+    IdentityUnreadable {
+        /// The identity marker.
+        path: PathBuf,
+        /// Why it could not be parsed.
+        reason: String,
+    },
     /// The identity marker names another canonical path (the dir was moved or copied).
     #[error(
         "{path}: identity mismatch: the marker names {recorded} but the dir is {actual}; if it was moved on purpose, adopt it with `tenure init --adopt --dir {actual}`"
     )]
     IdentityMismatch {
+        /// The identity marker.
         path: PathBuf,
+        /// The path the marker records.
         recorded: PathBuf,
+        /// The dir's canonical path now.
         actual: PathBuf,
     },
     /// A newer ownership exists: the caller's epoch is stale and its request has no effect.
@@ -151,8 +177,11 @@ pub enum LeaseError {
         "{dir} is now owned at epoch {current}, newer than this owner's epoch {mine}; the request was rejected without effect"
     )]
     StaleEpoch {
+        /// The state dir.
         dir: PathBuf,
+        /// This owner's epoch.
         mine: u64,
+        /// The epoch persisted now.
         current: u64,
     },
     /// A cluster lease's epoch is not above what the local dir records (issue 14).
@@ -160,16 +189,27 @@ pub enum LeaseError {
         "{dir} records epoch {recorded}, not below the cluster lease's epoch {cluster}: this dir was used with another lease (a local one, or another cluster); give the cluster lease a state dir of its own"
     )]
     EpochAhead {
+        /// The state dir.
         dir: PathBuf,
+        /// The highest epoch the dir records.
         recorded: u64,
+        /// The cluster's epoch for this ownership.
         cluster: u64,
     },
     /// A record (owner record, registry entry) cannot be parsed.
     #[error("{path} is corrupt ({reason}); nothing was changed: inspect it, then move it aside")]
-    CorruptRecord { path: PathBuf, reason: String },
+    CorruptRecord {
+        /// The record.
+        path: PathBuf,
+        /// Why it could not be parsed.
+        reason: String,
+    },
     /// An instance name that cannot be a registry entry name.
     #[error("{name:?} is not a valid instance name; use letters, digits, '-' and '_' (at most 64)")]
-    BadInstanceName { name: String },
+    BadInstanceName {
+        /// The name given.
+        name: String,
+    },
     /// The epoch file is corrupt or cannot grow.
     #[error(transparent)]
     Epoch(#[from] epoch::EpochError),
@@ -188,15 +228,21 @@ pub enum LeaseError {
         PidList(.pids)
     )]
     LeftoversSurvived {
+        /// The state dir.
         dir: PathBuf,
+        /// The epoch of the crashed owner.
         epoch: u64,
+        /// Its cgroup.
         cgroup: PathBuf,
+        /// The processes that survived SIGKILL.
         pids: Vec<u32>,
     },
     /// The lock syscall failed for a reason other than contention.
     #[error("cannot lock {path}: {source}; check that the filesystem supports flock")]
     Lock {
+        /// The lock file.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: io::Error,
     },
@@ -205,7 +251,9 @@ pub enum LeaseError {
         "cannot wait for {path}: {source}; check the inotify limits (fs.inotify.max_user_instances)"
     )]
     Wait {
+        /// The lock file.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: io::Error,
     },
@@ -492,7 +540,7 @@ impl WaiterEntry {
 impl Drop for WaiterEntry {
     fn drop(&mut self) {
         if let Err(e) = self.dir.unlink(&self.name, "lease.waiter") {
-            eprintln!("tenure: warning: cannot remove waiter entry: {e}");
+            log::warn!("cannot remove waiter entry: {e}");
         }
     }
 }

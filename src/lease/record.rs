@@ -35,27 +35,13 @@ pub struct Token(pub [u8; 16]);
 impl Token {
     /// Parses 32 lowercase hex digits.
     pub fn parse(s: &str) -> Option<Token> {
-        if s.len() != 32
-            || !s
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
-            return None;
-        }
-        let mut out = [0u8; 16];
-        for (i, byte) in out.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-        }
-        Some(Token(out))
+        crate::hex::decode(s).map(Token)
     }
 }
 
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        crate::hex::write(f, &self.0)
     }
 }
 

@@ -24,8 +24,8 @@
 //! Crash points: each step calls [`crate::failpoint::hit`] with `<label>.<step>` (steps `create`,
 //! `write`, `fsync`, `rename`, `dirfsync`, `unlink`, `link`, `mkdir`) where the label is chosen by
 //! the caller, so a test can kill the process before any single step. With the `failpoints`
-//! feature every performed step is also appended to an operation log ([`start_recording`],
-//! [`take_recording`]) so tests can prove orderings that no fault injector can observe (e.g. that a
+//! feature every performed step is also appended to an operation log (`start_recording`,
+//! `take_recording`) so tests can prove orderings that no fault injector can observe (e.g. that a
 //! rename is followed by an fsync of its directory).
 
 use std::ffi::{OsStr, OsString};
@@ -53,55 +53,106 @@ pub const TEMP_PREFIX: &str = ".tmp-";
 
 /// Errors of the private filesystem layer. Every variant names the full path it is about.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FsError {
     /// The path is a symbolic link; state dirs never follow links.
     #[error(
         "{path} is a symlink; tenure never follows links inside a state dir: replace it with the real file or directory"
     )]
-    Symlink { path: PathBuf },
+    Symlink {
+        /// The file or directory concerned.
+        path: PathBuf,
+    },
     /// The path is not a regular file (a FIFO, socket, device or directory where a file belongs).
     #[error("{path} is not a regular file (found a {found}); move it out of the state dir")]
-    NotRegular { path: PathBuf, found: FileKind },
+    NotRegular {
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// What was found instead.
+        found: FileKind,
+    },
     /// The path is not a directory where a directory belongs.
     #[error(
         "{path} is not a directory (found a {found}); move it out of the way or choose another state dir"
     )]
-    NotDirectory { path: PathBuf, found: FileKind },
+    NotDirectory {
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// What was found instead.
+        found: FileKind,
+    },
     /// The path is owned by another user than the effective uid.
     #[error(
         "{path} is not owned by uid {euid} (owner uid {uid}); run tenure as its owner or chown it yourself"
     )]
-    NotOwned { path: PathBuf, uid: u32, euid: u32 },
+    NotOwned {
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// Its owner's uid.
+        uid: u32,
+        /// The effective uid of this process.
+        euid: u32,
+    },
     /// The path has group or other permission bits set.
     #[error(
         "{path} is permissive (mode {mode:04o}); state is private: remove the group/other bits (chmod go-rwx) after checking nobody else wrote it"
     )]
-    Permissive { path: PathBuf, mode: u32 },
+    Permissive {
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// The file has more than one hard link, so someone else can change it behind our back.
     #[error(
         "{path} is hard-linked ({nlink} links); a private record has exactly one link: remove the other links after checking its content"
     )]
-    HardLinked { path: PathBuf, nlink: u64 },
+    HardLinked {
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// Its number of hard links.
+        nlink: u64,
+    },
     /// The path does not exist.
     #[error("{path} does not exist; check the path or create it first")]
-    NotFound { path: PathBuf },
+    NotFound {
+        /// The file or directory concerned.
+        path: PathBuf,
+    },
     /// An exclusive create found the name already taken.
     #[error("{path} already exists; refusing to overwrite it: move it aside if it is not needed")]
-    AlreadyExists { path: PathBuf },
+    AlreadyExists {
+        /// The file or directory concerned.
+        path: PathBuf,
+    },
     /// A file is larger than the caller's bound for it.
     #[error(
         "{path} is too large ({len} bytes, at most {max} expected); it is not a file tenure wrote: move it aside"
     )]
-    TooLarge { path: PathBuf, len: u64, max: u64 },
+    TooLarge {
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// Its size in bytes.
+        len: u64,
+        /// The largest size expected.
+        max: u64,
+    },
     /// A name passed to privfs is not a single path component (a programming error).
     #[error("{name:?} is not a single path component under {dir}; use a plain file name")]
-    BadName { dir: PathBuf, name: OsString },
+    BadName {
+        /// The state dir.
+        dir: PathBuf,
+        /// The name given.
+        name: OsString,
+    },
     /// An fsync failed; the file was abandoned and must be written again from scratch.
     #[error(
         "fsync of {path} failed: {source}; the write was abandoned: free space or fix the device, then retry"
     )]
     Fsync {
+        /// The file or directory concerned.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: io::Error,
     },
@@ -109,12 +160,18 @@ pub enum FsError {
     #[error(
         "{path} had a failed directory fsync earlier; reopen the state dir before writing again"
     )]
-    Poisoned { path: PathBuf },
+    Poisoned {
+        /// The file or directory concerned.
+        path: PathBuf,
+    },
     /// Any other I/O failure, with the operation that failed.
     #[error("cannot {op} {path}: {source}; check the path and its permissions")]
     Io {
+        /// The operation that failed.
         op: &'static str,
+        /// The file or directory concerned.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: io::Error,
     },
@@ -400,7 +457,7 @@ fn random_hex(bytes: usize) -> String {
             }
         }
     }
-    buf.iter().map(|b| format!("{b:02x}")).collect()
+    crate::hex::encode(&buf)
 }
 
 /// Fills `buf` with random bytes from the kernel (`getrandom`), for tokens and identifiers.

@@ -490,7 +490,7 @@ mod with_failpoints {
             .replace_durable("rec", b"old", "privfs-test-eio")
             .unwrap();
         // The label is unique to this test, so the armed fault cannot hit other tests, and the
-        // scope keeps other tests from replacing it meanwhile (issue 15).
+        // scope keeps other tests from replacing it meanwhile.
         let armed = crate::failpoint::scoped("privfs-test-eio2.fsync=eio");
         let res = sd.root().replace_durable("rec", b"new", "privfs-test-eio2");
         drop(armed);

@@ -51,7 +51,9 @@ pub fn tenure() -> Command {
     let mut c = Command::new(bin());
     c.env_remove("NOTIFY_SOCKET")
         .env_remove("TENURE_FAILPOINTS")
-        .env_remove("TENURE_CHECKPOINT");
+        .env_remove("TENURE_CHECKPOINT")
+        // The default of `--dir`: a test that means it sets it itself.
+        .env_remove("TENURE_DIR");
     c
 }
 
@@ -318,11 +320,15 @@ impl Env {
         r.wait()
     }
 
-    /// `tenure status --json`, parsed.
+    /// `tenure status --json`, parsed. Its exit code follows LSB: 0 while a process holds the
+    /// lease, 3 when nothing does (a released or never-owned dir); it is checked against the
+    /// JSON's `lock_held` here, so every test that reads the status checks the code as well.
     pub fn status(&self) -> Value {
         let f = self.tool("status", &["--json"]);
-        assert_eq!(f.code, Some(0), "status failed: {}", f.stderr);
-        serde_json::from_str(&f.stdout).expect("status prints JSON")
+        let v: Value = serde_json::from_str(&f.stdout).expect("status prints JSON");
+        let want = if v["lock_held"] == true { 0 } else { 3 };
+        assert_eq!(f.code, Some(want), "status failed: {}\n{v}", f.stderr);
+        v
     }
 
     /// Waits until `tenure status --json` satisfies `pred`.
