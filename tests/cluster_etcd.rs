@@ -617,3 +617,71 @@ fn randomized_failover_rounds_lose_no_acknowledged_checkpoint() {
         kinds[3]
     );
 }
+
+/// Issue 14 (card H6 for the cluster options): a lease URL that is not
+/// `etcd://HOST:PORT[,…]/PREFIX`, a TTL that is not whole seconds from 2 to 3600, or `--store`
+/// without `--lease` is a usage error (64) that names the fix, before anything is touched: the
+/// state dir is not even created. Needs no cluster.
+#[test]
+fn bad_cluster_options_are_usage_errors_that_touch_nothing() {
+    let env = Env::new();
+    for args in [
+        &["--lease", "http://127.0.0.1:2379/p"][..],
+        &["--lease", "etcd://127.0.0.1:2379"],
+        &["--lease", "etcd://127.0.0.1/p"],
+        &["--lease", "etcd://127.0.0.1:2379/p", "--lease-ttl", "1"],
+        &["--lease", "etcd://127.0.0.1:2379/p", "--lease-ttl", "2.5"],
+        &["--store", "/tmp"],
+    ] {
+        let f = env.run_to_end(args, &["true"]);
+        f.expect_code(64);
+        assert!(
+            f.stderr.contains("etcd://HOST:PORT")
+                || f.stderr.contains("--lease-ttl")
+                || f.stderr.contains("go with --lease"),
+            "{args:?}: {}",
+            f.stderr
+        );
+        assert!(!env.dir.exists(), "{args:?} created the state dir");
+    }
+}
+
+/// Issue 14 (card L1 across machines): with `-n`, a runner whose prefix is owned elsewhere exits
+/// busy (75) at once, names the owner, and leaves nothing on the cluster (no waiter entry, its
+/// etcd lease revoked) and no owner record in its local dir.
+#[test]
+fn a_nonblocking_runner_exits_busy_and_leaves_nothing() {
+    let Some(cluster) = Cluster::start("a_nonblocking_runner_exits_busy_and_leaves_nothing") else {
+        return;
+    };
+    let shared = shared_store();
+    let url = cluster.url("svc");
+    let a = Machine::new(&url, "2", shared.path());
+    let b = Machine::new(&url, "2", shared.path());
+    let ra = a.run(&serving(&a, "from-a"));
+    let ea = a.epoch(ra.pid());
+    a.env.wait_event("ready", Some(ra.pid()));
+    let store = shared.path().to_str().unwrap();
+    let f = b.env.run_to_end(
+        &["--lease", &url, "--lease-ttl", "2", "--store", store, "-n"],
+        &["true"],
+    );
+    f.expect_code(75);
+    assert!(f.stderr.contains("busy"), "{}", f.stderr);
+    let st = tenure::cluster::status(&spec(&cluster, "svc")).unwrap();
+    assert!(st.waiters.is_empty(), "{:?}", st.waiters);
+    assert_eq!(st.owner.map(|(h, e)| (h.pid, e)), Some((ra.pid(), ea)));
+    assert!(!b.env.dir.join(".tenure/owner.json").exists());
+    // Only the owner's lease is left: the busy runner revoked its own.
+    let leases = cluster
+        .client()
+        .call("/v3/lease/leases", &serde_json::json!({}))
+        .unwrap();
+    assert_eq!(
+        leases["leases"].as_array().map_or(0, Vec::len),
+        1,
+        "{leases}"
+    );
+    ra.signal(Signal::TERM);
+    ra.wait().expect_code(143);
+}

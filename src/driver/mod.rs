@@ -638,7 +638,7 @@ impl<'a> Runner<'a> {
         let url = spec.url();
         let result = cluster::acquire(spec, &me, wait, Some(self.intake.fd()), &mut |owner, e| {
             let who = owner.map_or_else(|| "unknown".to_string(), |h| h.to_string());
-            eprintln!("tenure: waiting for {url} (owner {who}, epoch {e})");
+            log::info!("waiting for {url} (owner {who}, epoch {e})");
             contended = true;
             // The local dir was only inspected by opening it; the event log says we wait.
             log = EventLog::open(dir);
@@ -1180,9 +1180,9 @@ impl<'a> Runner<'a> {
                     return;
                 }
                 // The key expires with the lease within its TTL.
-                Err(e) => eprintln!(
-                    "tenure: warning: releasing {url}: {e}; the lease expires by itself within its TTL"
-                ),
+                Err(e) => {
+                    log::warn!("releasing {url}: {e}; the lease expires by itself within its TTL")
+                }
             }
         }
         self.queue.push_back(Event::LeaseReleased);
@@ -1230,7 +1230,7 @@ impl<'a> Runner<'a> {
                 self.log("readiness-timed-out", json!({}));
             }
             Note::Killed if self.core.lost() => {
-                eprintln!("tenure: the lease is lost; sending SIGKILL to the workload");
+                log::warn!("the lease is lost; sending SIGKILL to the workload");
                 self.log("killed", json!({"cause": "lease-lost"}));
             }
             Note::Killed => {
@@ -1254,8 +1254,8 @@ impl<'a> Runner<'a> {
                     .failure
                     .clone()
                     .unwrap_or_else(|| "it expired".to_string());
-                eprintln!(
-                    "tenure: the lease of {dir} (epoch {epoch}) was lost: {why}; stopping the workload at once, nothing more will be published"
+                log::error!(
+                    "the lease of {dir} (epoch {epoch}) was lost: {why}; stopping the workload at once, nothing more will be published"
                 );
                 self.log("lease-lost", json!({"error": why}));
             }
@@ -1277,7 +1277,7 @@ impl<'a> Runner<'a> {
             if let Some(l) = self.lease.take() {
                 let _ = l.unregister_instance("child");
                 if let Err(e) = l.release() {
-                    eprintln!("tenure: releasing {}: {e}", self.dir_display());
+                    log::error!("releasing {}: {e}", self.dir_display());
                 }
             }
             #[cfg(feature = "etcd")]

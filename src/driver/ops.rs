@@ -388,19 +388,17 @@ pub fn status(dir: &Path, json: bool) -> u8 {
 }
 
 /// `tenure status --lease etcd://…` (issue 14): the cluster's owner (node, pid, epoch), its
-/// waiters and CURRENT, beside this machine's local view of its state dir. Exit 0; 74 when the
-/// cluster cannot be read; 65 when the local dir is refused.
+/// waiters and CURRENT, beside this machine's local view of its state dir. Exit codes follow
+/// LSB as for `status`: [`STATUS_OWNED`] when the prefix has an owner anywhere in the cluster,
+/// [`STATUS_NOT_RUNNING`] when it has none, [`STATUS_UNKNOWN`] when the cluster cannot be read
+/// or the local dir is refused.
 #[cfg(feature = "etcd")]
 pub fn cluster_status(dir: &Path, spec: &crate::cluster::ClusterSpec, json: bool) -> u8 {
     let cluster = match crate::cluster::status(spec) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("tenure: {e}");
-            return if e.is_refusal() {
-                EXIT_REFUSED
-            } else {
-                EXIT_IO
-            };
+            log::error!("{e}");
+            return STATUS_UNKNOWN;
         }
     };
     let local = match StateDir::open(dir, false).map(|d| collect(&d)) {
@@ -408,13 +406,19 @@ pub fn cluster_status(dir: &Path, spec: &crate::cluster::ClusterSpec, json: bool
         // A machine that never ran on this dir has no local view yet.
         Err(crate::privfs::FsError::NotFound { .. }) => None,
         Ok(Err(e)) => {
-            eprintln!("tenure: {e}");
-            return EXIT_REFUSED;
+            log::error!("{e}");
+            return STATUS_UNKNOWN;
         }
         Err(e) => {
-            eprintln!("tenure: {e}");
-            return EXIT_REFUSED;
+            log::error!("{e}");
+            return STATUS_UNKNOWN;
         }
+    };
+    // LSB, as `status`: the prefix is owned (somewhere in the cluster), or not.
+    let code = if cluster.owner.is_some() {
+        STATUS_OWNED
+    } else {
+        STATUS_NOT_RUNNING
     };
     let owner = cluster.owner.as_ref().map(|(h, epoch)| {
         serde_json::json!({"node": h.node, "pid": h.pid, "dir": h.dir, "epoch": epoch,
@@ -434,7 +438,7 @@ pub fn cluster_status(dir: &Path, spec: &crate::cluster::ClusterSpec, json: bool
             "lease": cluster.url, "owner": owner, "waiters": waiters, "current": cluster.current,
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-        return 0;
+        return code;
     }
     println!("lease:      {}", cluster.url);
     match &cluster.owner {
@@ -472,7 +476,7 @@ pub fn cluster_status(dir: &Path, spec: &crate::cluster::ClusterSpec, json: bool
         ),
         None => println!("local:      {} (never used)", dir.display()),
     }
-    0
+    code
 }
 
 /// `tenure verify --lease etcd://… --store DIR` (issue 14): the checkpoint CURRENT on the
@@ -485,7 +489,7 @@ pub fn cluster_verify(spec: &crate::cluster::ClusterSpec, store: &Path) -> u8 {
     };
     let pointer = crate::cluster::ReadPointer { spec: spec.clone() };
     let fail = |e: crate::checkpoint::CheckpointError| {
-        eprintln!("tenure: {e}");
+        log::error!("{e}");
         if e.is_corrupt_state() {
             EXIT_REFUSED
         } else {
