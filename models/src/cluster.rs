@@ -404,8 +404,13 @@ impl Model for ClusterModel {
         for (i, node) in s.nodes.iter().enumerate() {
             let n = i as u8;
             // The cluster and the operator act whatever the runner does.
-            if node.lease != 0 && s.etcd.live(node.lease) && s.faults_left > 0 {
-                out.push(ClusterAction::Expire(n));
+            if node.lease != 0 && s.etcd.live(node.lease) {
+                // A lease nobody renews any more (its runner ended, or gave it up as lost)
+                // expires within its TTL; any other expiry is a fault.
+                let unrenewed = node.drv.exited() || node.lost;
+                if unrenewed || s.faults_left > 0 {
+                    out.push(ClusterAction::Expire(n));
+                }
             }
             if !node.drv.exited() {
                 if node.paused {
@@ -601,7 +606,10 @@ impl Model for ClusterModel {
             }
             ClusterAction::Fire(n, t) => s.feed(n as usize, Event::TimerExpired(t)),
             ClusterAction::Expire(n) => {
-                s.faults_left -= 1;
+                let node = &s.nodes[n as usize];
+                if !(node.drv.exited() || node.lost) {
+                    s.faults_left -= 1;
+                }
                 let lease = s.nodes[n as usize].lease;
                 s.etcd.end_lease(lease);
             }
