@@ -504,9 +504,11 @@ fn randomized_failover_rounds_lose_no_acknowledged_checkpoint() {
     let shared = shared_store();
     let url = cluster.url("svc");
     let sp = spec(&cluster, "svc");
+    // A TTL of 3 s: a member restart (a leader election) must not cost the owner its lease
+    // even on a loaded machine, where 2 s leaves too little room for the election and a renewal.
     let machines = [
-        Machine::new(&url, "2", shared.path()),
-        Machine::new(&url, "2", shared.path()),
+        Machine::new(&url, "3", shared.path()),
+        Machine::new(&url, "3", shared.path()),
     ];
     // A new runner's workload writes the pid file only once it owns: a stale one is removed.
     let start = |i: usize| {

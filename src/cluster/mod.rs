@@ -405,6 +405,8 @@ pub struct ClusterLease {
     etcd: Etcd,
     lease: i64,
     epoch: u64,
+    /// The lease is surely valid until then (a TTL from the last confirmed renewal's sending).
+    valid_until: Instant,
     keeper: Option<Keeper>,
     /// Set by the keep-alive thread when the lease is lost.
     lost: Arc<LostFlag>,
@@ -446,32 +448,48 @@ pub fn acquire(
     on_wait: &mut dyn FnMut(Option<&Holder>, u64),
 ) -> Result<ClusterLease, ClusterError> {
     let etcd = spec.client();
-    let (lease, _) = etcd
-        .grant(spec.ttl.as_secs())
-        .map_err(|e| spec.etcd_error(e))?;
-    let revoke = |etcd: &Etcd| {
-        let _ = etcd.revoke(lease);
-    };
-    match acquire_with(spec, &etcd, lease, me, wait, cancel, on_wait) {
+    let mut lease = Granted::new(spec, &etcd)?;
+    match acquire_with(spec, &etcd, &mut lease, me, wait, cancel, on_wait) {
         Ok(epoch) => Ok(ClusterLease {
             spec: spec.clone(),
             etcd,
-            lease,
+            lease: lease.id,
             epoch,
+            valid_until: lease.valid_until,
             keeper: None,
             lost: Arc::new(LostFlag::default()),
         }),
         Err(e) => {
-            revoke(&etcd);
+            let _ = etcd.revoke(lease.id);
             Err(e)
         }
+    }
+}
+
+/// An etcd lease of this process and how long it is surely valid: a TTL from when its last
+/// confirmed grant or renewal was *sent* (the cluster counts from later).
+struct Granted {
+    id: i64,
+    valid_until: Instant,
+}
+
+impl Granted {
+    fn new(spec: &ClusterSpec, etcd: &Etcd) -> Result<Granted, ClusterError> {
+        let sent = Instant::now();
+        let (id, ttl) = etcd
+            .grant(spec.ttl.as_secs())
+            .map_err(|e| spec.etcd_error(e))?;
+        Ok(Granted {
+            id,
+            valid_until: sent + Duration::from_secs(ttl.max(0) as u64),
+        })
     }
 }
 
 fn acquire_with(
     spec: &ClusterSpec,
     etcd: &Etcd,
-    lease: i64,
+    lease: &mut Granted,
     me: &Holder,
     wait: Wait,
     cancel: Option<BorrowedFd<'_>>,
@@ -485,14 +503,16 @@ fn acquire_with(
         Wait::For(d) => Some(started + d),
         Wait::Forever => None,
     };
-    let mut waiting = false;
+    // `waiting`: the waiter key is in place (under the current lease); `announced`: the caller
+    // was told once that we wait.
+    let (mut waiting, mut announced) = (false, false);
     // Renewals of our own lease while we wait (the waiter key lives under it).
     let mut next_renewal = Instant::now() + spec.ttl / 3;
     loop {
-        let r = plan::claim(spec, value.clone(), lease)
+        let r = plan::claim(spec, value.clone(), lease.id)
             .run(etcd)
             .map_err(|e| spec.etcd_error(e))?;
-        let holder = match plan::claimed(&r, lease) {
+        let holder = match plan::claimed(&r, lease.id) {
             plan::Claim::Owned { epoch } => {
                 if waiting {
                     let _ = etcd.txn(&[], &[Op::Delete(waiter_key(spec, me))], &[]);
@@ -512,11 +532,14 @@ fn acquire_with(
         }
         if !waiting {
             waiting = true;
-            on_wait(Some(&holder), r.kvs[0].create_revision as u64);
+            if !announced {
+                announced = true;
+                on_wait(Some(&holder), r.kvs[0].create_revision as u64);
+            }
             etcd.put(
                 &waiter_key(spec, me),
                 &serde_json::to_vec(me).expect("a holder serialises"),
-                lease,
+                lease.id,
             )
             .map_err(|e| spec.etcd_error(e))?;
         }
@@ -534,17 +557,22 @@ fn acquire_with(
                 return Err(busy());
             }
             if now >= next_renewal {
-                match etcd.keep_alive(lease) {
-                    Ok(Some(_)) | Err(_) => {}
-                    // Our own lease expired while we waited (the process was paused): the
-                    // waiter entry is gone with it; start over with a fresh one.
+                next_renewal = now + spec.ttl / 3;
+                match etcd.keep_alive(lease.id) {
+                    Ok(Some(ttl)) => {
+                        lease.valid_until = now + Duration::from_secs(ttl.max(0) as u64);
+                    }
+                    // No member answered: the next renewal tries again.
+                    Err(_) => {}
+                    // Our own lease expired while we waited (the process was paused, or the
+                    // cluster was out of reach for a TTL): the waiter entry went with it. A
+                    // waiter owns nothing, so it takes a fresh lease and waits on.
                     Ok(None) => {
-                        return Err(spec.etcd_error(EtcdError::Unexpected {
-                            what: "that this waiter's lease expired while it waited".into(),
-                        }));
+                        *lease = Granted::new(spec, etcd)?;
+                        waiting = false;
+                        break 'watch;
                     }
                 }
-                next_renewal = now + spec.ttl / 3;
             }
             let slice = Instant::now() + Duration::from_millis(100);
             match watch.next(slice) {
@@ -581,10 +609,11 @@ impl ClusterLease {
     pub fn keep_alive(&mut self, wake: UnixStream) {
         let stop = Arc::new(AtomicBool::new(false));
         let (spec, lease, lost) = (self.spec.clone(), self.lease, self.lost.clone());
+        let valid_until = self.valid_until;
         let stop2 = stop.clone();
         let handle = std::thread::Builder::new()
             .name("tenure-keepalive".into())
-            .spawn(move || keep(&spec, lease, &stop2, &lost, wake))
+            .spawn(move || keep(&spec, lease, valid_until, &stop2, &lost, wake))
             .expect("a thread can be started");
         self.keeper = Some(Keeper { stop, handle });
     }
@@ -633,13 +662,21 @@ impl Drop for ClusterLease {
 
 /// The keep-alive loop: renew every third of the TTL; the lease is lost when the cluster says
 /// it is gone, or when no renewal was confirmed within a TTL of sending the last confirmed one.
-fn keep(ttl_spec: &ClusterSpec, lease: i64, stop: &AtomicBool, lost: &LostFlag, wake: UnixStream) {
+fn keep(
+    ttl_spec: &ClusterSpec,
+    lease: i64,
+    valid_until: Instant,
+    stop: &AtomicBool,
+    lost: &LostFlag,
+    wake: UnixStream,
+) {
     use std::io::Write as _;
     let etcd = ttl_spec.client();
     let ttl = ttl_spec.ttl;
     let period = ttl / 3;
-    // The lease was renewed (granted or confirmed) at least this recently: the grant itself.
-    let mut valid_until = Instant::now() + ttl;
+    // Counted from the last confirmed grant or renewal before ownership (not from now: the
+    // acquisition may have taken a while since).
+    let mut valid_until = valid_until;
     let lose = |why: String| {
         *lost
             .why
