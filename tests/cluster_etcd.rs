@@ -687,3 +687,49 @@ fn a_nonblocking_runner_exits_busy_and_leaves_nothing() {
     ra.signal(Signal::TERM);
     ra.wait().expect_code(143);
 }
+
+/// Issue 14: a waiter SIGSTOPped past its TTL loses its own etcd lease (and with it its entry
+/// in the waiter list); resumed, it takes a fresh lease, is listed again, and still takes over
+/// with a higher epoch when the owner stops.
+#[test]
+fn a_paused_waiter_resumes_and_still_takes_over() {
+    let Some(cluster) = Cluster::start("a_paused_waiter_resumes_and_still_takes_over") else {
+        return;
+    };
+    let shared = shared_store();
+    let url = cluster.url("svc");
+    let sp = spec(&cluster, "svc");
+    let a = Machine::new(&url, "2", shared.path());
+    let b = Machine::new(&url, "2", shared.path());
+    let ra = a.run(&serving(&a, "from-a"));
+    let ea = a.epoch(ra.pid());
+    a.workload_pid();
+    let rb = b.run(r#"echo from-b > "$TENURE_CHECKPOINT_OUT/f""#);
+    let listed = |want: bool| {
+        wait_for(
+            if want {
+                "B listed as a waiter"
+            } else {
+                "B's waiter entry to expire with its lease"
+            },
+            DEADLINE,
+            || {
+                let st = tenure::cluster::status(&sp).unwrap();
+                (st.waiters.iter().any(|w| w.pid == rb.pid()) == want).then_some(())
+            },
+            String::new,
+        )
+    };
+    listed(true);
+    rb.signal(Signal::STOP);
+    listed(false);
+    rb.signal(Signal::CONT);
+    listed(true);
+    ra.signal(Signal::TERM);
+    ra.wait().expect_code(143);
+    let fb = rb.wait();
+    fb.expect_code(0);
+    assert!(b.epoch(fb.pid) > ea);
+    let (_, f) = current_f(&sp, shared.path()).unwrap();
+    assert_eq!(f, "from-b\n");
+}
