@@ -14,8 +14,8 @@
 //!   machine's `lease-lost` event.
 //! - **CURRENT** is the key `PREFIX/current`, holding the bytes a local `CURRENT` file would
 //!   hold, and moves only in a transaction that also requires `PREFIX/owner` to have this
-//!   epoch's create revision ([`Pointer`]). A paused owner that resumes after losing its lease
-//!   can write blobs and a manifest into the shared store, never move CURRENT.
+//!   epoch's create revision ([`plan::move_current`]). A paused owner that resumes after
+//!   losing its lease can write blobs and a manifest into the shared store, never move CURRENT.
 //! - **Release** deletes the owner key if it is still this epoch's (the same compare) and
 //!   revokes the lease.
 
