@@ -10,8 +10,14 @@
 //!   peak RSS of the publishing and the loading process. `TENURE_BENCH_MANY_ONLY=1`
 //!   runs only these.
 //!
+//! - issue 11's store rows: a child writing 100,000 small files under `tenure run` (published
+//!   when it exits 0) vs the same writer into a plain dir followed by `sync -f`; verify (a full
+//!   `load`) of 8 × 32 MiB blobs and of one 256 MiB blob vs `openssl dgst -sha256` of the same
+//!   files. `TENURE_BENCH_ISSUE11_ONLY=1` runs only these.
+//!
 //! Default sizes run in about a minute (`cargo bench --bench checkpoint`); the issue's sizes
-//! (1 GiB verify, 256 MiB publish, 1 GiB incremental) with `TENURE_BENCH_FULL=1`.
+//! (1 GiB verify, 256 MiB publish, 1 GiB incremental) with `TENURE_BENCH_FULL=1`;
+//! `TENURE_BENCH_QUICK=1` divides sizes and counts by 16 (a smoke run).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -577,9 +583,134 @@ fn bench_many(tmp: &Path, n: usize) {
     );
 }
 
+/// The writer of the many-files row: `n` files of 64 to 4,159 bytes in 100 directories under
+/// `dir` (or `$TENURE_CHECKPOINT_OUT` when `dir` is `-`), written plainly, no fsync.
+fn write_many_child(dir: &str, n: usize) {
+    let dir = if dir == "-" {
+        std::env::var("TENURE_CHECKPOINT_OUT").expect("run under `tenure run`")
+    } else {
+        dir.to_string()
+    };
+    let dir = Path::new(&dir);
+    for d in 0..100 {
+        std::fs::create_dir_all(dir.join(format!("d{d:02}"))).unwrap();
+    }
+    let mut buf = payload(4160, 7);
+    for i in 0..n {
+        let len = 64 + (i * 7919) % 4096;
+        buf[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        let p = dir.join(format!("d{:02}/f{i:07}", i % 100));
+        std::fs::write(p, &buf[..len]).unwrap();
+    }
+}
+
+/// Issue 11: a child writing many small files under `tenure run` (then published) vs the same
+/// writer into a plain dir followed by `sync -f` (one flush of the filesystem).
+fn bench_many_under_run(tmp: &Path, n: usize) {
+    let me = std::env::current_exe().unwrap();
+    quiesce();
+    let plain = tmp.join("plain-many");
+    std::fs::create_dir_all(&plain).unwrap();
+    let t = Instant::now();
+    let st = Command::new(&me)
+        .args(["--write-many", plain.to_str().unwrap(), &n.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let st = Command::new("sync").arg("-f").arg(&plain).status().unwrap();
+    assert!(st.success());
+    let t_plain = t.elapsed();
+    std::fs::remove_dir_all(&plain).unwrap();
+    quiesce();
+    let dir = tmp.join("run-many");
+    let t = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .arg("run")
+        .arg("--dir")
+        .arg(&dir)
+        .arg("--")
+        .arg(&me)
+        .args(["--write-many", "-", &n.to_string()])
+        .output()
+        .unwrap();
+    let t_run = t.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = std::fs::read_to_string(dir.join(".tenure/events.jsonl")).unwrap();
+    assert!(events.contains("checkpoint-published"), "nothing published");
+    std::fs::remove_dir_all(&dir).unwrap();
+    println!("a child writing {n} small files (issue 11):");
+    println!(
+        "  writer + sync -f           {:>8.2} s",
+        t_plain.as_secs_f64()
+    );
+    println!(
+        "  under tenure run, published {:>7.2} s   ratio = {:.2} (target <= 2)",
+        t_run.as_secs_f64(),
+        t_run.as_secs_f64() / t_plain.as_secs_f64()
+    );
+}
+
+/// Issue 11: a full `load` (every digest checked, blobs on up to the available cores) of
+/// `count` blobs of `per` bytes vs `openssl dgst -sha256` of the same (cached) files.
+fn bench_verify_vs_openssl(tmp: &Path, count: usize, per: usize) {
+    let files: Vec<(String, Vec<u8>)> = (0..count)
+        .map(|i| (format!("b{i}"), payload(per, i as u64 + 101)))
+        .collect();
+    let state = tmp.join(format!("verify-{count}x{}", per / MIB));
+    let sd = make_store(&state, &files);
+    drop(files);
+    let store = CheckpointStore::open(&sd, StoreOptions::default()).unwrap();
+    let cp = store.load().unwrap().unwrap(); // also warms the page cache
+    let blob_paths: Vec<_> = cp
+        .entries
+        .iter()
+        .map(|e| {
+            state
+                .join("checkpoints/blobs/sha256")
+                .join(e.sha256.to_hex())
+        })
+        .collect();
+    let t_load = time(5, || {
+        assert_eq!(store.load().unwrap().unwrap().id, cp.id);
+    });
+    let t_ssl = time(5, || {
+        let st = Command::new("openssl")
+            .args(["dgst", "-sha256"])
+            .args(&blob_paths)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    });
+    drop(store);
+    std::fs::remove_dir_all(&state).unwrap();
+    println!(
+        "verify {count} x {} MiB (issue 11): load {:>8.1} MiB/s, openssl dgst -sha256 {:>8.1} MiB/s   load is {:.2}x faster",
+        per / MIB,
+        mibs(count * per, t_load),
+        mibs(count * per, t_ssl),
+        t_ssl.as_secs_f64() / t_load.as_secs_f64()
+    );
+}
+
+fn have_openssl() -> bool {
+    Command::new("openssl")
+        .arg("version")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
+        Some("--write-many") => {
+            return write_many_child(&args[2], args[3].parse().unwrap());
+        }
         Some("--many-publish") => {
             return many_publish_child(Path::new(&args[2]), args[3].parse().unwrap());
         }
@@ -606,6 +737,17 @@ fn main() {
         "checkpoint store benchmarks ({} sizes)",
         if full() { "full" } else { "default" }
     );
+    // Issue 11's store rows, with a size knob: TENURE_BENCH_QUICK=1 divides them by 16.
+    if have_openssl() {
+        bench_verify_vs_openssl(tmp.path(), 8, scale(32 * MIB));
+        bench_verify_vs_openssl(tmp.path(), 1, scale(256 * MIB));
+    } else {
+        println!("verify vs openssl: skipped (no `openssl` on this machine)");
+    }
+    bench_many_under_run(tmp.path(), scale(100_000));
+    if std::env::var("TENURE_BENCH_ISSUE11_ONLY").is_ok_and(|v| v == "1") {
+        return;
+    }
     let many_only = std::env::var("TENURE_BENCH_MANY_ONLY").is_ok_and(|v| v == "1");
     if !many_only {
         bench_verify(tmp.path());

@@ -117,6 +117,7 @@ pub mod cluster;
 pub mod driver;
 #[doc(hidden)]
 pub mod failpoint;
+pub mod fsop;
 mod hex;
 pub mod host;
 pub mod lease;

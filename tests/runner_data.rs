@@ -102,7 +102,7 @@ fn p1_an_output_replaced_by_a_symlink_is_refused_and_kept() {
     assert_eq!(fs::read(outside.join("secret")).unwrap(), b"s");
 }
 
-/// Card P1: a publish that fails (here an I/O error at a blob's fsync, as on a full disk)
+/// Card P1: a publish that fails (here an I/O error at the batch sync of the new blobs, as on a full disk)
 /// keeps the child's output under `checkpoints/failed/<epoch>`, names it in the error and in
 /// `status` (text and JSON), and the fix the message gives works; kept outputs are bounded by
 /// `--keep`.
@@ -115,7 +115,7 @@ fn p1_a_failed_publish_keeps_the_output_and_names_a_fix_that_works() {
     let env = Env::new();
     let failing = |n: &str| {
         let mut c = tenure();
-        c.env("TENURE_FAILPOINTS", "publish.blob.fsync=eio")
+        c.env("TENURE_FAILPOINTS", "publish.batch.syncfs=eio")
             .args(["run", "-n", "--keep", "2", "--dir"])
             .arg(&env.dir)
             .args(sh(

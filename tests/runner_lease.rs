@@ -596,7 +596,7 @@ fn l5_successor_stops_a_crashed_owners_child_first() {
             wait: WaitBound::Try,
             ..AcquireOptions::default()
         };
-        let first = lease::acquire(&sd, &opts, &mut |_| {}).unwrap();
+        let mut first = lease::acquire(&sd, &opts, &mut |_| {}).unwrap();
         first
             .register_instance("child", &Identity::of_pid(pid).unwrap())
             .unwrap();

@@ -61,6 +61,8 @@ pub fn invariant(property: &str) -> &'static str {
         lease::CANCEL_LEAVES_NOTHING => "I5",
         lease::TERMINAL_IS_FINAL => "I6",
         lease::NO_OVERLAP | lease::RELEASE_AFTER_TREE => "I7",
+        lease::CLEAN_AFTER_POWER_LOSS => "I17",
+        lease::MARKER_WRITTEN_ONCE => "L7",
         signals::LEASE_OUTLIVES_WORKLOAD => "I7",
         signals::TERM_BEFORE_KILL | signals::STRAYS_SURVIVED => "I16",
         signals::CHECKPOINT_BEFORE_RELEASE => "I8",
@@ -76,9 +78,11 @@ pub fn invariant(property: &str) -> &'static str {
         signals::HOOK_BEFORE_DRAINING => "H2",
         // Issue 14: a lost lease fences the owner like a stale epoch does.
         signals::LEASE_LOST_STOPS => "I3",
-        checkpoint::CURRENT_VALID_AFTER_CRASH => "I12",
+        checkpoint::CURRENT_VALID_AFTER_CRASH | checkpoint::PUBLISHED_VALID => "I12",
         checkpoint::GC_KEEPS_CURRENT => "I13",
         checkpoint::NO_REPAIR | checkpoint::CORRUPTION_REFUSED => "I14",
+        checkpoint::FENCED_PUBLISH => "I3",
+        checkpoint::CLEAN_AFTER_POWER_LOSS => "I17",
         _ => "—",
     }
 }
@@ -107,13 +111,6 @@ pub fn mutants() -> Vec<Mutant> {
     for m in signals::Mutation::ALL {
         v.push(Mutant {
             model: Which::Signals,
-            name: m.name(),
-            breaks: m.breaks(),
-        });
-    }
-    for m in checkpoint::Mutation::ALL {
-        v.push(Mutant {
-            model: Which::Checkpoint,
             name: m.name(),
             breaks: m.breaks(),
         });
@@ -149,7 +146,7 @@ pub fn src_mutants() -> Vec<SrcMutant> {
         model,
         breaks,
     };
-    use Which::Signals;
+    use Which::{Checkpoint, Lease, Signals};
     vec![
         // ---- the machine's rules (src/machine/rules.rs) and the driver core
         // (src/driver/core.rs), run by the signal model ----
@@ -286,6 +283,142 @@ pub fn src_mutants() -> Vec<SrcMutant> {
             Signals,
             signals::LEGAL_EVENTS,
         ),
+        // ---- the lease plans (src/lease/plan.rs) and the fence (src/lease/epoch.rs), run by
+        // the lease model on the crash filesystem ----
+        m(
+            "lease-no-epoch-bump-on-takeover",
+            "src/lease/plan.rs `AcquireSteps::compute`",
+            "a takeover of a crashed owner continues its epoch instead of bumping it",
+            Lease,
+            lease::EPOCHS_INCREASE,
+        ),
+        m(
+            "lease-epoch-file-only",
+            "src/lease/plan.rs `AcquireSteps::compute`",
+            "the next epoch is derived from the epoch file alone, not from every epoch the dir records (a rewound file repeats one)",
+            Lease,
+            lease::EPOCHS_INCREASE,
+        ),
+        m(
+            "lease-epoch-not-synced",
+            "src/lease/plan.rs `AcquireSteps` (after the owner record's rename)",
+            "the grant comes before the control folder is synced: a power loss takes the epoch back",
+            Lease,
+            lease::EPOCHS_INCREASE,
+        ),
+        m(
+            "lease-epoch-data-unsynced",
+            "src/lease/plan.rs `AcquireSteps` (after the epoch's temp file is written)",
+            "the epoch file is renamed into place without its data synced: a power loss leaves it empty",
+            Lease,
+            lease::CLEAN_AFTER_POWER_LOSS,
+        ),
+        m(
+            "lease-marker-not-synced",
+            "src/lease/plan.rs `AcquireSteps` (after the marker's temp file is written)",
+            "the identity marker is renamed into place with its data unsynced: a power loss can leave it empty, and the successor trusts it",
+            Lease,
+            lease::CLEAN_AFTER_POWER_LOSS,
+        ),
+        m(
+            "lease-empty-record-refused",
+            "src/lease/plan.rs `owner_from`",
+            "an owner record a power loss emptied (it is never synced) is refused as corrupt",
+            Lease,
+            lease::CLEAN_AFTER_POWER_LOSS,
+        ),
+        m(
+            "lease-marker-every-acquisition",
+            "src/lease/plan.rs `AcquireSteps::compute`, `RenameMarker`",
+            "every acquisition writes a fresh identity marker, replacing the dir's",
+            Lease,
+            lease::MARKER_WRITTEN_ONCE,
+        ),
+        m(
+            "lease-waiter-left-on-cancel",
+            "src/lease/plan.rs `AcquireSteps` (the wait's end)",
+            "a cancelled waiter forgets to remove its waiter entry",
+            Lease,
+            lease::CANCEL_LEAVES_NOTHING,
+        ),
+        m(
+            "lease-skip-leftovers",
+            "src/lease/plan.rs `AcquireSteps::leftovers_to_end`",
+            "a successor never ends what a crashed owner's recorded cgroup holds",
+            Lease,
+            lease::NO_OVERLAP,
+        ),
+        m(
+            "lease-leftovers-after-record",
+            "src/lease/plan.rs `AcquireSteps::ends_leftovers_now`",
+            "a successor ends the crashed owner's cgroup only after replacing the record that names it (a crash in between loses it)",
+            Lease,
+            lease::NO_OVERLAP,
+        ),
+        // ---- the checkpoint store's plans (src/checkpoint/), run by the checkpoint model ----
+        m(
+            "current-rename-not-synced",
+            "src/checkpoint/plan/publish.rs `PublishPlan::after_current_rename`",
+            "the publish is acknowledged without the directory fsync after CURRENT's rename",
+            Checkpoint,
+            checkpoint::CURRENT_VALID_AFTER_CRASH,
+        ),
+        m(
+            "manifest-dir-not-synced",
+            "src/checkpoint/plan/publish.rs `PublishPlan` (SyncBlobs)",
+            "the manifests' directory is not synced before CURRENT names the new manifest",
+            Checkpoint,
+            checkpoint::CURRENT_VALID_AFTER_CRASH,
+        ),
+        m(
+            "batch-sync-skipped",
+            "src/checkpoint/plan/publish.rs `PublishPlan::manifest_done`",
+            "the one syncfs that makes the new blobs and the manifest durable is skipped",
+            Checkpoint,
+            checkpoint::CURRENT_VALID_AFTER_CRASH,
+        ),
+        m(
+            "blobs-named-before-batch-sync",
+            "src/checkpoint/plan/publish.rs `PublishPlan::manifest_done`",
+            "the new blobs get their names in blobs/sha256/ before the batch makes their data durable",
+            Checkpoint,
+            checkpoint::CLEAN_AFTER_POWER_LOSS,
+        ),
+        m(
+            "gc-before-current-sync",
+            "src/checkpoint/plan/publish.rs `PublishPlan::after_current_rename`",
+            "the GC runs before the directory fsync that makes the new CURRENT durable",
+            Checkpoint,
+            checkpoint::GC_KEEPS_CURRENT,
+        ),
+        m(
+            "gc-deletes-current",
+            "src/checkpoint/gc.rs `plan`",
+            "the GC policy also deletes the manifest CURRENT names",
+            Checkpoint,
+            checkpoint::GC_KEEPS_CURRENT,
+        ),
+        m(
+            "load-accepts-digest-mismatch",
+            "src/checkpoint/plan/load.rs `check_blob`",
+            "the load takes a blob of the right size whatever its digest",
+            Checkpoint,
+            checkpoint::CORRUPTION_REFUSED,
+        ),
+        m(
+            "dedup-trusts-existing-blob",
+            "src/checkpoint/plan/publish.rs `PublishPlan::existing`",
+            "an existing blob of the right size is reused without reading it",
+            Checkpoint,
+            checkpoint::PUBLISHED_VALID,
+        ),
+        m(
+            "fence-off-by-one",
+            "src/checkpoint/plan/mod.rs `fence`, through the one fence src/lease/epoch.rs `fence`",
+            "the fence lets an owner one epoch behind publish",
+            Checkpoint,
+            checkpoint::FENCED_PUBLISH,
+        ),
     ]
 }
 
@@ -300,7 +433,7 @@ pub fn run_src_mutant(mutant: SrcMutant) -> MutantReport {
         breaks: mutant.breaks,
     };
     match mutant.model {
-        Which::Lease => kill(lease_ci(3), as_row),
+        Which::Lease => kill(LeaseModel::for_src_mutant(mutant.name), as_row),
         Which::Signals => kill(SignalModel::ci(), as_row),
         Which::Checkpoint => kill(CheckpointModel::ci(), as_row),
     }
@@ -359,16 +492,27 @@ pub const COUNTS_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/counts.txt")
 /// The counts as last pinned (compiled in, so a re-pin rebuilds the tests).
 const COUNTS: &str = include_str!("../counts.txt");
 
-fn lease_symmetry(m: LeaseModel, threads: usize) -> Report {
-    let rep = <LeaseState as Representative>::representative as fn(&LeaseState) -> LeaseState;
-    run::check(m, Search::DfsSymmetry, threads, Some(rep), None)
-}
-
 fn lease_fine(processes: usize) -> LeaseModel {
     let mut m = LeaseModel::ci(processes);
     m.atomic_steps = false;
+    m.coarse = true;
     m.timers = true;
     m.recovery_failures = true;
+    m
+}
+
+fn lease_tree(contain: lease::Contain, crashes: u8) -> LeaseModel {
+    let mut m = LeaseModel::tree_ci(contain);
+    m.crashes = crashes;
+    m
+}
+
+/// The fine-grained world without the stopper and the external signal (they are checked at
+/// the coarser grain of `lease-n2`): crashes between every rename, lock and cgroup operation.
+fn lease_fine_quiet() -> LeaseModel {
+    let mut m = lease_fine(2);
+    m.stopper = false;
+    m.signals = 0;
     m
 }
 
@@ -376,34 +520,40 @@ fn lease_fine(processes: usize) -> LeaseModel {
 pub fn pinned() -> Vec<Pinned> {
     vec![
         Pinned {
-            name: "lease-n3-symmetry",
+            name: "lease-n2",
             set: Set::Ci,
-            what: "lease, 3 processes, DFS with symmetry reduction",
-            run: |t| lease_symmetry(LeaseModel::ci(3), t),
+            what: "lease, 2 processes, a crash, a restart, a signal, the stopper, BFS",
+            run: |t| run::check(LeaseModel::ci(2), Search::Bfs, t, None, None),
         },
         Pinned {
-            name: "lease-n2-fine",
+            name: "lease-n2-fine-quiet",
             set: Set::Ci,
-            what: "lease, 2 processes, every visible action a step, timers, refusals, BFS",
-            run: |t| run::check(lease_fine(2), Search::Bfs, t, None, None),
+            what: "lease, 2 processes, every rename, lock and cgroup operation a step, timers, refusals, no stopper or signal, BFS",
+            run: |t| run::check(lease_fine_quiet(), Search::Bfs, t, None, None),
         },
         Pinned {
             name: "lease-tree-cgroup",
             set: Set::Ci,
-            what: "lease, tree world, cgroup containment, BFS",
+            what: "lease, tree world, cgroup containment, one crash, plans to the next lock operation in a step, BFS",
             run: |t| {
-                let m = LeaseModel::tree_ci(lease::Contain::Cgroup);
+                let m = LeaseModel::tree_small(lease::Contain::Cgroup);
                 run::check(m, Search::Bfs, t, None, None)
             },
         },
         Pinned {
             name: "lease-tree-lock-fd",
             set: Set::Ci,
-            what: "lease, tree world, inherited lock descriptor, BFS",
+            what: "lease, tree world, inherited lock descriptor, one crash, plans to the next lock operation in a step, BFS",
             run: |t| {
-                let m = LeaseModel::tree_ci(lease::Contain::LockFd);
+                let m = LeaseModel::tree_small(lease::Contain::LockFd);
                 run::check(m, Search::Bfs, t, None, None)
             },
+        },
+        Pinned {
+            name: "lease-power",
+            set: Set::Ci,
+            what: "lease, runs in one pid slot, two restarts, one power loss at any point, BFS",
+            run: |t| run::check(LeaseModel::power_ci(), Search::Bfs, t, None, None),
         },
         Pinned {
             name: "signals",
@@ -414,26 +564,42 @@ pub fn pinned() -> Vec<Pinned> {
         Pinned {
             name: "checkpoint",
             set: Set::Ci,
-            what: "checkpoint, 4 runs, 2 crashes, 1 corruption, BFS",
+            what: "checkpoint (real store plans), 2 runs, 1 crash, 1 power loss (ordered), 1 corruption, 1 takeover, BFS",
             run: |t| run::check(CheckpointModel::ci(), Search::Bfs, t, None, None),
         },
         Pinned {
-            name: "lease-n3-bfs",
+            name: "lease-n2-fine",
             set: Set::Long,
-            what: "lease, 3 processes, BFS without symmetry (the reduction's baseline)",
-            run: |t| run::check(LeaseModel::ci(3), Search::Bfs, t, None, None),
+            what: "lease, 2 processes, every rename, lock and cgroup operation a step, timers, refusals, BFS",
+            run: |t| run::check(lease_fine(2), Search::Bfs, t, None, None),
         },
         Pinned {
-            name: "lease-n4-symmetry",
+            name: "lease-tree-cgroup-two-crashes",
             set: Set::Long,
-            what: "lease, 4 processes, DFS with symmetry reduction",
-            run: |t| lease_symmetry(LeaseModel::ci(4), t),
+            what: "lease, tree world, cgroup containment, two crashes, BFS",
+            run: |t| {
+                run::check(
+                    lease_tree(lease::Contain::Cgroup, 2),
+                    Search::Bfs,
+                    t,
+                    None,
+                    None,
+                )
+            },
         },
         Pinned {
-            name: "lease-n3-fine-symmetry",
+            name: "lease-tree-lock-fd-two-crashes",
             set: Set::Long,
-            what: "lease, 3 processes, every visible action a step, timers, refusals, DFS with symmetry",
-            run: |t| lease_symmetry(lease_fine(3), t),
+            what: "lease, tree world, inherited lock descriptor, two crashes, BFS",
+            run: |t| {
+                run::check(
+                    lease_tree(lease::Contain::LockFd, 2),
+                    Search::Bfs,
+                    t,
+                    None,
+                    None,
+                )
+            },
         },
         Pinned {
             name: "signals-three-signals",
@@ -446,15 +612,16 @@ pub fn pinned() -> Vec<Pinned> {
             },
         },
         Pinned {
-            name: "checkpoint-five-runs-three-crashes",
+            name: "checkpoint-three-runs",
             set: Set::Long,
-            what: "checkpoint, 5 runs, 3 crashes, BFS",
-            run: |t| {
-                let mut m = CheckpointModel::ci();
-                m.runs = 5;
-                m.crashes = 3;
-                run::check(m, Search::Bfs, t, None, None)
-            },
+            what: "checkpoint, 3 runs, keep 1 and 2, 1 crash, 1 power loss (ordered), 1 corruption, 1 takeover, BFS",
+            run: |t| run::check(CheckpointModel::three_runs(), Search::Bfs, t, None, None),
+        },
+        Pinned {
+            name: "checkpoint-any-subset",
+            set: Set::Long,
+            what: "checkpoint, 2 runs, power loss keeps any subset of the entry operations, BFS",
+            run: |t| run::check(CheckpointModel::any_subset(), Search::Bfs, t, None, None),
         },
     ]
 }
@@ -623,10 +790,9 @@ pub fn run_mutant(mutant: Mutant, processes: usize) -> MutantReport {
             SignalModel::ci().with_mutation(signals::Mutation::from_name(mutant.name)),
             mutant,
         ),
-        Which::Checkpoint => kill(
-            CheckpointModel::ci().with_mutation(checkpoint::Mutation::from_name(mutant.name)),
-            mutant,
-        ),
+        // The checkpoint model runs the store's real plans: its mutants are all planted in
+        // `src/` (`src_mutants`).
+        Which::Checkpoint => kill(CheckpointModel::ci(), mutant),
     }
 }
 
@@ -687,7 +853,11 @@ mod tests {
     fn src_mutants_name_real_properties() {
         for m in src_mutants() {
             let names: Vec<&str> = match m.model {
-                Which::Lease => lease_ci(2).properties().iter().map(|p| p.name).collect(),
+                Which::Lease => LeaseModel::for_src_mutant(m.name)
+                    .properties()
+                    .iter()
+                    .map(|p| p.name)
+                    .collect(),
                 Which::Signals => SignalModel::ci()
                     .properties()
                     .iter()

@@ -1,104 +1,72 @@
-//! The checkpoint store's publish and load protocols as file operations over a filesystem that
-//! loses what was not made durable, with crashes at every operation.
+//! The checkpoint store under crashes and power loss, running the store's real plans
+//! (`tenure::checkpoint::plan`) on the crash filesystem ([`crate::fs::SimFs`]).
 //!
-//! # The filesystem
-//! Three directories as built in `tenure::checkpoint` (`checkpoints/` with `CURRENT`,
-//! `manifests/`, `blobs/sha256/`); each holds named entries pointing at inodes. An inode's data
-//! is durable once the file is fsynced; a directory's entries (create, rename, unlink) are
-//! durable once the directory is fsynced. A crash keeps, for each directory, its durable entries
-//! plus **any subset** of the operations done since its last fsync (each rename or unlink whole,
-//! never half), and for each file whose data was not fsynced either its durable data or the new
-//! data (a new file's durable data is empty, which no parser accepts). This is weaker than what
-//! ext4 promises and what POSIX leaves open, which is the point.
+//! # The world
+//! One state dir. Runs come one after another; each run is one process with the real machine
+//! (in-process workload) driven through the shared [`Driver`]: acquire (the lease is always
+//! free; the world writes the epoch file as the lease does), recover, drain, publish, release.
+//! `Recover` is the store's owned open ([`OpenPlan`], sweep included) followed by the load
+//! ([`LoadPlan`]); `Publish` is the real [`PublishPlan`] — fence, parent check, blobs into
+//! `incoming/`, the one `syncfs` batch, blobs and manifest named, directories synced, fence,
+//! `CURRENT` replaced, GC ([`tenure::checkpoint::plan::GcPlan`]) — of two files the writer
+//! left in a staging area: one whose bytes every run shares (a deduplicated blob after the
+//! first) and one new per run. The model state holds the plans themselves, so every step of
+//! them is a state; a step runs the plan up to and including its next step that changes the
+//! filesystem (reads, opens, listings and hashes change nothing a crash could see, so folding
+//! them into the next change loses no crash outcome).
 //!
-//! # The writer
-//! One process at a time runs the real machine (in-process workload) through the shared
-//! [`Driver`]: acquire, recover, drain, publish, release. `Recover` is the store's owned open
-//! (temp files swept, each directory synced) followed by the load; `Publish` is the store's
-//! publish of two files — one whose bytes every checkpoint shares (a deduplicated blob after the
-//! first) and one new per run — as the sequence of file operations in
-//! `CheckpointStore::publish_checked`: each new blob temp + write + fsync + rename without
-//! replacing, one fsync of the blob dir; the manifest the same way and its dir fsync; `CURRENT`
-//! by temp + write + fsync + rename + dir fsync; acknowledge; then the GC (manifests first and
-//! their dir fsync, then blobs and theirs), keeping the last `keep` checkpoints. A crash can fall
-//! between any two operations; the next run starts from what survived. Between runs the world
-//! may corrupt one file (a flipped byte) to check that the load refuses it.
+//! Between any two steps the world may:
+//! - **crash the process** (kill -9): every handle is gone, nothing written is lost;
+//! - **cut the power**: every outcome of [`SimFs::power_loss`] is a successor (unsynced writes
+//!   lost, any subset of the unsynced entry operations kept, each whole), and every process is
+//!   gone;
+//! - during a publish, **take the dir over** (another owner's epoch is persisted, as after a
+//!   lost lock): the publish must be fenced.
 //!
-//! Checkpoints are abstract: a manifest is `(id, run)` (its digest covers both), CURRENT names
-//! `(id, run)`, and the checkpoint of run `r` lists the shared blob and the blob of run `r`.
+//! Between runs the world may flip a byte of one file (a corruption) to check that the load
+//! refuses it.
+//!
+//! # The oracle
+//! Whether `CURRENT` names a complete, digest-valid checkpoint is decided here, from the
+//! format's definition (the real parsers, sha256 of every file), independently of the load
+//! plan, so a planted bug in the load cannot blind the property that checks it.
+
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
 
 use crate::driver::{Driver, Request};
+use crate::fs::{Reorder, SimFs};
+use sha2::Digest as _;
 use stateright::{Model, Property};
+use tenure::checkpoint::format::{Current, ManifestReader};
+use tenure::checkpoint::plan::{
+    self, Input, LoadPlan, Loaded, OpenPlan, Plan, Poll, PublishPlan, Src, StoreFds, StorePath,
+};
+use tenure::checkpoint::{Limits, Published};
+use tenure::fsop::{Done, Executor, Fd, Op, Step};
 use tenure::machine::{Action, Config, Event, Fault};
 
-/// Deliberate bugs in the protocol; each must make a property fail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Mutation {
-    /// I12: the blob directory is not fsynced after the blobs' renames.
-    SkipBlobDirFsync,
-    /// I12: `CURRENT`'s temp file is renamed before it is fsynced.
-    RenameCurrentBeforeFsync,
-    /// I13: the GC runs before the directory fsync that makes the new `CURRENT` durable.
-    GcBeforeDirFsync,
-    /// I13: the GC deletes every blob of a deleted manifest, even one a kept manifest shares.
-    GcIgnoresSharing,
-    /// I14: a load that finds `CURRENT` invalid "repairs" it to the newest valid checkpoint.
-    RepairOnLoad,
-    /// I14: the load checks blob presence and size but not their digests.
-    SkipBlobDigest,
-}
-
-impl Mutation {
-    /// Every mutation of this model.
-    pub const ALL: [Mutation; 6] = [
-        Mutation::SkipBlobDirFsync,
-        Mutation::RenameCurrentBeforeFsync,
-        Mutation::GcBeforeDirFsync,
-        Mutation::GcIgnoresSharing,
-        Mutation::RepairOnLoad,
-        Mutation::SkipBlobDigest,
-    ];
-
-    /// The name used on the command line and in the README.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Mutation::SkipBlobDirFsync => "skip-blob-dir-fsync",
-            Mutation::RenameCurrentBeforeFsync => "rename-current-before-fsync",
-            Mutation::GcBeforeDirFsync => "gc-before-dir-fsync",
-            Mutation::GcIgnoresSharing => "gc-ignores-sharing",
-            Mutation::RepairOnLoad => "repair-on-load",
-            Mutation::SkipBlobDigest => "skip-blob-digest",
-        }
-    }
-
-    /// The property the mutation must break.
-    pub const fn breaks(self) -> &'static str {
-        match self {
-            Mutation::SkipBlobDirFsync | Mutation::RenameCurrentBeforeFsync => {
-                CURRENT_VALID_AFTER_CRASH
-            }
-            Mutation::GcBeforeDirFsync | Mutation::GcIgnoresSharing => GC_KEEPS_CURRENT,
-            Mutation::RepairOnLoad => NO_REPAIR,
-            Mutation::SkipBlobDigest => CORRUPTION_REFUSED,
-        }
-    }
-
-    /// Looks a mutation up by name.
-    pub fn from_name(name: &str) -> Option<Mutation> {
-        Mutation::ALL.into_iter().find(|m| m.name() == name)
-    }
-}
-
-/// I12: after a crash CURRENT is absent/old/new as before, names a complete digest-valid
-/// checkpoint, and an acknowledged publish survives.
+/// I12: after a crash or a power loss `CURRENT` names a complete, digest-valid checkpoint, and
+/// it is the pointer the last acknowledged publish wrote or one an unacknowledged publish wrote
+/// since (a load may have read such a pointer: it may vanish with power loss, as the publish
+/// that wrote it was never acknowledged), never anything older; once a publish is acknowledged,
+/// its pointer.
 pub const CURRENT_VALID_AFTER_CRASH: &str = "current valid after crash";
-/// I13: the GC deletes nothing CURRENT could name after a crash, and starts only once the new
-/// CURRENT is durable.
+/// I12: when a publish is acknowledged, `CURRENT` names the new checkpoint and it is complete
+/// and digest-valid.
+pub const PUBLISHED_VALID: &str = "acknowledged checkpoint valid";
+/// I13: the GC deletes nothing `CURRENT` could name after a power loss at that moment.
 pub const GC_KEEPS_CURRENT: &str = "gc keeps current";
-/// I14: a load that refuses the state changes nothing (temp files aside).
+/// I14: a load that refuses the state changes nothing.
 pub const NO_REPAIR: &str = "no repair";
-/// I14 (and I12): a load never accepts a checkpoint that is not complete and digest-valid.
+/// I14: a load never accepts a checkpoint that is not complete and digest-valid.
 pub const CORRUPTION_REFUSED: &str = "corruption refused";
+/// Issue 11: a successor after a crash or a power loss starts clean: without a corruption or a
+/// takeover, it recovers and publishes.
+pub const CLEAN_AFTER_POWER_LOSS: &str = "clean after power loss";
+/// I3: a publish whose last fence ran after a newer epoch was persisted never replaces
+/// `CURRENT`.
+pub const FENCED_PUBLISH: &str = "fenced publish";
 /// The driver feeds only events its semantics allow and the machine accepts.
 pub const LEGAL_EVENTS: &str = "legal events";
 
@@ -107,304 +75,38 @@ const V_GC: u16 = 2;
 const V_REPAIR: u16 = 4;
 const V_ACCEPT: u16 = 8;
 const V_ILLEGAL: u16 = 16;
+const V_UNCLEAN: u16 = 32;
+const V_FENCE: u16 = 64;
+const V_PUBLISHED: u16 = 128;
 
-/// A directory of the store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DirId {
-    /// `checkpoints/`, holding `CURRENT`.
-    Root,
-    /// `checkpoints/manifests/`.
-    Manifests,
-    /// `checkpoints/blobs/sha256/`.
-    Blobs,
-}
+const S_KEPT_OLD: u16 = 1;
+const S_KEPT_NEW: u16 = 2;
+const S_GC_DELETED: u16 = 4;
+const S_DEDUP: u16 = 8;
+const S_CORRUPT_REFUSED: u16 = 16;
+const S_ALL_RUNS: u16 = 32;
+const S_LOST_UNSYNCED: u16 = 64;
+const S_FENCED: u16 = 128;
+const S_CLEAN_AFTER_POWER_LOSS: u16 = 256;
 
-impl DirId {
-    const ALL: [DirId; 3] = [DirId::Root, DirId::Manifests, DirId::Blobs];
+/// The store's directory and the staging area the writer fills, relative to the state dir.
+const STORE: &str = "checkpoints";
+const STAGING: &str = "checkpoints/staging/w";
+const CURRENT: &str = "checkpoints/CURRENT";
+/// The two files every run publishes: the shared one and the run's own.
+const FILES: [&str; 2] = ["a-shared", "b-own"];
 
-    fn index(self) -> usize {
-        match self {
-            DirId::Root => 0,
-            DirId::Manifests => 1,
-            DirId::Blobs => 2,
-        }
-    }
-}
-
-/// A blob's content.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum BlobId {
-    /// Bytes every checkpoint has (stored once, deduplicated).
-    Shared,
-    /// Bytes new in this run.
-    Own(u8),
-}
-
-/// An entry name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Name {
-    /// `CURRENT`.
-    Current,
-    /// A `.tmp-*` file.
-    Tmp,
-    /// `manifests/<id>.json`.
-    Manifest(u8),
-    /// `blobs/sha256/<hex>`.
-    Blob(BlobId),
-}
-
-/// A file's content.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Data {
-    /// Empty, partial or flipped bytes: no parser accepts them and no digest matches.
-    Torn,
-    /// A blob's bytes.
-    Blob(BlobId),
-    /// A manifest: checkpoint `id` written by run `run`, listing the shared blob and run's own.
-    Manifest {
-        /// Checkpoint id (its parent is `id - 1`).
-        id: u8,
-        /// The run that wrote it.
-        run: u8,
-    },
-    /// A `CURRENT` pointer to manifest `id` with the digest of `Manifest { id, run }`.
-    Current {
-        /// Checkpoint id.
-        id: u8,
-        /// The run whose manifest's digest it holds.
-        run: u8,
-    },
-}
-
-/// An inode: its data and the data a crash keeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Inode {
-    /// What reads see.
-    pub data: Data,
-    /// What survives a crash (as of the last fsync).
-    pub durable: Data,
-}
-
-/// A directory operation not yet made durable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DirOp {
-    /// A new entry.
-    Link(Name, u8),
-    /// An entry removed.
-    Unlink(Name),
-    /// An entry renamed (replacing the target).
-    Rename(Name, Name),
-}
-
-/// One directory: its durable entries and the operations since its last fsync.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
-pub struct Directory {
-    /// Entries as of the last fsync, sorted.
-    pub durable: Vec<(Name, u8)>,
-    /// Operations since, in order.
-    pub pending: Vec<DirOp>,
-}
-
-fn apply(entries: &mut Vec<(Name, u8)>, op: DirOp) {
-    match op {
-        DirOp::Link(n, ino) => {
-            entries.retain(|e| e.0 != n);
-            entries.push((n, ino));
-        }
-        DirOp::Unlink(n) => entries.retain(|e| e.0 != n),
-        DirOp::Rename(from, to) => {
-            if let Some(pos) = entries.iter().position(|e| e.0 == from) {
-                let ino = entries.remove(pos).1;
-                entries.retain(|e| e.0 != to);
-                entries.push((to, ino));
-            }
-        }
-    }
-    entries.sort();
-}
-
-impl Directory {
-    /// The entries reads see.
-    pub fn live(&self) -> Vec<(Name, u8)> {
-        let mut e = self.durable.clone();
-        for op in &self.pending {
-            apply(&mut e, *op);
-        }
-        e
-    }
-
-    /// Every set of entries a crash can leave: durable plus any subset of the pending
-    /// operations, in order.
-    pub fn crash_outcomes(&self) -> Vec<Vec<(Name, u8)>> {
-        let n = self.pending.len();
-        let mut out: Vec<Vec<(Name, u8)>> = Vec::new();
-        for mask in 0u32..(1 << n) {
-            let mut e = self.durable.clone();
-            for (i, op) in self.pending.iter().enumerate() {
-                if mask & (1 << i) != 0 {
-                    apply(&mut e, *op);
-                }
-            }
-            if !out.contains(&e) {
-                out.push(e);
-            }
-        }
-        out
-    }
-}
-
-/// The store's three directories and their inodes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
-pub struct Fs {
-    /// Root, manifests, blobs.
-    pub dirs: [Directory; 3],
-    /// Inodes by number.
-    pub inodes: Vec<Inode>,
-}
-
-impl Fs {
-    fn dir(&self, d: DirId) -> &Directory {
-        &self.dirs[d.index()]
-    }
-
-    fn dir_mut(&mut self, d: DirId) -> &mut Directory {
-        &mut self.dirs[d.index()]
-    }
-
-    fn lookup(&self, d: DirId, n: Name) -> Option<u8> {
-        self.dir(d).live().iter().find(|e| e.0 == n).map(|e| e.1)
-    }
-
-    fn read(&self, d: DirId, n: Name) -> Option<Data> {
-        self.lookup(d, n).map(|i| self.inodes[i as usize].data)
-    }
-
-    /// Entries and contents as reads see them, temp files left out (what I14 compares).
-    fn visible(&self) -> Vec<(DirId, Name, Data)> {
-        let mut v = Vec::new();
-        for d in DirId::ALL {
-            for (n, ino) in self.dir(d).live() {
-                if n != Name::Tmp {
-                    v.push((d, n, self.inodes[ino as usize].data));
-                }
-            }
-        }
-        v
-    }
-
-    /// Renumbers inodes in order of first reference and drops unreferenced ones, so equal
-    /// filesystems are equal states.
-    fn normalize(&mut self, tmp: &mut Option<u8>) {
-        let mut order: Vec<u8> = Vec::new();
-        let see = |i: u8, order: &mut Vec<u8>| {
-            if !order.contains(&i) {
-                order.push(i);
-            }
-        };
-        for d in &self.dirs {
-            for (_, i) in &d.durable {
-                see(*i, &mut order);
-            }
-            for op in &d.pending {
-                if let DirOp::Link(_, i) = op {
-                    see(*i, &mut order);
-                }
-            }
-        }
-        if let Some(i) = tmp {
-            see(*i, &mut order);
-        }
-        let map = |i: u8| order.iter().position(|x| *x == i).expect("referenced") as u8;
-        let inodes = order.iter().map(|i| self.inodes[*i as usize]).collect();
-        for d in &mut self.dirs {
-            for e in &mut d.durable {
-                e.1 = map(e.1);
-            }
-            for op in &mut d.pending {
-                if let DirOp::Link(_, i) = op {
-                    *i = map(*i);
-                }
-            }
-        }
-        *tmp = tmp.map(map);
-        self.inodes = inodes;
-    }
-
-    /// The checkpoint `current` names, if it is complete and digest-valid here.
-    fn complete(&self, current: Data, check_blob_digests: bool) -> bool {
-        let Data::Current { id, run } = current else {
-            return false;
-        };
-        if self.read(DirId::Manifests, Name::Manifest(id)) != Some(Data::Manifest { id, run }) {
-            return false;
-        }
-        [BlobId::Shared, BlobId::Own(run)].into_iter().all(|b| {
-            match self.read(DirId::Blobs, Name::Blob(b)) {
-                Some(d) => d == Data::Blob(b) || !check_blob_digests,
-                None => false,
-            }
-        })
-    }
-
-    /// Every `CURRENT` content a crash now could leave (`None`: absent).
-    fn possible_currents(&self) -> Vec<Option<Data>> {
-        let mut out = Vec::new();
-        for entries in self.dir(DirId::Root).crash_outcomes() {
-            let found = entries.iter().find(|e| e.0 == Name::Current).map(|e| e.1);
-            let datas = match found {
-                None => vec![None],
-                Some(i) => {
-                    let ino = self.inodes[i as usize];
-                    vec![Some(ino.data), Some(ino.durable)]
-                }
-            };
-            for d in datas {
-                if !out.contains(&d) {
-                    out.push(d);
-                }
-            }
-        }
-        out
-    }
-}
-
-/// One file-system step of a program (the owned open or a publish).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FsOp {
-    /// Create an empty temp file in the directory.
-    Create(DirId),
-    /// Write the temp file's content.
-    Write(Data),
-    /// Fsync the temp file.
-    Fsync,
-    /// Rename the temp file to this name (replacing).
-    Rename(DirId, Name),
-    /// Store a blob: if a blob of this content exists, drop the temp file; otherwise fsync it
-    /// and rename it into place without replacing.
-    StoreBlob(BlobId),
-    /// Remove an entry.
-    Unlink(DirId, Name),
-    /// Fsync a directory.
-    SyncDir(DirId),
-    /// The publish is acknowledged (`publish.acked`).
-    Ack,
-    /// Plan the GC from what the directories hold and queue its operations.
-    Gc,
-    /// Sweep temp files of every directory (owned open).
-    Sweep,
-}
-
-/// What the writer is doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What the process of the current run is doing.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Stage {
-    /// Between runs.
+    /// No process runs.
     Idle,
-    /// The owned open (temp sweep) runs; the load follows.
-    Opening,
-    /// The load is next.
-    Loading,
-    /// A publish runs.
-    Publishing,
+    /// The owned open runs; the load follows.
+    Opening(Box<OpenPlan>),
+    /// The load runs.
+    Loading(Box<LoadPlan>),
+    /// A publish runs; `next` is the next staged file to hand it.
+    Publishing(Box<PublishPlan>, u8),
     /// The last run refused the state: nothing runs again.
     Halted,
 }
@@ -414,109 +116,233 @@ pub enum Stage {
 pub struct CheckpointModel {
     /// Runs (each publishes once) in all.
     pub runs: u8,
-    /// Crashes in all.
+    /// Process crashes (kill -9) in all.
     pub crashes: u8,
+    /// Power losses in all.
+    pub power_losses: u8,
     /// Corruptions (one flipped file between runs) in all.
     pub corruptions: u8,
+    /// Takeovers (another owner's epoch persisted during a publish) in all.
+    pub takeovers: u8,
     /// The GC's `keep` values checked (one initial state each).
     pub keeps: Vec<u8>,
     /// Whether a corruption may hit files no checkpoint references (a blob a crashed publish
-    /// left behind). Without [`CheckpointModel::dedup_verifies_digest`] this breaks I12 through
-    /// deduplication.
+    /// left behind): deduplication must then check an existing blob before reusing it.
     pub corrupt_orphans: bool,
-    /// Whether a publish verifies the digest of an existing blob before reusing it. Without it,
-    /// a corrupted leftover blob of the right name and size enters the new checkpoint: the
-    /// publish is acknowledged and the next load refuses it. The store verifies every blob the
-    /// current checkpoint does not name (and fails the publish on a mismatch, never rewriting
-    /// the blob); this model found the hole.
-    pub dedup_verifies_digest: bool,
-    /// The bug to inject, if any.
-    pub mutation: Option<Mutation>,
+    /// Which entry operations power loss may keep.
+    pub reorder: Reorder,
 }
 
 impl CheckpointModel {
-    /// The configuration checked in CI.
+    /// The configuration checked in CI: two runs, one crash, one power loss (entry operations
+    /// kept in order, as a metadata journal commits them), one corruption, one takeover,
+    /// `keep` = 1.
     pub fn ci() -> CheckpointModel {
         CheckpointModel {
-            runs: 4,
-            crashes: 2,
+            runs: 2,
+            crashes: 1,
+            power_losses: 1,
             corruptions: 1,
-            keeps: vec![1, 2],
+            takeovers: 1,
+            keeps: vec![1],
             corrupt_orphans: true,
-            dedup_verifies_digest: true,
-            mutation: None,
+            reorder: Reorder::Prefix,
         }
     }
 
-    /// The same model with a bug injected.
-    pub fn with_mutation(mut self, m: Option<Mutation>) -> CheckpointModel {
-        self.mutation = m;
-        self
+    /// The long configuration (`TENURE_LONG`): three runs, `keep` = 1 and 2.
+    pub fn three_runs() -> CheckpointModel {
+        CheckpointModel {
+            runs: 3,
+            keeps: vec![1, 2],
+            ..CheckpointModel::ci()
+        }
     }
 
-    fn is(&self, m: Mutation) -> bool {
-        self.mutation == Some(m)
+    /// The long configuration with any subset of the unsynced entry operations kept by a power
+    /// loss (a filesystem that reorders its metadata): a crash and a power loss, no corruption
+    /// or takeover (with them the subsets make it too large to finish in minutes).
+    pub fn any_subset() -> CheckpointModel {
+        CheckpointModel {
+            reorder: Reorder::Subset,
+            corruptions: 0,
+            takeovers: 0,
+            ..CheckpointModel::ci()
+        }
     }
 }
 
 /// The state of the checkpoint world.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CheckpointState {
-    /// The filesystem.
-    pub fs: Fs,
+    /// The filesystem (and the running process's handles).
+    pub fs: SimFs,
     /// The GC's `keep`.
     pub keep: u8,
     /// The current run's driver.
     pub drv: Driver,
-    /// What the writer is doing.
+    /// What the process does.
     pub stage: Stage,
+    /// The store's directories, once the owned open opened them.
+    pub fds: Option<StoreFds>,
     /// Runs started.
     pub run: u8,
-    /// File operations left in the current program.
-    pub ops: Vec<FsOp>,
-    /// The temp inode being written.
-    pub tmp: Option<u8>,
-    /// `CURRENT` (as reads see it) when the run started: the "old" pointer.
-    pub old: Option<Data>,
-    /// Whether the old pointer named a complete checkpoint (a corruption may have broken it).
-    pub old_valid: bool,
-    /// The `CURRENT` this run's publish writes: the "new" pointer.
-    pub new: Option<Data>,
+    /// Runs whose publish was acknowledged.
+    pub published: u8,
+    /// The model's number of runs (the same in every state).
+    pub runs: u8,
+    /// The last durable pointer: what the last acknowledged publish wrote; `None` before any.
+    pub durable: Option<Vec<u8>>,
+    /// Pointers publishes wrote since `durable` was set (unacknowledged: a crash or power loss
+    /// may keep or drop each).
+    pub written: Vec<Vec<u8>>,
+    /// Whether a corruption happened: the checkpoint a pointer names may then be broken.
+    pub corrupted: bool,
+    /// The `CURRENT` this run's publish writes, once its manifest is written.
+    pub new: Option<Vec<u8>>,
     /// Whether this run's publish was acknowledged.
     pub acked: bool,
-    /// Whether this run's publish failed (and left CURRENT alone).
-    pub publish_failed: bool,
-    /// Crashes left.
+    /// Whether another owner's epoch was persisted before this publish's last fence.
+    pub stale: bool,
+    /// Whether a crash or power loss preceded this run with no corruption or takeover since.
+    pub after_crash: bool,
+    /// Whether any corruption or takeover ever happened (the successor then need not be clean).
+    pub tampered: bool,
+    /// Crashes, power losses, corruptions and takeovers left.
     pub crashes_left: u8,
+    /// Power losses left.
+    pub power_left: u8,
     /// Corruptions left.
     pub corruptions_left: u8,
+    /// Takeovers left.
+    pub takeovers_left: u8,
     /// Milestones reached (for the `sometimes` properties).
     pub seen: u16,
     /// Violations recorded by steps (bit set).
     pub violations: u16,
 }
 
-const S_KEPT_OLD: u16 = 1;
-const S_KEPT_NEW: u16 = 2;
-const S_GC_DELETED: u16 = 4;
-const S_DEDUP: u16 = 8;
-const S_CORRUPT_REFUSED: u16 = 16;
-const S_THREE: u16 = 32;
-
 /// A step of the checkpoint world.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum CheckpointAction {
     /// A new run starts: the machine is started, acquires, and asks to recover.
     Run,
-    /// The next file operation of the program.
-    Op,
-    /// The load verifies `CURRENT` and answers the machine.
-    Load,
-    /// Power loss: this choice of surviving directory operations (one mask per directory) and
-    /// surviving file data (a mask over unsynced inodes).
-    Crash([u32; 3], u32),
-    /// Flip bytes of this file between runs.
-    Corrupt(DirId, Name),
+    /// The running plan's next step (with the reads before it).
+    Step,
+    /// The process is killed.
+    Crash,
+    /// Power loss, leaving the `n`th outcome of [`SimFs::power_loss`] (carried along: the
+    /// outcomes are computed once per state).
+    PowerLoss(usize, Box<SimFs>),
+    /// Another owner's epoch is persisted.
+    Takeover,
+    /// A byte of this file (a path in the state dir) flips between runs.
+    Corrupt(String),
+}
+
+/// What `CURRENT` in `fs` names, judged by the format's definition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Named {
+    /// No `CURRENT`.
+    Nothing,
+    /// A complete, digest-valid checkpoint: its `CURRENT` bytes and the files it needs
+    /// (paths in the state dir).
+    Valid(Vec<u8>, BTreeSet<String>),
+    /// Anything else.
+    Invalid,
+}
+
+fn sha(b: &[u8]) -> [u8; 32] {
+    sha2::Sha256::digest(b).into()
+}
+
+/// The oracle: does `CURRENT` name a complete checkpoint whose every file matches its digest?
+fn named(fs: &SimFs) -> Named {
+    let Some(cur) = fs.read(CURRENT) else {
+        return Named::Nothing;
+    };
+    let Ok(c) = Current::parse(cur) else {
+        return Named::Invalid;
+    };
+    let mpath = format!("{STORE}/manifests/{}", c.id.manifest_file_name());
+    let Some(m) = fs.read(&mpath) else {
+        return Named::Invalid;
+    };
+    if sha(m) != c.manifest_sha256.0 {
+        return Named::Invalid;
+    }
+    let mut files = BTreeSet::from([CURRENT.to_string(), mpath]);
+    let Ok(mut r) = ManifestReader::new(m, Limits::DEFAULT) else {
+        return Named::Invalid;
+    };
+    loop {
+        match r.next_entry() {
+            Ok(Some(e)) => {
+                let bpath = format!("{STORE}/blobs/sha256/{}", e.sha256.to_hex());
+                match fs.read(&bpath) {
+                    Some(b) if b.len() as u64 == e.size && sha(b) == e.sha256.0 => {
+                        files.insert(bpath);
+                    }
+                    _ => return Named::Invalid,
+                }
+            }
+            Ok(None) => break,
+            Err(_) => return Named::Invalid,
+        }
+    }
+    Named::Valid(cur.to_vec(), files)
+}
+
+fn is_valid(n: &Named) -> bool {
+    matches!(n, Named::Nothing | Named::Valid(..))
+}
+
+/// The content of file `f` of run `run`.
+fn content(f: usize, run: u8) -> Vec<u8> {
+    match f {
+        0 => b"shared by every run\n".to_vec(),
+        _ => format!("run {run}\n").into_bytes(),
+    }
+}
+
+fn store_path() -> StorePath {
+    StorePath::new("/sim/checkpoints")
+}
+
+/// Opens a staged file for the publish, as the runner's walk of the staging area does.
+fn open_input(fs: &mut SimFs, name: &str) -> (Fd, u64) {
+    let mut dir = Fd::ROOT;
+    for part in STAGING.split('/') {
+        let d = fs
+            .run(Step::new(
+                "walk",
+                Op::OpenDir {
+                    dir,
+                    name: OsStr::new(part),
+                    any_mode: true,
+                },
+            ))
+            .expect("the staging area was just written");
+        if dir != Fd::ROOT {
+            let _ = fs.run(Step::new("walk", Op::Close { fd: dir }));
+        }
+        dir = d.fd().expect("a handle");
+    }
+    let Done::Opened { fd, size } = fs
+        .run(Step::new(
+            "walk",
+            Op::Open {
+                dir,
+                name: OsStr::new(name),
+                check: tenure::fsop::Check::AnyMode,
+            },
+        ))
+        .expect("a staged file")
+    else {
+        unreachable!("an open returns a handle")
+    };
+    let _ = fs.run(Step::new("walk", Op::Close { fd: dir }));
+    (fd, size)
 }
 
 impl CheckpointState {
@@ -526,28 +352,27 @@ impl CheckpointState {
         }
     }
 
-    /// Runs the machine's actions; `Recover` and `Publish` start programs, everything else is
+    /// Runs the machine's actions; `Recover` and `Publish` start plans, everything else is
     /// answered at once (the lease is always free, the host drains as soon as it is ready, no
     /// residency is active).
-    fn drive(&mut self, m: &CheckpointModel) {
+    fn drive(&mut self) {
         loop {
             while let Some(a) = self.drv.pop() {
                 match a {
                     Action::Recover => {
-                        self.stage = Stage::Opening;
-                        self.ops = vec![FsOp::Sweep];
+                        self.stage = Stage::Opening(Box::new(OpenPlan::new(true)));
                     }
-                    Action::Publish => self.start_publish(m),
+                    Action::Publish => self.start_publish(),
                     Action::Exit(_) => {
+                        // The process ends: its handles close, nothing is lost.
+                        self.fs.crash_process();
+                        self.fds = None;
                         self.stage =
                             if self.drv.machine().kind() == tenure::machine::PhaseKind::Refused {
                                 Stage::Halted
                             } else {
                                 Stage::Idle
                             };
-                        if self.run >= 3 && self.stage == Stage::Idle {
-                            self.seen |= S_THREE;
-                        }
                     }
                     Action::AcquireLease
                     | Action::AbandonAcquire
@@ -570,9 +395,14 @@ impl CheckpointState {
                 return;
             }
             let ev = match self.drv.request() {
-                Some(Request::Acquire { .. }) => Event::LeaseGranted {
-                    epoch: u64::from(self.run),
-                },
+                Some(Request::Acquire { .. }) => {
+                    // The lease's acquisition persists the run's epoch before it grants it.
+                    self.fs
+                        .put_file(".tenure/epoch", format!("{}\n", self.run).as_bytes());
+                    Event::LeaseGranted {
+                        epoch: u64::from(self.run),
+                    }
+                }
                 Some(Request::Release) => Event::LeaseReleased,
                 Some(Request::Recover | Request::Publish | Request::Spawn) => return,
                 None => match self.drv.machine().kind() {
@@ -589,273 +419,168 @@ impl CheckpointState {
         }
     }
 
-    fn start_publish(&mut self, m: &CheckpointModel) {
-        self.stage = Stage::Publishing;
-        let parent = match self.fs.read(DirId::Root, Name::Current) {
-            Some(Data::Current { id, .. }) => id,
-            _ => 0,
-        };
-        let id = parent + 1;
-        let run = self.run;
-        let new = Data::Current { id, run };
-        self.new = Some(new);
-        let mut ops = vec![
-            FsOp::Create(DirId::Blobs),
-            FsOp::Write(Data::Blob(BlobId::Shared)),
-            FsOp::StoreBlob(BlobId::Shared),
-            FsOp::Create(DirId::Blobs),
-            FsOp::Write(Data::Blob(BlobId::Own(run))),
-            FsOp::StoreBlob(BlobId::Own(run)),
-        ];
-        if !m.is(Mutation::SkipBlobDirFsync) {
-            ops.push(FsOp::SyncDir(DirId::Blobs));
+    /// The writer's output is in the staging area; the real publish plan starts.
+    fn start_publish(&mut self) {
+        for (f, name) in FILES.iter().enumerate() {
+            self.fs
+                .put_file(&format!("{STAGING}/{name}"), &content(f, self.run));
         }
-        ops.extend([
-            FsOp::Create(DirId::Manifests),
-            FsOp::Write(Data::Manifest { id, run }),
-            FsOp::Fsync,
-            FsOp::Rename(DirId::Manifests, Name::Manifest(id)),
-            FsOp::SyncDir(DirId::Manifests),
-            FsOp::Create(DirId::Root),
-            FsOp::Write(new),
-        ]);
-        if m.is(Mutation::RenameCurrentBeforeFsync) {
-            ops.extend([FsOp::Rename(DirId::Root, Name::Current), FsOp::Fsync]);
-        } else {
-            ops.extend([FsOp::Fsync, FsOp::Rename(DirId::Root, Name::Current)]);
-        }
-        if m.is(Mutation::GcBeforeDirFsync) {
-            ops.extend([FsOp::Ack, FsOp::Gc, FsOp::SyncDir(DirId::Root)]);
-        } else {
-            ops.extend([FsOp::SyncDir(DirId::Root), FsOp::Ack, FsOp::Gc]);
-        }
-        self.ops = ops;
+        let fds = self.fds.expect("the owned open ran before the publish");
+        self.stage = Stage::Publishing(
+            Box::new(PublishPlan::new(
+                store_path(),
+                fds,
+                Limits::DEFAULT,
+                usize::from(self.keep),
+                u64::from(self.run),
+                FILES.len() as u64,
+                0,
+            )),
+            0,
+        );
     }
 
-    fn op(&mut self, m: &CheckpointModel) {
-        if self.ops.is_empty() {
-            return;
+    /// Runs the current plan up to and including its next step that changes the filesystem,
+    /// checking the step against I13 first.
+    fn step(&mut self, reorder: Reorder) {
+        loop {
+            let mutated = match &self.stage {
+                Stage::Opening(p) => peek_mutates(p.as_ref()),
+                Stage::Loading(p) => peek_mutates(p.as_ref()),
+                Stage::Publishing(p, _) => peek_mutates(p.as_ref()),
+                Stage::Idle | Stage::Halted => return,
+            };
+            if mutated {
+                self.check_gc_step(reorder);
+            }
+            let before_load = matches!(self.stage, Stage::Loading(_)).then(|| self.fs.tree());
+            let finished = self.one_step(before_load);
+            if mutated || finished {
+                return;
+            }
         }
-        let op = self.ops.remove(0);
-        match op {
-            FsOp::Create(d) => {
-                let ino = self.fs.inodes.len() as u8;
-                self.fs.inodes.push(Inode {
-                    data: Data::Torn,
-                    durable: Data::Torn,
-                });
-                self.fs.dir_mut(d).pending.push(DirOp::Link(Name::Tmp, ino));
-                self.tmp = Some(ino);
-            }
-            FsOp::Write(data) => {
-                if let Some(i) = self.tmp {
-                    self.fs.inodes[i as usize].data = data;
+    }
+
+    /// One step of the plan; `true` when the plan ended (and the machine was answered).
+    fn one_step(
+        &mut self,
+        before_load: Option<std::collections::BTreeMap<String, Option<crate::fs::Content>>>,
+    ) -> bool {
+        let stage = std::mem::replace(&mut self.stage, Stage::Idle);
+        match stage {
+            Stage::Opening(mut p) => match plan::step(p.as_mut(), &mut self.fs) {
+                Ok(true) => self.stage = Stage::Opening(p),
+                Ok(false) => {
+                    let fds = p.output().expect("a finished open names its directories");
+                    self.fds = Some(fds);
+                    self.stage = Stage::Loading(Box::new(LoadPlan::current(
+                        store_path(),
+                        Some(fds.root),
+                        Some(fds.manifests),
+                        Some(fds.blobs),
+                        Limits::DEFAULT,
+                        1,
+                    )));
                 }
-            }
-            FsOp::Fsync => {
-                if let Some(i) = self.tmp {
-                    let ino = &mut self.fs.inodes[i as usize];
-                    ino.durable = ino.data;
+                Err(_) => return self.recovered(false),
+            },
+            Stage::Loading(mut p) => match plan::step(p.as_mut(), &mut self.fs) {
+                Ok(true) => self.stage = Stage::Loading(p),
+                Ok(false) => {
+                    let accepted =
+                        matches!(p.output(), Some(Loaded::Nothing | Loaded::Verified(_)));
+                    return self.recovered(accepted);
                 }
-            }
-            FsOp::Rename(d, to) => {
-                self.fs
-                    .dir_mut(d)
-                    .pending
-                    .push(DirOp::Rename(Name::Tmp, to));
-            }
-            FsOp::StoreBlob(b) => {
-                let existing = self.fs.read(DirId::Blobs, Name::Blob(b));
-                if m.dedup_verifies_digest && existing.is_some_and(|d| d != Data::Blob(b)) {
-                    // A corrupt blob is refused, not rewritten: the publish fails.
-                    self.ops = vec![FsOp::Unlink(DirId::Blobs, Name::Tmp)];
-                    self.publish_failed = true;
-                } else if existing.is_some() {
-                    // Dedup: the temp file is dropped unsynced.
-                    self.seen |= S_DEDUP;
-                    self.ops.insert(0, FsOp::Unlink(DirId::Blobs, Name::Tmp));
-                } else {
-                    self.ops.splice(
-                        0..0,
-                        [FsOp::Fsync, FsOp::Rename(DirId::Blobs, Name::Blob(b))],
-                    );
-                }
-            }
-            FsOp::Unlink(d, n) => {
-                if n != Name::Tmp {
-                    self.check_gc_unlink(d, n);
-                }
-                self.fs.dir_mut(d).pending.push(DirOp::Unlink(n));
-            }
-            FsOp::SyncDir(d) => {
-                let dir = self.fs.dir_mut(d);
-                dir.durable = dir.live();
-                dir.pending.clear();
-            }
-            FsOp::Ack => self.acked = true,
-            FsOp::Gc => {
-                // The GC starts only once the new CURRENT is durable (I13).
-                if !self.fs.dir(DirId::Root).pending.is_empty() {
-                    self.violations |= V_GC;
-                }
-                self.plan_gc(m);
-            }
-            FsOp::Sweep => {
-                let mut ops = Vec::new();
-                for d in DirId::ALL {
-                    if self.fs.lookup(d, Name::Tmp).is_some() {
-                        ops.extend([FsOp::Unlink(d, Name::Tmp), FsOp::SyncDir(d)]);
+                Err(_) => {
+                    // I14: a refusing load changed nothing.
+                    if before_load.is_some_and(|t| t != self.fs.tree()) {
+                        self.violations |= V_REPAIR;
                     }
+                    return self.recovered(false);
                 }
-                self.ops.splice(0..0, ops);
-            }
-        }
-        // The temp file is the writer's until its directory is synced (a rename keeps the
-        // descriptor: the mutant that renames first still fsyncs through it) or it is dropped.
-        self.tmp = match op {
-            FsOp::Unlink(..) | FsOp::SyncDir(_) | FsOp::Gc | FsOp::Ack => None,
-            FsOp::Create(_)
-            | FsOp::Write(_)
-            | FsOp::Fsync
-            | FsOp::Rename(..)
-            | FsOp::StoreBlob(_)
-            | FsOp::Sweep => self.tmp,
-        };
-        if self.ops.is_empty() {
-            match self.stage {
-                Stage::Opening => self.stage = Stage::Loading,
-                Stage::Publishing => {
-                    self.feed(if self.publish_failed {
-                        Event::CheckpointFailed
-                    } else {
-                        Event::CheckpointPublished
-                    });
-                    self.drive(m);
+            },
+            Stage::Publishing(mut p, next) => {
+                let was_input = p.poll() == Poll::Input;
+                let r = match p.poll() {
+                    Poll::Input => {
+                        let input = FILES.get(usize::from(next)).map(|name| {
+                            let (fd, size) = open_input(&mut self.fs, name);
+                            Input {
+                                name: (*name).to_string(),
+                                mode: 0o600,
+                                src: Src::File { fd, size },
+                            }
+                        });
+                        p.give_input(input).map(|()| true)
+                    }
+                    _ => plan::step(p.as_mut(), &mut self.fs),
+                };
+                let next = if was_input { next + 1 } else { next };
+                if self.new.is_none()
+                    && let Some(c) = p.new_current()
+                {
+                    self.new = Some(c.to_bytes());
+                    self.written.push(c.to_bytes());
                 }
-                Stage::Idle | Stage::Loading | Stage::Halted => {}
-            }
-        }
-    }
-
-    /// `gc::plan` as built, from what reads see: keep `CURRENT` and its ancestors up to `keep`,
-    /// delete other readable manifests, then blobs no kept manifest lists (none at all if a
-    /// kept manifest is unreadable).
-    fn plan_gc(&mut self, m: &CheckpointModel) {
-        let Some(Data::Current { id, .. }) = self.fs.read(DirId::Root, Name::Current) else {
-            return;
-        };
-        let manifests: Vec<(u8, Option<u8>)> = self
-            .fs
-            .dir(DirId::Manifests)
-            .live()
-            .iter()
-            .filter_map(|(n, ino)| match (n, self.fs.inodes[*ino as usize].data) {
-                (Name::Manifest(k), Data::Manifest { id, run }) if id == *k => {
-                    Some((*k, Some(run)))
+                if p.acked() && !self.acked {
+                    self.acked = true;
+                    // I3: the fence must have stopped a publish a newer owner had overtaken.
+                    if self.stale {
+                        self.violations |= V_FENCE;
+                    }
+                    // I12: what is acknowledged is the new checkpoint, complete and valid.
+                    let cur = self.fs.read(CURRENT).map(<[u8]>::to_vec);
+                    if cur != self.new || !matches!(named(&self.fs), Named::Valid(..)) {
+                        self.violations |= V_PUBLISHED;
+                    }
+                    self.durable.clone_from(&self.new);
+                    self.written.clear();
                 }
-                (Name::Manifest(k), _) => Some((*k, None)),
-                _ => None,
-            })
-            .collect();
-        let mut kept = Vec::new();
-        let mut referenced = vec![BlobId::Shared];
-        let mut skip_blobs = false;
-        let mut next = Some(id);
-        while let Some(k) = next {
-            if kept.len() == usize::from(self.keep) {
-                break;
-            }
-            match manifests.iter().find(|(id, _)| *id == k) {
-                Some((_, Some(run))) => {
-                    kept.push(k);
-                    referenced.push(BlobId::Own(*run));
-                    next = k.checked_sub(1).filter(|p| *p > 0);
-                }
-                Some((_, None)) => {
-                    kept.push(k);
-                    skip_blobs = true;
-                    next = None;
-                }
-                None => next = None,
-            }
-        }
-        let mut ops = Vec::new();
-        let mut deleted_runs = Vec::new();
-        for (k, run) in &manifests {
-            if let Some(run) = run
-                && !kept.contains(k)
-            {
-                ops.push(FsOp::Unlink(DirId::Manifests, Name::Manifest(*k)));
-                deleted_runs.push(*run);
-            }
-        }
-        if !ops.is_empty() {
-            ops.push(FsOp::SyncDir(DirId::Manifests));
-        }
-        let blobs_before = ops.len();
-        if !skip_blobs {
-            for (n, _) in self.fs.dir(DirId::Blobs).live() {
-                if let Name::Blob(b) = n {
-                    let doomed = if m.is(Mutation::GcIgnoresSharing) {
-                        // Every blob a deleted manifest lists.
-                        b == BlobId::Shared && !deleted_runs.is_empty()
-                            || matches!(b, BlobId::Own(r) if deleted_runs.contains(&r))
-                    } else {
-                        !referenced.contains(&b)
-                    };
-                    if doomed {
-                        ops.push(FsOp::Unlink(DirId::Blobs, n));
+                match r {
+                    Ok(true) => self.stage = Stage::Publishing(p, next),
+                    Ok(false) => {
+                        let out = p.output().cloned();
+                        if let Some(Published::New {
+                            bytes_written,
+                            checkpoint,
+                            gc,
+                        }) = &out
+                        {
+                            if *bytes_written < checkpoint.bytes {
+                                self.seen |= S_DEDUP;
+                            }
+                            if gc.manifests_removed > 0 {
+                                self.seen |= S_GC_DELETED;
+                            }
+                        }
+                        self.published(true);
+                        return true;
+                    }
+                    Err(e) => {
+                        if matches!(e, tenure::checkpoint::CheckpointError::StaleEpoch { .. }) {
+                            self.seen |= S_FENCED;
+                        }
+                        self.published(false);
+                        return true;
                     }
                 }
             }
+            Stage::Idle | Stage::Halted => self.stage = stage,
         }
-        if ops.len() > blobs_before {
-            ops.push(FsOp::SyncDir(DirId::Blobs));
-        }
-        if !ops.is_empty() {
-            self.seen |= S_GC_DELETED;
-        }
-        self.ops.splice(0..0, ops);
+        false
     }
 
-    /// I13: the GC never deletes a file of a checkpoint `CURRENT` could name after a crash now.
-    fn check_gc_unlink(&mut self, d: DirId, n: Name) {
-        for cur in self.fs.possible_currents() {
-            let Some(Data::Current { id, run }) = cur else {
-                continue;
-            };
-            let protected = match (d, n) {
-                (DirId::Manifests, Name::Manifest(k)) => k == id,
-                (DirId::Blobs, Name::Blob(BlobId::Shared)) => true,
-                (DirId::Blobs, Name::Blob(BlobId::Own(r))) => r == run,
-                _ => false,
-            };
-            if protected {
-                self.violations |= V_GC;
-            }
-        }
-    }
-
-    /// The store's load: `CURRENT` absent is no checkpoint; otherwise it must name a complete,
-    /// digest-valid checkpoint, or the load refuses and changes nothing.
-    fn load(&mut self, m: &CheckpointModel) {
-        let before = self.fs.visible();
-        let current = self.fs.read(DirId::Root, Name::Current);
-        let valid = current.is_none_or(|c| self.fs.complete(c, true));
-        let accepted = current.is_none_or(|c| self.fs.complete(c, !m.is(Mutation::SkipBlobDigest)));
-        let accepted = if !accepted && m.is(Mutation::RepairOnLoad) {
-            self.repair()
-        } else {
-            accepted
-        };
-        if accepted && !valid {
+    /// The recovery ended; the machine is answered.
+    fn recovered(&mut self, accepted: bool) -> bool {
+        let truth = named(&self.fs);
+        if accepted && !is_valid(&truth) {
             self.violations |= V_ACCEPT;
         }
-        if !valid && self.fs.visible() != before {
-            self.violations |= V_REPAIR;
-        }
-        if !valid && !accepted {
+        if !accepted && !is_valid(&truth) {
             self.seen |= S_CORRUPT_REFUSED;
+        }
+        if !accepted && self.after_crash && !self.tampered {
+            self.violations |= V_UNCLEAN;
         }
         self.stage = Stage::Idle;
         self.feed(if accepted {
@@ -863,63 +588,94 @@ impl CheckpointState {
         } else {
             Event::RecoveryFailed(Fault::State)
         });
-        self.drive(m);
-    }
-
-    /// `RepairOnLoad`: point `CURRENT` at the newest complete checkpoint, durably.
-    fn repair(&mut self) -> bool {
-        let candidates: Vec<Data> = self
-            .fs
-            .dir(DirId::Manifests)
-            .live()
-            .iter()
-            .filter_map(|(_, ino)| match self.fs.inodes[*ino as usize].data {
-                Data::Manifest { id, run } => Some(Data::Current { id, run }),
-                _ => None,
-            })
-            .filter(|c| self.fs.complete(*c, true))
-            .collect();
-        let Some(best) = candidates.into_iter().max() else {
-            return false;
-        };
-        let ino = self.fs.inodes.len() as u8;
-        self.fs.inodes.push(Inode {
-            data: best,
-            durable: best,
-        });
-        let root = self.fs.dir_mut(DirId::Root);
-        let mut live = root.live();
-        apply(&mut live, DirOp::Link(Name::Current, ino));
-        root.durable = live;
-        root.pending.clear();
+        self.drive();
         true
     }
 
-    /// Whether this entry is part of the checkpoint `CURRENT` names (or is `CURRENT`): what a
-    /// load reads.
-    fn referenced(&self, d: DirId, n: Name) -> bool {
-        let current = match self.fs.read(DirId::Root, Name::Current) {
-            Some(Data::Current { id, run }) => Some((id, run)),
-            _ => None,
+    fn published(&mut self, ok: bool) {
+        if ok {
+            self.published += 1;
+            if self.published == self.runs {
+                self.seen |= S_ALL_RUNS;
+            }
+        }
+        if self.after_crash && !self.tampered {
+            if ok {
+                self.seen |= S_CLEAN_AFTER_POWER_LOSS;
+            } else {
+                self.violations |= V_UNCLEAN;
+            }
+        }
+        self.stage = Stage::Idle;
+        self.feed(if ok {
+            Event::CheckpointPublished
+        } else {
+            Event::CheckpointFailed
+        });
+        self.drive();
+    }
+
+    /// I13: a GC unlink must not delete a file of a checkpoint `CURRENT` could name after a
+    /// power loss now.
+    fn check_gc_step(&mut self, reorder: Reorder) {
+        let Stage::Publishing(p, _) = &self.stage else {
+            return;
         };
-        match (d, n) {
-            (DirId::Root, Name::Current) => true,
-            (DirId::Manifests, Name::Manifest(k)) => current.is_some_and(|c| c.0 == k),
-            (DirId::Blobs, Name::Blob(BlobId::Shared)) => current.is_some(),
-            (DirId::Blobs, Name::Blob(BlobId::Own(r))) => current.is_some_and(|c| c.1 == r),
-            _ => false,
+        let Poll::Op(Step {
+            label,
+            op: Op::Unlink { name, .. },
+        }) = p.poll()
+        else {
+            return;
+        };
+        let dir = match label {
+            "gc.manifest" => "manifests",
+            "gc.blob" => "blobs/sha256",
+            _ => return,
+        };
+        let path = format!("{STORE}/{dir}/{}", name.to_string_lossy());
+        for outcome in self.fs.power_loss(reorder) {
+            if let Named::Valid(_, files) = named(&outcome)
+                && files.contains(&path)
+            {
+                self.violations |= V_GC;
+            }
         }
     }
 
-    /// The unsynced inodes, in order: a crash mask bit per inode says whether its new data
-    /// survived.
-    fn unsynced(&self) -> Vec<u8> {
-        (0..self.fs.inodes.len() as u8)
-            .filter(|i| {
-                let ino = self.fs.inodes[*i as usize];
-                ino.data != ino.durable
-            })
-            .collect()
+    /// I12 on the state a crash left.
+    fn check_after_crash(&mut self) {
+        let cur = self.fs.read(CURRENT).map(<[u8]>::to_vec);
+        let allowed = if self.acked {
+            cur == self.new
+        } else {
+            cur == self.durable || cur.as_ref().is_some_and(|c| self.written.contains(c))
+        };
+        let valid = is_valid(&named(&self.fs)) || self.corrupted;
+        if !(allowed && valid) {
+            self.violations |= V_CRASH;
+        }
+        if self.new.is_some() && cur == self.durable && cur != self.new {
+            self.seen |= S_KEPT_OLD;
+        }
+        if self.new.is_some() && !self.acked && cur == self.new {
+            self.seen |= S_KEPT_NEW;
+        }
+    }
+
+    fn after_process_end(&mut self) {
+        self.stage = Stage::Idle;
+        self.fds = None;
+        self.drv = Driver::new(Config::in_process());
+        self.after_crash = true;
+    }
+}
+
+fn peek_mutates<P: Plan>(p: &P) -> bool {
+    match p.poll() {
+        Poll::Op(s) | Poll::Verify(_, s) => s.op.mutates(),
+        // The model's store is a dir of its own: no cluster pointer is ever replaced.
+        Poll::Input | Poll::Wait | Poll::Done | Poll::Replace(_) => false,
     }
 }
 
@@ -931,20 +687,26 @@ impl Model for CheckpointModel {
         self.keeps
             .iter()
             .map(|&keep| CheckpointState {
-                fs: Fs::default(),
+                fs: SimFs::new(),
                 keep,
                 drv: Driver::new(Config::in_process()),
                 stage: Stage::Idle,
+                fds: None,
                 run: 0,
-                ops: Vec::new(),
-                tmp: None,
-                old: None,
-                old_valid: true,
+                published: 0,
+                runs: self.runs,
+                durable: None,
+                written: Vec::new(),
+                corrupted: false,
                 new: None,
                 acked: false,
-                publish_failed: false,
+                stale: false,
+                after_crash: false,
+                tampered: false,
                 crashes_left: self.crashes,
+                power_left: self.power_losses,
                 corruptions_left: self.corruptions,
+                takeovers_left: self.takeovers,
                 seen: 0,
                 violations: 0,
             })
@@ -952,37 +714,43 @@ impl Model for CheckpointModel {
     }
 
     fn actions(&self, s: &CheckpointState, out: &mut Vec<CheckpointAction>) {
-        match s.stage {
+        match &s.stage {
             Stage::Idle => {
                 if s.run < self.runs {
                     out.push(CheckpointAction::Run);
                 }
                 if s.corruptions_left > 0 && s.run > 0 {
-                    for d in DirId::ALL {
-                        for (n, _) in s.fs.dir(d).live() {
-                            if n != Name::Tmp && (self.corrupt_orphans || s.referenced(d, n)) {
-                                out.push(CheckpointAction::Corrupt(d, n));
-                            }
+                    let referenced = match named(&s.fs) {
+                        Named::Valid(_, files) => files,
+                        Named::Nothing | Named::Invalid => BTreeSet::new(),
+                    };
+                    for (path, c) in s.fs.tree() {
+                        let ours = path.starts_with(&format!("{STORE}/"))
+                            && !path.starts_with(&format!("{STORE}/staging"));
+                        if c.is_some()
+                            && ours
+                            && (self.corrupt_orphans || referenced.contains(&path))
+                        {
+                            out.push(CheckpointAction::Corrupt(path));
                         }
                     }
                 }
             }
-            Stage::Opening | Stage::Publishing => out.push(CheckpointAction::Op),
-            Stage::Loading => out.push(CheckpointAction::Load),
+            Stage::Opening(_) | Stage::Loading(_) | Stage::Publishing(..) => {
+                out.push(CheckpointAction::Step);
+                if s.crashes_left > 0 {
+                    out.push(CheckpointAction::Crash);
+                }
+                if s.power_left > 0 {
+                    for (n, fs) in s.fs.power_loss(self.reorder).into_iter().enumerate() {
+                        out.push(CheckpointAction::PowerLoss(n, Box::new(fs)));
+                    }
+                }
+                if s.takeovers_left > 0 && matches!(s.stage, Stage::Publishing(..)) {
+                    out.push(CheckpointAction::Takeover);
+                }
+            }
             Stage::Halted => {}
-        }
-        if s.crashes_left > 0 && matches!(s.stage, Stage::Opening | Stage::Publishing) {
-            let per_dir: Vec<u32> = s.fs.dirs.iter().map(|d| 1u32 << d.pending.len()).collect();
-            let files = 1u32 << s.unsynced().len();
-            for a in 0..per_dir[0] {
-                for b in 0..per_dir[1] {
-                    for c in 0..per_dir[2] {
-                        for f in 0..files {
-                            out.push(CheckpointAction::Crash([a, b, c], f));
-                        }
-                    }
-                }
-            }
         }
     }
 
@@ -992,63 +760,74 @@ impl Model for CheckpointModel {
             CheckpointAction::Run => {
                 s.run += 1;
                 s.drv = Driver::new(Config::in_process());
-                s.old = s.fs.read(DirId::Root, Name::Current);
-                s.old_valid = s.old.is_none_or(|c| s.fs.complete(c, true));
                 s.new = None;
                 s.acked = false;
-                s.publish_failed = false;
+                s.stale = false;
                 s.feed(Event::Start);
-                s.drive(self);
+                s.drive();
             }
-            CheckpointAction::Op => s.op(self),
-            CheckpointAction::Load => s.load(self),
-            CheckpointAction::Corrupt(d, n) => {
-                s.corruptions_left -= 1;
-                let ino = s.fs.lookup(d, n)?;
-                s.fs.inodes[ino as usize] = Inode {
-                    data: Data::Torn,
-                    durable: Data::Torn,
-                };
-            }
-            CheckpointAction::Crash(masks, files) => {
+            CheckpointAction::Step => s.step(self.reorder),
+            CheckpointAction::Crash => {
                 s.crashes_left -= 1;
-                let unsynced = s.unsynced();
-                for (k, ino) in unsynced.iter().enumerate() {
-                    let i = &mut s.fs.inodes[*ino as usize];
-                    if files & (1 << k) == 0 {
-                        i.data = i.durable;
-                    } else {
-                        i.durable = i.data;
-                    }
-                }
-                for (d, mask) in s.fs.dirs.iter_mut().zip(masks) {
-                    let mut e = d.durable.clone();
-                    for (k, op) in d.pending.iter().enumerate() {
-                        if mask & (1 << k) != 0 {
-                            apply(&mut e, *op);
-                        }
-                    }
-                    d.durable = e;
-                    d.pending.clear();
+                s.fs.crash_process();
+                s.check_after_crash();
+                s.after_process_end();
+            }
+            CheckpointAction::PowerLoss(_, outcome) => {
+                s.power_left -= 1;
+                let before = std::mem::replace(&mut s.fs, *outcome);
+                let mut kept_all = before;
+                kept_all.crash_process();
+                if kept_all.tree() != s.fs.tree() {
+                    s.seen |= S_LOST_UNSYNCED;
                 }
                 s.check_after_crash();
-                s.stage = Stage::Idle;
-                s.ops.clear();
-                s.tmp = None;
-                s.drv = Driver::new(Config::in_process());
+                s.after_process_end();
+            }
+            CheckpointAction::Takeover => {
+                s.takeovers_left -= 1;
+                s.tampered = true;
+                if let Stage::Publishing(p, _) = &s.stage
+                    && !p.fenced()
+                {
+                    s.stale = true;
+                }
+                s.fs.put_file(
+                    ".tenure/epoch",
+                    format!("{}\n", u64::from(s.run) + 1).as_bytes(),
+                );
+            }
+            CheckpointAction::Corrupt(path) => {
+                s.corruptions_left -= 1;
+                s.tampered = true;
+                s.corrupted = true;
+                let mut bytes = s.fs.read(&path)?.to_vec();
+                match bytes.first_mut() {
+                    Some(b) => *b ^= 0x20,
+                    None => bytes.push(b'x'),
+                }
+                if path == CURRENT {
+                    // The flipped pointer stands for the one it was (the load must refuse it).
+                    let old = s.fs.read(CURRENT).map(<[u8]>::to_vec);
+                    for p in s.written.iter_mut().chain(s.durable.as_mut()) {
+                        if Some(&*p) == old.as_ref() {
+                            p.clone_from(&bytes);
+                        }
+                    }
+                }
+                s.fs.put_file(&path, &bytes);
             }
         }
-        let mut tmp = s.tmp;
-        s.fs.normalize(&mut tmp);
-        s.tmp = tmp;
         Some(s)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
-            // I12: checked on the state each crash leaves.
+        let mut v = vec![
             Property::always(CURRENT_VALID_AFTER_CRASH, |_, s: &CheckpointState| {
                 s.violations & V_CRASH == 0
+            }),
+            Property::always(PUBLISHED_VALID, |_, s: &CheckpointState| {
+                s.violations & V_PUBLISHED == 0
             }),
             Property::sometimes(
                 "crash keeps the old checkpoint",
@@ -1058,7 +837,10 @@ impl Model for CheckpointModel {
                 "crash keeps the new checkpoint",
                 |_, s: &CheckpointState| s.seen & S_KEPT_NEW != 0,
             ),
-            // I13: checked at every GC unlink and at the start of every GC.
+            Property::sometimes(
+                "power loss loses unsynced writes",
+                |_, s: &CheckpointState| s.seen & S_LOST_UNSYNCED != 0,
+            ),
             Property::always(GC_KEEPS_CURRENT, |_, s: &CheckpointState| {
                 s.violations & V_GC == 0
             }),
@@ -1070,50 +852,43 @@ impl Model for CheckpointModel {
                 "a shared blob is not rewritten",
                 |_, s: &CheckpointState| s.seen & S_DEDUP != 0,
             ),
-            // I14: a refusing load changes nothing.
             Property::always(NO_REPAIR, |_, s: &CheckpointState| {
                 s.violations & V_REPAIR == 0
             }),
-            Property::sometimes(
-                "a corrupt checkpoint is refused",
-                |_, s: &CheckpointState| s.seen & S_CORRUPT_REFUSED != 0,
-            ),
-            // I14/I12: the load never accepts what is not complete and digest-valid.
             Property::always(CORRUPTION_REFUSED, |_, s: &CheckpointState| {
                 s.violations & V_ACCEPT == 0
             }),
-            Property::sometimes("three runs publish", |_, s: &CheckpointState| {
-                s.seen & S_THREE != 0
+            Property::always(CLEAN_AFTER_POWER_LOSS, |_, s: &CheckpointState| {
+                s.violations & V_UNCLEAN == 0
+            }),
+            Property::sometimes(
+                "a successor publishes after a crash",
+                |_, s: &CheckpointState| s.seen & S_CLEAN_AFTER_POWER_LOSS != 0,
+            ),
+            Property::always(FENCED_PUBLISH, |_, s: &CheckpointState| {
+                s.violations & V_FENCE == 0
+            }),
+            Property::sometimes("every run publishes", |_, s: &CheckpointState| {
+                s.seen & S_ALL_RUNS != 0
             }),
             Property::always(LEGAL_EVENTS, |_, s: &CheckpointState| {
                 s.violations & V_ILLEGAL == 0
             }),
-        ]
-    }
-}
-
-impl CheckpointState {
-    /// I12 on the state a crash left: `CURRENT` is as before the run, or this run's new one
-    /// (which it must be once acknowledged), and names a complete, digest-valid checkpoint.
-    fn check_after_crash(&mut self) {
-        let cur = self.fs.read(DirId::Root, Name::Current);
-        let allowed = if self.acked {
-            cur == self.new
-        } else {
-            cur == self.old || (self.new.is_some() && cur == self.new)
-        };
-        // A pointer a corruption broke before the run stays broken; the crash is not to blame.
-        let valid =
-            cur.is_none_or(|c| self.fs.complete(c, true)) || (cur == self.old && !self.old_valid);
-        if !(allowed && valid) {
-            self.violations |= V_CRASH;
+        ];
+        // The corruption and takeover examples exist only where the world has them.
+        if self.corruptions > 0 {
+            v.push(Property::sometimes(
+                "a corrupt checkpoint is refused",
+                |_, s: &CheckpointState| s.seen & S_CORRUPT_REFUSED != 0,
+            ));
         }
-        if self.new.is_some() && self.old.is_some() && cur == self.old {
-            self.seen |= S_KEPT_OLD;
+        if self.takeovers > 0 {
+            v.push(Property::sometimes(
+                "a stale publish is fenced",
+                |_, s: &CheckpointState| s.seen & S_FENCED != 0,
+            ));
         }
-        if self.new.is_some() && !self.acked && cur == self.new {
-            self.seen |= S_KEPT_NEW;
-        }
+        v
     }
 }
 
@@ -1126,27 +901,76 @@ impl crate::run::Describe for CheckpointModel {
         for (s, a) in path {
             let Some(a) = a else { continue };
             lines.push(match a {
-                CheckpointAction::Run => format!("run {} starts", s.run + 1),
-                CheckpointAction::Op => match s.ops.first() {
-                    Some(op) => format!("{op:?}"),
-                    None => "(no operation)".into(),
-                },
-                CheckpointAction::Load => format!(
-                    "load: CURRENT = {:?}",
-                    s.fs.read(DirId::Root, Name::Current)
-                ),
-                CheckpointAction::Crash(m, f) => {
-                    format!("crash (directory masks {m:?}, file data mask {f:#b})")
+                CheckpointAction::Run => format!("run {} starts (epoch {})", s.run + 1, s.run + 1),
+                CheckpointAction::Step => {
+                    let step = match &s.stage {
+                        Stage::Opening(p) => next_change(p.as_ref()),
+                        Stage::Loading(p) => next_change(p.as_ref()),
+                        Stage::Publishing(p, _) => next_change(p.as_ref()),
+                        Stage::Idle | Stage::Halted => None,
+                    };
+                    match step {
+                        Some(st) => format!("  {}", st),
+                        None => "  (the plan ends)".into(),
+                    }
                 }
-                CheckpointAction::Corrupt(d, n) => format!("corrupt {d:?}/{n:?}"),
+                CheckpointAction::Crash => "the process is killed".into(),
+                CheckpointAction::PowerLoss(n, _) => format!("power loss (outcome {n})"),
+                CheckpointAction::Takeover => "another owner persists a newer epoch".into(),
+                CheckpointAction::Corrupt(p) => format!("a byte of {p} flips"),
             });
         }
         if let Some((s, _)) = path.last() {
             lines.push(format!(
                 "CURRENT = {:?}",
-                s.fs.read(DirId::Root, Name::Current)
+                s.fs.read(CURRENT).map(String::from_utf8_lossy)
             ));
         }
         lines
+    }
+}
+
+/// The plan's next step, told in words.
+fn next_change<P: Plan>(p: &P) -> Option<String> {
+    match p.poll() {
+        Poll::Op(s) | Poll::Verify(_, s) => Some(format!(
+            "{}.{} {}",
+            s.label,
+            s.op.step_name(),
+            describe_op(&s.op)
+        )),
+        Poll::Input => Some("the next staged file".into()),
+        Poll::Wait | Poll::Done | Poll::Replace(_) => None,
+    }
+}
+
+fn describe_op(op: &Op<'_>) -> String {
+    match op {
+        Op::OpenDir { name, .. }
+        | Op::Mkdir { name, .. }
+        | Op::CreateNew { name, .. }
+        | Op::Open { name, .. }
+        | Op::ReadFile { name, .. }
+        | Op::HashFile { name, .. }
+        | Op::Unlink { name, .. }
+        | Op::Rmdir { name, .. }
+        | Op::RemoveTree { name, .. }
+        | Op::Stat { name, .. } => name.to_string_lossy().into_owned(),
+        Op::Rename { from, to, .. } => {
+            format!("{} -> {}", from.to_string_lossy(), to.to_string_lossy())
+        }
+        Op::Write { bytes, .. } => format!("{} bytes", bytes.len()),
+        Op::CreateTemp { .. }
+        | Op::Read { .. }
+        | Op::Rewind { .. }
+        | Op::Copy { .. }
+        | Op::Hash { .. }
+        | Op::Chmod { .. }
+        | Op::Fsync { .. }
+        | Op::Close { .. }
+        | Op::SyncDir { .. }
+        | Op::SyncFs { .. }
+        | Op::List { .. }
+        | Op::ListNext { .. } => String::new(),
     }
 }

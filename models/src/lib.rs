@@ -11,6 +11,8 @@
 //!   revision (issue 14).
 //! - [`checkpoint`]: the publish protocol over a filesystem that loses what was not fsynced
 //!   (I12–I14).
+//! - [`fs`]: the simulated crash filesystem the models execute the real store and lease plans
+//!   on (inode-based; power loss enumerates what unsynced writes and entry ops can leave).
 //! - [`trace`]: replays a JSONL trace of a real run through the single-process step relation.
 //! - [`run`]: runs a model's checker and reports what it found (used by the CLI and the tests).
 //! - [`catalog`]: the CI configurations, the invariant id of each property, the mutants (of the
@@ -21,6 +23,7 @@ pub mod catalog;
 pub mod checkpoint;
 pub mod cluster;
 pub mod driver;
+pub mod fs;
 pub mod lease;
 pub mod run;
 pub mod signals;

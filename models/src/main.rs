@@ -435,12 +435,9 @@ fn bench(long: bool) -> ExitCode {
         &run::check(CheckpointModel::ci(), Search::Bfs, 1, None, None),
     );
     if long {
-        let mut cp = CheckpointModel::ci();
-        cp.runs = 5;
-        cp.crashes = 3;
         line(
-            "checkpoint (5 runs, 3 crashes)",
-            &run::check(cp, Search::Bfs, 2, None, None),
+            "checkpoint (3 runs, keep 1 and 2)",
+            &run::check(CheckpointModel::three_runs(), Search::Bfs, 2, None, None),
         );
     }
     let m0 = Instant::now();

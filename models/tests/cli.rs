@@ -35,15 +35,11 @@ fn check_prints_counts_and_verdicts() {
 /// `--mutant` prints the shortest counterexample and exits 0 when the mutant is killed.
 #[test]
 fn mutant_prints_its_counterexample() {
-    let (code, text) = cli(&[
-        "check",
-        "checkpoint",
-        "--mutant",
-        "rename-current-before-fsync",
-    ]);
+    let (code, text) = cli(&["check", "checkpoint", "--mutant", "gc-deletes-current"]);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("killed"), "{text}");
-    assert!(text.contains("Rename(Root, Current)"), "{text}");
+    // The store's real publish plan, step by step, up to its GC.
+    assert!(text.contains("publish.current.dirfsync"), "{text}");
     // A bug planted in src/ that the model runs.
     let (code, text) = cli(&["check", "signals", "--mutant", "release-then-publish"]);
     assert_eq!(code, 0, "{text}");

@@ -395,7 +395,7 @@ pub const HEADER_LINE_MAX: u64 = 160;
 /// Names with a common prefix are contiguous in byte order, so a file that is also a directory
 /// (`a`, then `a/b`) is found with a stack of the earlier names that are prefixes of the last
 /// one (at most one per byte of a name), not a set of every name.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EntryCheck {
     limits: Limits,
     prev: String,
@@ -518,8 +518,39 @@ pub fn check_name_with(name: &str, limits: &Limits) -> Result<(), FormatError> {
     Ok(())
 }
 
-/// A streaming reader of a manifest of either format, checking every rule as it goes with
-/// memory that does not grow with the number of entries.
+/// What [`ManifestParser::next_item`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parsed {
+    /// More bytes are needed ([`ManifestParser::feed`]), or the end of the input.
+    NeedMore,
+    /// The header (first, once).
+    Header(Header),
+    /// The next entry, checked.
+    Entry(Entry),
+    /// The end: every entry was returned, the count and the end of the input were checked.
+    End,
+}
+
+/// Where a [`ManifestParser`] is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Stage {
+    /// Before the header line.
+    Start,
+    /// A format-1 document is being gathered to its end.
+    Legacy(Vec<u8>),
+    /// Entry lines of format 2.
+    Entries,
+    /// The entries of a format-1 document, and the next to return.
+    LegacyEntries(Vec<Entry>, usize),
+    /// After [`Parsed::End`] or an error.
+    Done,
+}
+
+/// A push parser of a manifest of either format: bytes go in ([`ManifestParser::feed`]),
+/// checked headers and entries come out ([`ManifestParser::next_item`]), every rule checked as it
+/// goes with memory that does not grow with the number of entries. It does no I/O, so the
+/// store's load and GC plans hold it in their state (it is `Clone + Eq + Hash`), and
+/// [`ManifestReader`] is the same parser fed from a reader.
 ///
 /// Format 2 (written by this version): a header line ([`Header`]), then exactly
 /// `header.files` entry lines, each one JSON object ([`Entry`]) and a newline, sorted by name,
@@ -528,15 +559,207 @@ pub fn check_name_with(name: &str, limits: &Limits) -> Result<(), FormatError> {
 /// bound. Format 1 (earlier versions) is one JSON document whose first line is `{`; it is read
 /// whole, up to [`limits::LEGACY_MAX_MANIFEST_BYTES`], and checked by the same rules except
 /// the depth and entry limits, which did not exist when it was written.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ManifestParser {
+    limits: Limits,
+    stage: Stage,
+    header: Option<Header>,
+    check: EntryCheck,
+    /// Bytes fed and not consumed yet start at `pos`.
+    buf: Vec<u8>,
+    pos: usize,
+    eof: bool,
+    read: u64,
+}
+
+/// Bytes a parser is fed at a time by [`ManifestReader`] and the store's plans.
+pub const PARSE_CHUNK: usize = 64 << 10;
+
+impl ManifestParser {
+    /// A parser checking `limits`.
+    pub fn new(limits: Limits) -> ManifestParser {
+        ManifestParser {
+            limits,
+            stage: Stage::Start,
+            header: None,
+            check: EntryCheck::new(limits),
+            buf: Vec::new(),
+            pos: 0,
+            eof: false,
+            read: 0,
+        }
+    }
+
+    /// Adds input bytes; an empty `chunk` is the end of the input.
+    pub fn feed(&mut self, chunk: &[u8]) {
+        if chunk.is_empty() {
+            self.eof = true;
+            return;
+        }
+        if self.pos > 0 {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// The header, once it was returned.
+    pub fn header(&self) -> Option<&Header> {
+        self.header.as_ref()
+    }
+
+    /// Bytes of the input consumed so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.read
+    }
+
+    /// The next line (newline included) of the buffered input; `Ok(None)` when more input is
+    /// needed or the input ended cleanly.
+    fn line(&mut self) -> Result<Option<std::ops::Range<usize>>, FormatError> {
+        let avail = &self.buf[self.pos..];
+        let window = &avail[..avail.len().min(limits::MAX_LINE + 1)];
+        let n = match window.iter().position(|b| *b == b'\n') {
+            Some(i) => i + 1,
+            None if window.len() > limits::MAX_LINE => window.len(),
+            None if self.eof && !window.is_empty() => window.len(),
+            None => return Ok(None),
+        };
+        let range = self.pos..self.pos + n;
+        self.pos += n;
+        self.read += n as u64;
+        if self.read > self.limits.max_manifest_bytes {
+            return Err(FormatError::TooLarge(self.limits.max_manifest_bytes));
+        }
+        if self.buf[range.end - 1] != b'\n' {
+            return Err(if n > limits::MAX_LINE {
+                FormatError::LineTooLong(limits::MAX_LINE)
+            } else {
+                FormatError::MissingNewline
+            });
+        }
+        Ok(Some(range))
+    }
+
+    /// The next header or entry. After an error the parser is done.
+    pub fn next_item(&mut self) -> Result<Parsed, FormatError> {
+        let r = self.step();
+        if r.is_err() {
+            self.stage = Stage::Done;
+        }
+        r
+    }
+
+    fn step(&mut self) -> Result<Parsed, FormatError> {
+        match &mut self.stage {
+            Stage::Done => Ok(Parsed::End),
+            Stage::Start => {
+                let Some(range) = self.line()? else {
+                    return if self.eof {
+                        Err(FormatError::Empty)
+                    } else {
+                        Ok(Parsed::NeedMore)
+                    };
+                };
+                if &self.buf[range.clone()] == b"{\n" {
+                    self.stage = Stage::Legacy(self.buf[range].to_vec());
+                    return self.step();
+                }
+                let header: Header = serde_json::from_slice(&self.buf[range])
+                    .map_err(|e| FormatError::Json(format!("header: {e}")))?;
+                if header.format != MANIFEST_FORMAT {
+                    return Err(FormatError::BadVersion(header.format));
+                }
+                header.validate()?;
+                if header.files > self.limits.max_entries {
+                    return Err(FormatError::TooManyEntries(self.limits.max_entries));
+                }
+                self.header = Some(header);
+                self.stage = Stage::Entries;
+                Ok(Parsed::Header(header))
+            }
+            Stage::Legacy(doc) => {
+                let max = limits::LEGACY_MAX_MANIFEST_BYTES;
+                doc.extend_from_slice(&self.buf[self.pos..]);
+                self.pos = self.buf.len();
+                if doc.len() as u64 > max {
+                    return Err(FormatError::TooLarge(max));
+                }
+                if !self.eof {
+                    return Ok(Parsed::NeedMore);
+                }
+                let doc = std::mem::take(doc);
+                self.read = doc.len() as u64;
+                let m: LegacyManifest =
+                    serde_json::from_slice(&doc).map_err(|e| FormatError::Json(e.to_string()))?;
+                if m.format != LEGACY_MANIFEST_FORMAT {
+                    return Err(FormatError::BadVersion(m.format));
+                }
+                let header = Header {
+                    format: m.format,
+                    id: m.id,
+                    parent: m.parent,
+                    epoch: m.epoch,
+                    created_at_ms: m.created_at_ms,
+                    files: m.entries.len() as u64,
+                };
+                header.validate()?;
+                self.check = EntryCheck::new(Limits {
+                    max_entries: u64::MAX,
+                    max_depth: usize::MAX,
+                    ..self.limits
+                });
+                self.header = Some(header);
+                self.stage = Stage::LegacyEntries(m.entries, 0);
+                Ok(Parsed::Header(header))
+            }
+            Stage::LegacyEntries(entries, next) => match entries.get(*next) {
+                Some(e) => {
+                    let e = e.clone();
+                    *next += 1;
+                    self.check.push(&e.name, e.mode, e.size)?;
+                    Ok(Parsed::Entry(e))
+                }
+                None => {
+                    self.stage = Stage::Done;
+                    Ok(Parsed::End)
+                }
+            },
+            Stage::Entries => {
+                let files = self.header.map_or(0, |h| h.files);
+                let Some(range) = self.line()? else {
+                    if !self.eof {
+                        return Ok(Parsed::NeedMore);
+                    }
+                    self.stage = Stage::Done;
+                    if self.check.count() != files {
+                        return Err(FormatError::CountMismatch {
+                            header: files,
+                            found: self.check.count(),
+                        });
+                    }
+                    return Ok(Parsed::End);
+                };
+                if self.check.count() == files {
+                    return Err(FormatError::CountMismatch {
+                        header: files,
+                        found: files + 1,
+                    });
+                }
+                let e: Entry = serde_json::from_slice(&self.buf[range]).map_err(|err| {
+                    FormatError::Json(format!("entry {}: {err}", self.check.count() + 1))
+                })?;
+                self.check.push(&e.name, e.mode, e.size)?;
+                Ok(Parsed::Entry(e))
+            }
+        }
+    }
+}
+
+/// A streaming reader of a manifest of either format: a [`ManifestParser`] fed from a reader.
 pub struct ManifestReader<R> {
     r: R,
+    parser: ManifestParser,
     header: Header,
-    check: EntryCheck,
-    legacy: Option<std::vec::IntoIter<Entry>>,
-    read: u64,
-    max_bytes: u64,
-    line: Vec<u8>,
-    done: bool,
 }
 
 /// A format-1 manifest, as earlier versions wrote it.
@@ -556,6 +779,7 @@ impl<R: std::io::BufRead> ManifestReader<R> {
     pub fn new(r: R, limits: Limits) -> Result<ManifestReader<R>, FormatError> {
         let mut me = ManifestReader {
             r,
+            parser: ManifestParser::new(limits),
             header: Header {
                 format: 0,
                 id: CheckpointId::FIRST,
@@ -564,90 +788,32 @@ impl<R: std::io::BufRead> ManifestReader<R> {
                 created_at_ms: 0,
                 files: 0,
             },
-            check: EntryCheck::new(limits),
-            legacy: None,
-            read: 0,
-            max_bytes: limits.max_manifest_bytes,
-            line: Vec::new(),
-            done: false,
         };
-        if !me.next_line()? {
-            return Err(FormatError::Empty);
+        match me.pull()? {
+            Parsed::Header(h) => {
+                me.header = h;
+                Ok(me)
+            }
+            Parsed::NeedMore | Parsed::Entry(_) | Parsed::End => Err(FormatError::Empty),
         }
-        if me.line == b"{\n" {
-            return me.legacy(limits);
-        }
-        let header: Header = serde_json::from_slice(&me.line)
-            .map_err(|e| FormatError::Json(format!("header: {e}")))?;
-        if header.format != MANIFEST_FORMAT {
-            return Err(FormatError::BadVersion(header.format));
-        }
-        header.validate()?;
-        if header.files > limits.max_entries {
-            return Err(FormatError::TooManyEntries(limits.max_entries));
-        }
-        me.header = header;
-        Ok(me)
     }
 
-    fn legacy(mut self, limits: Limits) -> Result<ManifestReader<R>, FormatError> {
-        let mut doc = std::mem::take(&mut self.line);
-        let max = limits::LEGACY_MAX_MANIFEST_BYTES;
-        use std::io::Read;
-        (&mut self.r)
-            .take(max + 1 - doc.len() as u64)
-            .read_to_end(&mut doc)
-            .map_err(|e| FormatError::Json(e.to_string()))?;
-        if doc.len() as u64 > max {
-            return Err(FormatError::TooLarge(max));
+    /// The parser's next result, feeding it from the reader as needed.
+    fn pull(&mut self) -> Result<Parsed, FormatError> {
+        loop {
+            match self.parser.next_item()? {
+                Parsed::NeedMore => {
+                    let chunk = self
+                        .r
+                        .fill_buf()
+                        .map_err(|e| FormatError::Json(e.to_string()))?;
+                    let n = chunk.len().min(PARSE_CHUNK);
+                    self.parser.feed(&chunk[..n]);
+                    self.r.consume(n);
+                }
+                p => return Ok(p),
+            }
         }
-        self.read = doc.len() as u64;
-        let m: LegacyManifest =
-            serde_json::from_slice(&doc).map_err(|e| FormatError::Json(e.to_string()))?;
-        if m.format != LEGACY_MANIFEST_FORMAT {
-            return Err(FormatError::BadVersion(m.format));
-        }
-        self.header = Header {
-            format: m.format,
-            id: m.id,
-            parent: m.parent,
-            epoch: m.epoch,
-            created_at_ms: m.created_at_ms,
-            files: m.entries.len() as u64,
-        };
-        self.header.validate()?;
-        self.check = EntryCheck::new(Limits {
-            max_entries: u64::MAX,
-            max_depth: usize::MAX,
-            ..limits
-        });
-        self.legacy = Some(m.entries.into_iter());
-        Ok(self)
-    }
-
-    /// Reads one line (newline included) into `self.line`; `false` at end of input.
-    fn next_line(&mut self) -> Result<bool, FormatError> {
-        use std::io::{BufRead, Read};
-        self.line.clear();
-        let n = (&mut self.r)
-            .take(limits::MAX_LINE as u64 + 1)
-            .read_until(b'\n', &mut self.line)
-            .map_err(|e| FormatError::Json(e.to_string()))?;
-        if n == 0 {
-            return Ok(false);
-        }
-        self.read += n as u64;
-        if self.read > self.max_bytes {
-            return Err(FormatError::TooLarge(self.max_bytes));
-        }
-        if self.line.last() != Some(&b'\n') {
-            return Err(if n > limits::MAX_LINE {
-                FormatError::LineTooLong(limits::MAX_LINE)
-            } else {
-                FormatError::MissingNewline
-            });
-        }
-        Ok(true)
     }
 
     /// The header (for format 1, built from the document).
@@ -657,7 +823,7 @@ impl<R: std::io::BufRead> ManifestReader<R> {
 
     /// Bytes read so far.
     pub fn bytes_read(&self) -> u64 {
-        self.read
+        self.parser.bytes_read()
     }
 
     /// The underlying reader.
@@ -668,41 +834,13 @@ impl<R: std::io::BufRead> ManifestReader<R> {
     /// The next entry, checked; `None` after the last one, once the count and the end of the
     /// input have been checked too.
     pub fn next_entry(&mut self) -> Result<Option<Entry>, FormatError> {
-        if self.done {
-            return Ok(None);
+        match self.pull()? {
+            Parsed::Entry(e) => Ok(Some(e)),
+            Parsed::End => Ok(None),
+            Parsed::Header(_) | Parsed::NeedMore => Err(FormatError::Json(
+                "a second header where an entry belongs".into(),
+            )),
         }
-        if let Some(it) = &mut self.legacy {
-            return match it.next() {
-                Some(e) => {
-                    self.check.push(&e.name, e.mode, e.size)?;
-                    Ok(Some(e))
-                }
-                None => {
-                    self.done = true;
-                    Ok(None)
-                }
-            };
-        }
-        if !self.next_line()? {
-            self.done = true;
-            if self.check.count() != self.header.files {
-                return Err(FormatError::CountMismatch {
-                    header: self.header.files,
-                    found: self.check.count(),
-                });
-            }
-            return Ok(None);
-        }
-        if self.check.count() == self.header.files {
-            return Err(FormatError::CountMismatch {
-                header: self.header.files,
-                found: self.header.files + 1,
-            });
-        }
-        let e: Entry = serde_json::from_slice(&self.line)
-            .map_err(|err| FormatError::Json(format!("entry {}: {err}", self.check.count() + 1)))?;
-        self.check.push(&e.name, e.mode, e.size)?;
-        Ok(Some(e))
     }
 }
 

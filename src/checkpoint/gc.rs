@@ -18,7 +18,7 @@ pub const DEFAULT_KEEP: usize = 2;
 /// Which manifests the GC keeps and deletes, in the order it must delete: manifests first, so
 /// that a crash in the middle of a GC never leaves a manifest whose blobs are gone. The blobs
 /// to delete are those no kept manifest names ([`is_garbage`]).
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
 pub struct Plan {
     /// The checkpoints kept, newest first.
     pub kept: Vec<CheckpointId>,
@@ -29,7 +29,7 @@ pub struct Plan {
 }
 
 /// How a manifest file in `manifests/` looked to the collector (its header only).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Seen {
     /// Its header parsed; its id matched its file name.
     Valid {
@@ -68,7 +68,11 @@ pub fn plan(current: CheckpointId, manifests: &BTreeMap<CheckpointId, Seen>, kee
     }
     let manifests_del = manifests
         .iter()
-        .filter(|(id, seen)| matches!(seen, Seen::Valid { .. }) && !kept.contains(id))
+        .filter(|(id, seen)| {
+            // A planted bug for the mutation table: the policy also deletes what CURRENT names.
+            let current_too = crate::mutant::on("gc-deletes-current") && **id == current;
+            matches!(seen, Seen::Valid { .. }) && (!kept.contains(id) || current_too)
+        })
         .map(|(id, _)| *id)
         .collect();
     Plan {
@@ -82,7 +86,7 @@ pub fn plan(current: CheckpointId, manifests: &BTreeMap<CheckpointId, Seen>, kee
 /// 8 bytes per file whatever the names, so a GC after a publish of a million files stays in a
 /// few megabytes. A garbage blob whose prefix equals a referenced one is kept (one more file
 /// until the next GC); a referenced blob is never taken for garbage.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
 pub struct Referenced {
     prefixes: Vec<u64>,
 }

@@ -10,7 +10,7 @@
 //! lets the load run.
 
 /// Limits of one checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Limits {
     /// Files in one checkpoint.
     pub max_entries: u64,

@@ -71,6 +71,7 @@ pub mod gc;
 #[doc(hidden)]
 pub mod hash;
 pub mod limits;
+pub mod plan;
 mod store;
 mod tree;
 
@@ -102,21 +103,24 @@ pub const VIEWS_DIR: &str = "views";
 /// Where the staged output of a failed publish is kept, as `failed/<epoch>` (card P1).
 pub const FAILED_DIR: &str = "failed";
 
-/// Every crash point of a publish, in the order a publish of one new file reaches them: each
-/// privfs step is `<label>.<step>`, plus `publish.acked` (after the `CURRENT` directory fsync,
-/// before GC) and the GC steps. Tests iterate over this list, so a new step shows up in the
-/// crash sweep by being added here.
+/// Every crash point of a publish, in the order a publish of new files over an earlier
+/// checkpoint reaches them ([`plan::PublishPlan`]): each step is `<label>.<step>`, plus
+/// `publish.acked` (after the `CURRENT` directory fsync, before GC) and the GC steps. Tests
+/// iterate over this list, so a new step shows up in the crash sweep by being added here.
 pub const FAILPOINTS: &[&str] = &[
+    "publish.incoming.mkdir",
     "publish.blob.create",
     "publish.blob.write",
-    "publish.blob.fsync",
     "publish.blob.rename",
-    "publish.blob.dirfsync",
     "publish.manifest.create",
     "publish.manifest.write",
-    "publish.manifest.fsync",
+    "publish.batch.syncfs",
+    "publish.move.rename",
     "publish.manifest.rename",
+    "publish.incoming.dirfsync",
+    "publish.blob.dirfsync",
     "publish.manifest.dirfsync",
+    "publish.incoming.unlink",
     "publish.current.create",
     "publish.current.write",
     "publish.current.fsync",

@@ -1,9 +1,9 @@
 //! The store itself: open, load, verify, publish, garbage-collect, staging areas and views.
 //! See the module docs of [`crate::checkpoint`] for the layout and the protocols.
 
-use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -11,26 +11,23 @@ use rustix::fs::Mode;
 
 use super::error::CheckpointError;
 use super::format::{self, CURRENT_LEN, CheckpointId, Current, Digest, Entry, Header};
-use super::gc::{self, DEFAULT_KEEP, Seen};
-use super::hash::{self, HashingReader, Mismatch, VerifyingReader};
-use super::limits::{self, Limits};
+use super::gc::DEFAULT_KEEP;
+use super::hash::{self, Mismatch, VerifyingReader};
+use super::limits::Limits;
+use super::plan::{self, Plan, Poll, Src};
 use super::tree;
 use super::{
     BLOBS_DIR, CURRENT_FILE, FAILED_DIR, MANIFESTS_DIR, SHA256_DIR, STAGING_DIR, STORE_DIR,
     VIEWS_DIR,
 };
-use crate::privfs::{Dir, FileKind, FsError, Links, StateDir};
-
-/// Bytes written between two writeback kicks of a blob being published.
-const WRITEBACK_KICK: u64 = 8 << 20;
+use crate::fsop::{Done, Executor, Fd, Op, Summary};
+use crate::privfs::{Dir, Exec, FileKind, FsError, Links, StateDir};
 
 /// Where CURRENT lives when it is not the store's own file: a cluster (issue 14, the etcd
 /// lease), whose pointer moves only while the publisher's lease holds. The store then lives in
-/// a directory several machines share, and its publish differs in three ways: the fence is the
-/// pointer's (the local epoch file is not consulted); a manifest never replaces an existing
-/// file (a stale owner may have written one of the same id: the next free id is used); and the
-/// GC removes only manifests older than the new checkpoint, never blobs (a paused former owner
-/// or the next owner may be writing beside it).
+/// a directory several machines share, and its plans run in their shared variant
+/// ([`plan::PublishPlan::shared`], [`plan::OpenPlan::temps_only`]): the pointer is read
+/// before a publish or a load and moved by the publish's [`Poll::Replace`] step.
 pub trait CurrentPointer: std::fmt::Debug {
     /// Reads CURRENT (linearizably); `None` when there is no checkpoint yet.
     fn read(&self) -> Result<Option<Current>, CheckpointError>;
@@ -103,7 +100,7 @@ impl Checkpoint {
 
 /// A verified checkpoint without its list of files: what a streaming load or a publish
 /// returns, in memory that does not grow with the number of files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CheckpointSummary {
     /// Its id.
     pub id: CheckpointId,
@@ -174,7 +171,7 @@ pub struct PublishFile<'r> {
 }
 
 /// What a GC after a publish did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct GcReport {
     /// Checkpoints kept, newest first.
     pub kept: Vec<CheckpointId>,
@@ -189,7 +186,7 @@ pub struct GcReport {
 }
 
 /// The outcome of a publish.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Published {
     /// Nothing to publish (no file, or exactly the current checkpoint's files): `CURRENT` was
     /// not touched.
@@ -249,6 +246,21 @@ struct Dirs {
     blobs: Option<Dir>,
 }
 
+/// The load plan of what CURRENT names, and the pointer's value it was made from (a cluster's
+/// pointer read before the plan; `None` when the plan reads the `CURRENT` file itself).
+type CurrentLoad = (plan::LoadPlan, Option<Vec<u8>>);
+
+/// Which sweep the owner's open makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sweep {
+    /// The first open of an ownership of a dir of its own: everything scratch.
+    All,
+    /// The first open of an ownership of a shared store: temp files only.
+    TempsOnly,
+    /// A later open within one ownership.
+    None,
+}
+
 /// A checkpoint store inside a state dir.
 #[derive(Debug)]
 pub struct CheckpointStore<'s> {
@@ -267,13 +279,6 @@ fn check_opts(opts: &StoreOptions) -> Result<(), CheckpointError> {
         ));
     }
     Ok(())
-}
-
-fn publish_failed(e: impl Into<CheckpointError>) -> CheckpointError {
-    match e.into() {
-        CheckpointError::Fs(source) => CheckpointError::PublishFailed { source },
-        other => other,
-    }
 }
 
 impl<'s> CheckpointStore<'s> {
@@ -309,65 +314,28 @@ impl<'s> CheckpointStore<'s> {
         })
     }
 
-    /// Opens the store for its owner (the lease holder): creates the directories when they are
-    /// missing, removes temp files left by a crashed publish (they are never referenced) and
-    /// removes leftover staging areas and views (scratch trees nothing references). Nothing
+    /// Opens the store for its owner (the lease holder), running the owned open
+    /// ([`plan::OpenPlan`]): creates the directories when they are missing, removes temp files
+    /// left by a crashed publish (they are never referenced) and removes leftover staging
+    /// areas, views and the scratch of a crashed publish (trees nothing references). Nothing
     /// else is touched: `CURRENT`, manifests and blobs stay byte-for-byte as they are.
     pub fn open_owned(
         state: &'s StateDir,
         opts: StoreOptions,
     ) -> Result<CheckpointStore<'s>, CheckpointError> {
-        let store = Self::attach_owned(state, opts)?;
-        let Some(dirs) = &store.dirs else {
-            unreachable!("attach_owned always opens the directories")
-        };
-        let (root, manifests, blobs) = (&dirs.root, &dirs.manifests, &dirs.blobs);
-        root.remove_temp_files("open.sweep")?;
-        for d in [manifests, blobs].into_iter().flatten() {
-            d.remove_temp_files("open.sweep")?;
-        }
-        for scratch in [STAGING_DIR, VIEWS_DIR] {
-            if let Some(d) = root.open_dir_optional(scratch)? {
-                for e in d.entries()? {
-                    // Everything in these two directories is scratch of an earlier ownership:
-                    // staging areas and views, and whatever a child left beside its area (a
-                    // `rename into place` temp dir, a symlink). None of it was published, and
-                    // none of it is ever followed: links are removed, not resolved.
-                    match e.kind {
-                        FileKind::Directory => tree::remove_tree(&d, &e.name, "open.sweep")?,
-                        FileKind::Regular
-                        | FileKind::Symlink
-                        | FileKind::Fifo
-                        | FileKind::Socket
-                        | FileKind::CharDevice
-                        | FileKind::BlockDevice
-                        | FileKind::Unknown => match d.unlink(&e.name, "open.sweep") {
-                            Ok(()) | Err(FsError::NotFound { .. }) => {}
-                            Err(err) => return Err(err.into()),
-                        },
-                    }
-                }
-            }
-        }
-        Ok(store)
+        Self::owned(state, opts, Sweep::All)
     }
 
     /// Opens a store shared by the machines of a cluster (issue 14) for its owner: temp files
     /// of crashed publishes are removed as [`CheckpointStore::open_owned`] does, but staging
-    /// areas and views are not — they may be a paused former owner's, whose publish must be
-    /// refused by the cluster's fence rather than find its output gone.
+    /// areas and views are not ([`plan::OpenPlan::temps_only`]) — they may be a paused former
+    /// owner's, whose publish must be refused by the cluster's fence rather than find its
+    /// output gone.
     pub fn open_owned_shared(
         state: &'s StateDir,
         opts: StoreOptions,
     ) -> Result<CheckpointStore<'s>, CheckpointError> {
-        let store = Self::attach_owned(state, opts)?;
-        if let Some(dirs) = &store.dirs {
-            dirs.root.remove_temp_files("open.sweep")?;
-            for d in [&dirs.manifests, &dirs.blobs].into_iter().flatten() {
-                d.remove_temp_files("open.sweep")?;
-            }
-        }
-        Ok(store)
+        Self::owned(state, opts, Sweep::TempsOnly)
     }
 
     /// Opens the store for its owner *without* the sweep of [`CheckpointStore::open_owned`]:
@@ -377,12 +345,30 @@ impl<'s> CheckpointStore<'s> {
         state: &'s StateDir,
         opts: StoreOptions,
     ) -> Result<CheckpointStore<'s>, CheckpointError> {
+        Self::owned(state, opts, Sweep::None)
+    }
+
+    fn owned(
+        state: &'s StateDir,
+        opts: StoreOptions,
+        sweep: Sweep,
+    ) -> Result<CheckpointStore<'s>, CheckpointError> {
         check_opts(&opts)?;
-        let root = state.root().ensure_dir(STORE_DIR, "open")?;
-        let manifests = root.ensure_dir(MANIFESTS_DIR, "open")?;
-        let blobs = root
-            .ensure_dir(BLOBS_DIR, "open")?
-            .ensure_dir(SHA256_DIR, "open")?;
+        let mut exec = Exec::new(state.root());
+        let mut open = match sweep {
+            Sweep::All => plan::OpenPlan::new(true),
+            Sweep::TempsOnly => plan::OpenPlan::new(true).temps_only(),
+            Sweep::None => plan::OpenPlan::new(false),
+        };
+        plan::run(&mut open, &mut exec)?;
+        let fds = open
+            .output()
+            .expect("a finished open names its directories");
+        let mut take = |fd| {
+            exec.take_dir(fd)
+                .expect("the open plan's directories are open")
+        };
+        let (root, manifests, blobs) = (take(fds.root), take(fds.manifests), take(fds.blobs));
         Ok(CheckpointStore {
             state,
             dirs: Some(Dirs {
@@ -421,8 +407,8 @@ impl<'s> CheckpointStore<'s> {
         self.state.root().child_path(STORE_DIR)
     }
 
-    fn current_path(&self) -> PathBuf {
-        self.path().join(CURRENT_FILE)
+    fn store_path(&self) -> plan::StorePath {
+        plan::StorePath::new(self.path())
     }
 
     pub(crate) fn manifest_path(&self, id: CheckpointId) -> PathBuf {
@@ -436,6 +422,40 @@ impl<'s> CheckpointStore<'s> {
             .join(BLOBS_DIR)
             .join(SHA256_DIR)
             .join(d.to_hex())
+    }
+
+    /// An executor on the state dir holding this store's directories (handles that share the
+    /// store's descriptors' poisoning: a directory whose fsync failed stays refused), and
+    /// their handles, each `None` where a read-only store lacks the directory.
+    fn exec(&self) -> Result<(Exec<'s>, [Option<Fd>; 3]), CheckpointError> {
+        let mut exec = Exec::new(self.state.root());
+        let mut fds = [None; 3];
+        if let Some(d) = &self.dirs {
+            fds[0] = Some(exec.adopt_dir(d.root.try_clone()?));
+            if let Some(m) = &d.manifests {
+                fds[1] = Some(exec.adopt_dir(m.try_clone()?));
+            }
+            if let Some(b) = &d.blobs {
+                fds[2] = Some(exec.adopt_dir(b.try_clone()?));
+            }
+        }
+        Ok((exec, fds))
+    }
+
+    fn owned_fds(&self) -> Result<(Exec<'s>, plan::StoreFds), CheckpointError> {
+        self.owned_dirs()?;
+        let (exec, fds) = self.exec()?;
+        let [Some(root), Some(manifests), Some(blobs)] = fds else {
+            unreachable!("an owned store has every directory")
+        };
+        Ok((
+            exec,
+            plan::StoreFds {
+                root,
+                manifests,
+                blobs,
+            },
+        ))
     }
 
     /// Reads and parses `CURRENT`: `None` when there is no checkpoint yet.
@@ -453,7 +473,7 @@ impl<'s> CheckpointStore<'s> {
         let Some(dirs) = &self.dirs else {
             return Ok(None);
         };
-        let path = self.current_path();
+        let path = self.path().join(CURRENT_FILE);
         let bytes = match dirs.root.read_optional(CURRENT_FILE, CURRENT_LEN as u64) {
             Ok(None) => return Ok(None),
             Ok(Some(b)) => b,
@@ -490,72 +510,6 @@ impl<'s> CheckpointStore<'s> {
             Err(FsError::NotFound { .. }) => Err(missing()),
             Err(e) => Err(e.into()),
         }
-    }
-
-    /// Streams manifest `id`: checks its digest first when `expected` is given (a pass that
-    /// only hashes), then parses it entry by entry, checking every rule and the limits, and
-    /// calls `each` with every entry. The bytes are hashed again as they are parsed, so a file
-    /// that changed between the passes is refused too. Memory does not grow with the number of
-    /// entries. Returns the header and the digest.
-    fn stream_manifest(
-        &self,
-        id: CheckpointId,
-        expected: Option<&Digest>,
-        mut each: impl FnMut(&Entry) -> Result<(), CheckpointError>,
-    ) -> Result<(Header, Digest), CheckpointError> {
-        let path = self.manifest_path(id);
-        let malformed = |reason| CheckpointError::ManifestMalformed {
-            path: path.clone(),
-            reason,
-        };
-        let mut f = self.open_manifest(id)?;
-        let max = self
-            .limits
-            .max_manifest_bytes
-            .max(limits::LEGACY_MAX_MANIFEST_BYTES);
-        if let Some(expected) = expected {
-            let got = hash::digest_reader(&mut (&mut f).take(max + 1), &mut hash::buffer())
-                .map_err(|e| CheckpointError::io(&path, "read", e))?;
-            if got.size > max {
-                return Err(malformed(format::FormatError::TooLarge(max)));
-            }
-            if got.sha256 != *expected {
-                return Err(CheckpointError::ManifestDigestMismatch {
-                    path,
-                    expected: *expected,
-                    actual: got.sha256,
-                });
-            }
-            f.seek(SeekFrom::Start(0))
-                .map_err(|e| CheckpointError::io(&path, "seek", e))?;
-        }
-        let mut r = format::ManifestReader::new(
-            BufReader::with_capacity(64 << 10, HashingReader::new(f)),
-            self.limits,
-        )
-        .map_err(malformed)?;
-        let header = *r.header();
-        if header.id != id {
-            return Err(CheckpointError::ManifestIdMismatch {
-                path,
-                expected: id,
-                found: header.id,
-            });
-        }
-        while let Some(e) = r.next_entry().map_err(malformed)? {
-            each(&e)?;
-        }
-        let digest = r.into_inner().into_inner().digest();
-        if let Some(expected) = expected
-            && digest != *expected
-        {
-            return Err(CheckpointError::ManifestDigestMismatch {
-                path,
-                expected: *expected,
-                actual: digest,
-            });
-        }
-        Ok((header, digest))
     }
 
     /// Reads only the header of manifest `id` (for a format-1 manifest, the whole document).
@@ -615,64 +569,202 @@ impl<'s> CheckpointStore<'s> {
         }
     }
 
-    fn verify_entry(&self, e: &Entry, buf: &mut [u8]) -> Result<(), CheckpointError> {
-        let mut f = self.open_blob(e)?;
-        match hash::verify_reader_fast(&mut f, e.size, &e.sha256, buf)
-            .map_err(|err| CheckpointError::io(self.blob_path(&e.sha256), "read", err))?
-        {
-            Ok(()) => Ok(()),
-            Err(m) => Err(self.mismatch(e, m)),
-        }
+    /// Runs a load plan, checking blobs on up to [`verify_threads`] threads at once, and calls
+    /// `each` with every entry in manifest order as its check is issued.
+    fn run_load(
+        &self,
+        plan: &mut plan::LoadPlan,
+        exec: &mut Exec<'_>,
+        blobs: Option<Fd>,
+        each: &mut dyn FnMut(&Entry),
+    ) -> Result<(), CheckpointError> {
+        let threads = verify_threads();
+        let blobs = match blobs {
+            Some(fd) if threads > 1 => Some(exec.dir(fd)?.try_clone()?),
+            Some(_) | None => None,
+        };
+        let Some(blobs) = blobs else {
+            loop {
+                match plan.poll() {
+                    Poll::Op(step) => {
+                        let r = exec.run(step);
+                        plan.handle(r)?;
+                    }
+                    Poll::Verify(token, step) => {
+                        if let Some(e) = plan.ready_entry() {
+                            each(e);
+                        }
+                        let r = exec.run(step);
+                        plan.dispatched()?;
+                        plan.verified(token, r)?;
+                    }
+                    Poll::Done => return Ok(()),
+                    Poll::Input | Poll::Wait | Poll::Replace(_) => {
+                        unreachable!("a load plan run in order")
+                    }
+                }
+            }
+        };
+        let blobs = &blobs;
+        let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<(u64, OsString, Option<u64>)>();
+        let jobs_rx = std::sync::Mutex::new(jobs_rx);
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                let (jobs_rx, done_tx) = (&jobs_rx, done_tx.clone());
+                scope.spawn(move || {
+                    let mut buf = Vec::new();
+                    loop {
+                        let job = jobs_rx
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .recv();
+                        let Ok((token, name, limit)) = job else { break };
+                        let r = crate::privfs::hash_file_at(blobs, &name, limit, &mut buf)
+                            .map(Done::Hashed);
+                        if done_tx.send((token, r)).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            drop(done_tx);
+            let res = (|| loop {
+                // Results that are in are taken first, so the window keeps moving.
+                while let Ok((token, r)) = done_rx.try_recv() {
+                    plan.verified(token, r)?;
+                }
+                match plan.poll() {
+                    Poll::Op(step) => {
+                        let r = exec.run(step);
+                        plan.handle(r)?;
+                    }
+                    Poll::Verify(token, step) => {
+                        let Op::HashFile { name, limit, .. } = step.op else {
+                            unreachable!("a verify step hashes a file")
+                        };
+                        if let Some(e) = plan.ready_entry() {
+                            each(e);
+                        }
+                        jobs_tx
+                            .send((token, name.to_owned(), limit))
+                            .expect("the workers run until the jobs end");
+                        plan.dispatched()?;
+                    }
+                    Poll::Wait => {
+                        let (token, r) = done_rx.recv().expect("a worker answers every job");
+                        plan.verified(token, r)?;
+                    }
+                    Poll::Done => return Ok(()),
+                    Poll::Input | Poll::Replace(_) => unreachable!("a load takes no input"),
+                }
+            })();
+            // Ends the workers (after the jobs in flight) before the scope joins them.
+            drop(jobs_tx);
+            res
+        })
     }
 
-    /// Verifies checkpoint `id` streaming (manifest digest when `expected` is given, every
-    /// rule, every blob's size and digest), collecting its entries only when `collect`.
+    /// Loads checkpoint `id` with the load plan (its manifest's digest checked against
+    /// `expected` when given), every blob checked; the entries kept when `collect`.
     fn load_verified(
         &self,
         id: CheckpointId,
         expected: Option<&Digest>,
-        buf: &mut [u8],
         collect: bool,
     ) -> Result<(CheckpointSummary, Vec<Entry>), CheckpointError> {
+        let (mut exec, [_, manifests, blobs]) = self.exec()?;
+        let mut plan = plan::LoadPlan::checkpoint(
+            self.store_path(),
+            manifests,
+            blobs,
+            id,
+            expected.copied(),
+            self.limits,
+            verify_window(),
+        )?;
         let mut entries = Vec::new();
-        let mut bytes = 0u64;
-        let (h, digest) = self.stream_manifest(id, expected, |e| {
-            self.verify_entry(e, buf)?;
-            bytes = bytes.saturating_add(e.size);
+        self.run_load(&mut plan, &mut exec, blobs, &mut |e| {
             if collect {
                 entries.push(e.clone());
             }
-            Ok(())
         })?;
-        Ok((
-            CheckpointSummary {
-                id: h.id,
-                parent: h.parent,
-                epoch: h.epoch,
-                created_at_ms: h.created_at_ms,
-                files: h.files,
-                bytes,
-                manifest_sha256: digest,
-            },
-            entries,
-        ))
+        match plan.output() {
+            Some(plan::Loaded::Verified(s)) => Ok((*s, entries)),
+            Some(plan::Loaded::Nothing) | None => unreachable!("a checkpoint's load verifies it"),
+        }
+    }
+
+    /// The load plan of what CURRENT names: the plan reads the store's `CURRENT` file, or,
+    /// with a cluster's pointer, the pointer is read first (the executor's step) and the plan
+    /// loads the checkpoint it names, the manifest's digest checked against it. `None`: no
+    /// checkpoint (the pointer is unset).
+    fn current_plan(
+        &self,
+        root: Option<Fd>,
+        manifests: Option<Fd>,
+        blobs: Option<Fd>,
+        window: usize,
+    ) -> Result<Option<CurrentLoad>, CheckpointError> {
+        let Some(p) = self.pointer else {
+            let plan = plan::LoadPlan::current(
+                self.store_path(),
+                root,
+                manifests,
+                blobs,
+                self.limits,
+                window,
+            );
+            return Ok(Some((plan, None)));
+        };
+        let Some(c) = p.read()? else {
+            return Ok(None);
+        };
+        let plan = plan::LoadPlan::checkpoint(
+            self.store_path(),
+            manifests,
+            blobs,
+            c.id,
+            Some(c.manifest_sha256),
+            self.limits,
+            window,
+        )?;
+        Ok(Some((plan, Some(c.to_bytes()))))
     }
 
     fn load_inner(
         &self,
         collect: bool,
     ) -> Result<Option<(CheckpointSummary, Vec<Entry>)>, CheckpointError> {
-        let mut buf = hash::buffer();
         let mut attempts = 0;
         loop {
-            let Some((cur, raw)) = self.read_current_raw()? else {
+            let (mut exec, [root, manifests, blobs]) = self.exec()?;
+            let Some((mut plan, read)) =
+                self.current_plan(root, manifests, blobs, verify_window())?
+            else {
                 return Ok(None);
             };
-            match self.load_verified(cur.id, Some(&cur.manifest_sha256), &mut buf, collect) {
-                Ok(cp) => return Ok(Some(cp)),
+            let mut entries = Vec::new();
+            let res = self.run_load(&mut plan, &mut exec, blobs, &mut |e| {
+                if collect {
+                    entries.push(e.clone());
+                }
+            });
+            match res {
+                Ok(()) => {
+                    return Ok(match plan.output() {
+                        Some(plan::Loaded::Verified(s)) => Some((*s, entries)),
+                        Some(plan::Loaded::Nothing) | None => None,
+                    });
+                }
                 Err(e) => {
+                    // An owner may have published meanwhile: start over if CURRENT moved.
                     attempts += 1;
-                    let moved = matches!(self.read_current_raw(), Ok(Some((_, now))) if now != raw);
+                    let before = read.or_else(|| plan.current_bytes().map(<[u8]>::to_vec));
+                    let moved = match self.read_current_raw() {
+                        Ok(Some((_, now))) => before.is_some_and(|b| b != now),
+                        Ok(None) | Err(_) => false,
+                    };
                     if !moved || attempts >= 3 {
                         return Err(e);
                     }
@@ -681,12 +773,13 @@ impl<'s> CheckpointStore<'s> {
         }
     }
 
-    /// Loads the current checkpoint and verifies it completely: `CURRENT`'s format, the
-    /// manifest's digest and format, every blob's size and digest (streamed, constant memory).
-    /// `Ok(None)` when there is no checkpoint yet. Read-only: never repairs, deletes or falls
-    /// back to an older checkpoint. If `CURRENT` changes while loading (an owner published
-    /// meanwhile) the load starts over, at most three times. The entries are returned in
-    /// memory; [`CheckpointStore::load_summary`] verifies the same without holding them.
+    /// Loads the current checkpoint and verifies it completely ([`plan::LoadPlan`]):
+    /// `CURRENT`'s format, the manifest's digest and format, every blob's size and digest
+    /// (streamed, constant memory, several blobs at once on the available cores). `Ok(None)`
+    /// when there is no checkpoint yet. Read-only: never repairs, deletes or falls back to an
+    /// older checkpoint. If `CURRENT` changes while loading (an owner published meanwhile) the
+    /// load starts over, at most three times. The entries are returned in memory;
+    /// [`CheckpointStore::load_summary`] verifies the same without holding them.
     pub fn load(&self) -> Result<Option<Checkpoint>, CheckpointError> {
         Ok(self.load_inner(true)?.map(|(s, entries)| Checkpoint {
             id: s.id,
@@ -716,13 +809,28 @@ impl<'s> CheckpointStore<'s> {
         let mut newest_valid_older = None;
         // With no checkpoint at all there is nothing older to look for.
         if !matches!(current, Ok(None)) {
-            let mut buf = hash::buffer();
             for id in self.manifest_ids()?.into_iter().rev() {
                 if below.is_some_and(|b| id >= b) {
                     continue;
                 }
-                if let Ok((cp, _)) = self.load_verified(id, None, &mut buf, false) {
-                    newest_valid_older = Some(cp);
+                let (mut exec, [_, manifests, blobs]) = self.exec()?;
+                let Ok(mut plan) = plan::LoadPlan::checkpoint(
+                    self.store_path(),
+                    manifests,
+                    blobs,
+                    id,
+                    None,
+                    self.limits,
+                    verify_window(),
+                ) else {
+                    continue;
+                };
+                if self
+                    .run_load(&mut plan, &mut exec, blobs, &mut |_| {})
+                    .is_ok()
+                    && let Some(plan::Loaded::Verified(cp)) = plan.output()
+                {
+                    newest_valid_older = Some(*cp);
                     break;
                 }
             }
@@ -738,7 +846,6 @@ impl<'s> CheckpointStore<'s> {
     /// marks no checkpoint as current; [`CheckpointStore::read_current`] says why.
     pub fn list(&self) -> Result<Vec<Listed>, CheckpointError> {
         let current = self.read_current().ok().flatten();
-        let mut buf = hash::buffer();
         let mut out = Vec::new();
         for id in self.manifest_ids()? {
             let expected = current
@@ -750,7 +857,7 @@ impl<'s> CheckpointStore<'s> {
                 current: expected.is_some(),
                 header: self.manifest_header(id).ok(),
                 verified: self
-                    .load_verified(id, expected.as_ref(), &mut buf, false)
+                    .load_verified(id, expected.as_ref(), false)
                     .map(|(s, _)| s),
             });
         }
@@ -767,7 +874,7 @@ impl<'s> CheckpointStore<'s> {
             .flatten()
             .filter(|c| c.id == id)
             .map(|c| c.manifest_sha256);
-        let (s, entries) = self.load_verified(id, expected.as_ref(), &mut hash::buffer(), true)?;
+        let (s, entries) = self.load_verified(id, expected.as_ref(), true)?;
         Ok(Checkpoint {
             id: s.id,
             parent: s.parent,
@@ -819,24 +926,21 @@ impl<'s> CheckpointStore<'s> {
         }
     }
 
-    /// Creates a fresh, empty, private staging area (owner only). The directory that keeps
-    /// the outputs of failed publishes is made now too, so that keeping one never needs a new
-    /// directory on a full disk.
+    /// Creates a fresh, empty, private staging area (owner only, [`plan::StagingPlan`]).
     pub fn staging(&self) -> Result<Staging, CheckpointError> {
-        let (root, _, _) = self.owned_dirs()?;
-        root.ensure_dir(FAILED_DIR, "staging")?;
-        let parent = root.ensure_dir(STAGING_DIR, "staging")?;
         loop {
+            let (mut exec, fds) = self.owned_fds()?;
             let name = tree::random_name()?;
-            match parent.create_dir(&name, "staging") {
-                Ok(dir) => {
+            let mut p = plan::StagingPlan::new(fds.root, name.clone());
+            match plan::run(&mut p, &mut exec) {
+                Ok(()) => {
                     return Ok(Staging {
-                        path: dir.path().to_path_buf(),
+                        path: self.path().join(STAGING_DIR).join(&name),
                         name,
                     });
                 }
-                Err(FsError::AlreadyExists { .. }) => continue,
-                Err(e) => return Err(e.into()),
+                Err(CheckpointError::Fs(FsError::AlreadyExists { .. })) => continue,
+                Err(e) => return Err(e),
             }
         }
     }
@@ -848,57 +952,20 @@ impl<'s> CheckpointStore<'s> {
         tree::remove_tree(&parent, &staging.name, "staging")
     }
 
-    /// Keeps the output of a failed publish (card P1): the staging area — whatever its path
-    /// names now, a directory, a symlink or a file — is renamed to `failed/<epoch>` (or
-    /// `failed/<epoch>.<n>` when that is taken), which needs no space and copies nothing, and
-    /// the oldest kept outputs beyond `keep` are removed. Returns the path it is kept at, or
-    /// `None` when the area is gone (the writer removed it: nothing to keep).
+    /// Keeps the output of a failed publish (card P1, [`plan::KeepFailedPlan`]): the staging
+    /// area — whatever its path names now, a directory, a symlink or a file — is renamed to
+    /// `failed/<epoch>` (or `failed/<epoch>.<n>` when that is taken), which needs no space and
+    /// copies nothing, and the oldest kept outputs beyond `keep` are removed. Returns the path
+    /// it is kept at, or `None` when the area is gone (the writer removed it: nothing to keep).
     pub fn keep_failed(
         &self,
         staging: &Staging,
         epoch: u64,
     ) -> Result<Option<PathBuf>, CheckpointError> {
-        let (root, _, _) = self.owned_dirs()?;
-        let parent = root.open_dir(STAGING_DIR)?;
-        let failed = root.ensure_dir(FAILED_DIR, "failed")?;
-        // Moving a directory to another parent rewrites its `..`, which needs write permission
-        // on it; a child may have left its output read-only.
-        if let Ok(d) = parent.open_dir_any_mode(&staging.name) {
-            let _ = rustix::fs::fchmod(&d, Mode::from_raw_mode(0o700));
-        }
-        let mut n = 0u32;
-        let kept = loop {
-            let name = if n == 0 {
-                epoch.to_string()
-            } else {
-                format!("{epoch}.{n}")
-            };
-            match parent.rename_to(&staging.name, &failed, &name, "failed", true) {
-                Ok(()) => break failed.child_path(&name),
-                Err(FsError::AlreadyExists { .. }) => n += 1,
-                Err(FsError::NotFound { .. }) => return Ok(None),
-                Err(e) => return Err(e.into()),
-            }
-        };
-        // Durable, so the kept output outlives a power loss like the checkpoint would have.
-        failed.sync("failed")?;
-        parent.sync("failed")?;
-        let mut all = failed_entries(&failed)?;
-        all.sort();
-        while all.len() > self.keep {
-            let ((_, _), name) = all.remove(0);
-            match failed.stat(&name)? {
-                Some(st) if FileKind::of_mode(st.st_mode) == FileKind::Directory => {
-                    tree::remove_tree(&failed, &name, "failed")?
-                }
-                Some(_) => match failed.unlink(&name, "failed") {
-                    Ok(()) | Err(FsError::NotFound { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                },
-                None => {}
-            }
-        }
-        Ok(Some(kept))
+        let (mut exec, fds) = self.owned_fds()?;
+        let mut p = plan::KeepFailedPlan::new(fds.root, staging.name.clone(), epoch, self.keep);
+        plan::run(&mut p, &mut exec)?;
+        Ok(p.kept().map(|n| self.path().join(FAILED_DIR).join(n)))
     }
 
     /// The outputs kept by failed publishes, oldest first: their epoch and path (read-only).
@@ -917,55 +984,20 @@ impl<'s> CheckpointStore<'s> {
             .collect())
     }
 
-    /// Checks the fencing epoch (card H5): the publish must name exactly the epoch persisted
-    /// in the state dir. An older one is a stale owner; a newer one was never granted.
-    fn fence(&self, epoch: u64) -> Result<(), CheckpointError> {
-        // A cluster's pointer is its own fence: it moves only while the lease of `epoch` holds.
-        if self.pointer.is_some() {
-            return Ok(());
-        }
-        let path = self
-            .state
-            .root()
-            .child_path(crate::lease::CONTROL_DIR)
-            .join(crate::lease::epoch::EPOCH_FILE);
-        let persisted =
-            crate::lease::read_epoch(self.state).map_err(|e| CheckpointError::EpochUnreadable {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
-        if persisted > epoch {
-            return Err(CheckpointError::StaleEpoch {
-                path,
-                epoch,
-                persisted,
-            });
-        }
-        if persisted < epoch {
-            return Err(CheckpointError::UnknownEpoch {
-                path,
-                epoch,
-                persisted,
-            });
-        }
-        Ok(())
-    }
-
     /// Publishes the files of a staging area as the new current checkpoint (owner only), with
-    /// the protocol in the module docs. Nested directories become `/`-separated names; an
-    /// empty area, or one equal to the current checkpoint, is [`Published::Unchanged`].
+    /// the protocol of [`plan::PublishPlan`]. Nested directories become `/`-separated names;
+    /// an empty area, or one equal to the current checkpoint, is [`Published::Unchanged`].
     ///
     /// The area is looked up by its name now (card P1): if the writer replaced it, the new
     /// directory is published; if it is now a symlink or a file, the publish is refused. Every
     /// limit is checked by a first walk that reads no file, before anything durable is
-    /// written (card P2); the second walk stores the blobs. Neither walk recurses, and both
-    /// hold a bounded number of descriptors at any depth.
+    /// written (card P2); the second walk hands the files to the plan one at a time. Neither
+    /// walk recurses, and both hold a bounded number of descriptors at any depth.
     pub fn publish(&self, epoch: u64, staging: &Staging) -> Result<Published, CheckpointError> {
         let (root, _, _) = self.owned_dirs()?;
-        self.fence(epoch)?;
         let parent = root.open_dir(STAGING_DIR)?;
         let top = match parent.stat(&staging.name)? {
-            None => return self.nothing_to_publish(),
+            None => return self.nothing_to_publish(epoch),
             Some(st) => match FileKind::of_mode(st.st_mode) {
                 FileKind::Directory => parent.open_dir_any_mode(&staging.name)?,
                 FileKind::Symlink => return Err(unsupported(staging.path(), "symlink")),
@@ -993,27 +1025,32 @@ impl<'s> CheckpointStore<'s> {
         drop(walker);
         let mut walker = tree::Walker::new(&top, self.limits)?;
         let top_path = top.path().to_path_buf();
-        let mut next = || -> Result<Option<Input<'_>>, CheckpointError> {
+        let mut next = |exec: &mut Exec<'_>| -> Result<Option<plan::Input>, CheckpointError> {
             let Some(found) = walker.next()? else {
                 return Ok(None);
             };
             let leaf = found.name.rsplit('/').next().unwrap_or(&found.name);
             let f = walker.dir()?.open_file_any_mode(leaf)?;
-            let st = rustix::fs::fstat(&f)
-                .map_err(|e| CheckpointError::io(top_path.join(&found.name), "stat", e.into()))?;
-            Ok(Some(Input {
+            let path = top_path.join(&found.name);
+            let st =
+                rustix::fs::fstat(&f).map_err(|e| CheckpointError::io(&path, "stat", e.into()))?;
+            let size = st.st_size as u64;
+            Ok(Some(plan::Input {
                 name: found.name,
                 mode: st.st_mode & 0o777,
-                source: Source::File(f),
+                src: Src::File {
+                    fd: exec.adopt_file(f, path),
+                    size,
+                },
             }))
         };
-        self.publish_checked(epoch, count, &mut next, Some(top.path()), None)
+        self.run_publish(epoch, count, &mut next, None)
     }
 
     /// Rollback (owner only): publishes the files of checkpoint `to` again, as a new checkpoint
-    /// written at `epoch`, through the same protocol as every publish (fence, blob directory
-    /// fsync, manifest, fence, `CURRENT`, GC). `to` is verified completely first, and its blobs
-    /// are carried over by digest ([`Source::Blob`]): nothing is copied.
+    /// written at `epoch`, through the same protocol as every publish (the publish plan: fence,
+    /// blobs, the batch, manifest, fence, `CURRENT`, GC). `to` is verified completely first, and
+    /// its blobs are carried over by digest ([`Source::Blob`]): nothing is copied.
     ///
     /// It works whatever `CURRENT` holds, since its purpose is to get past a current checkpoint
     /// that is refused: the new checkpoint's parent is the checkpoint `CURRENT` names (or, when
@@ -1022,8 +1059,8 @@ impl<'s> CheckpointStore<'s> {
     /// manifest in the store, so nothing is overwritten. When `to` is the current checkpoint
     /// and it verifies, nothing changes ([`Published::Unchanged`]).
     pub fn republish(&self, epoch: u64, to: CheckpointId) -> Result<Published, CheckpointError> {
+        // The publish plan fences first of all; the rollback's target is read before it.
         self.owned_dirs()?;
-        self.fence(epoch)?;
         let current = self.read_current();
         let target = self.load_id(to)?;
         let newest = self.manifest_ids()?.last().copied();
@@ -1038,21 +1075,25 @@ impl<'s> CheckpointStore<'s> {
         };
         let above = parent.max(newest).unwrap_or(to);
         let id = above.next().ok_or_else(|| CheckpointError::IdsExhausted {
-            path: self.current_path(),
+            path: self.store_path().current(),
         })?;
         let count = target.entries.len() as u64;
         let mut it = target.entries.into_iter();
-        let mut next = || -> Result<Option<Input<'_>>, CheckpointError> {
-            Ok(it.next().map(|e| Input {
-                name: e.name,
-                mode: e.mode,
-                source: Source::Blob {
-                    sha256: e.sha256,
-                    size: e.size,
-                },
-            }))
-        };
-        self.publish_checked(epoch, count, &mut next, None, Some(Over { parent, id }))
+        self.run_publish(
+            epoch,
+            count,
+            &mut |_| {
+                Ok(it.next().map(|e| plan::Input {
+                    name: e.name,
+                    mode: e.mode,
+                    src: Src::Blob {
+                        sha256: e.sha256,
+                        size: e.size,
+                    },
+                }))
+            },
+            Some((parent, id)),
+        )
     }
 
     /// Publishes a list of files as the new current checkpoint (owner only); the library form
@@ -1064,7 +1105,6 @@ impl<'s> CheckpointStore<'s> {
         mut files: Vec<PublishFile<'_>>,
     ) -> Result<Published, CheckpointError> {
         self.owned_dirs()?;
-        self.fence(epoch)?;
         // Names and limits are checked before any byte is written.
         files.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
         let mut check = format::EntryCheck::new(self.limits);
@@ -1081,14 +1121,38 @@ impl<'s> CheckpointStore<'s> {
         }
         let count = files.len() as u64;
         let mut it = files.into_iter();
-        let mut next = || -> Result<Option<Input<'_>>, CheckpointError> {
-            Ok(it.next().map(|f| Input {
-                name: f.name,
-                mode: f.mode & 0o777,
-                source: f.source,
-            }))
-        };
-        self.publish_checked(epoch, count, &mut next, None, None)
+        self.run_publish(
+            epoch,
+            count,
+            &mut |exec| {
+                let Some(f) = it.next() else {
+                    return Ok(None);
+                };
+                let path = PathBuf::from(&f.name);
+                let src = match f.source {
+                    Source::Reader(r) => Src::Reader {
+                        fd: exec.adopt_reader(r, path),
+                    },
+                    Source::File(file) => {
+                        let size = file
+                            .metadata()
+                            .map_err(|e| CheckpointError::io(&path, "stat", e))?
+                            .len();
+                        Src::File {
+                            fd: exec.adopt_file(file, path),
+                            size,
+                        }
+                    }
+                    Source::Blob { sha256, size } => Src::Blob { sha256, size },
+                };
+                Ok(Some(plan::Input {
+                    name: f.name,
+                    mode: f.mode & 0o777,
+                    src,
+                }))
+            },
+            None,
+        )
     }
 
     fn check_totals(&self, count: u64, bound: u64, path: &Path) -> Result<(), CheckpointError> {
@@ -1107,401 +1171,85 @@ impl<'s> CheckpointStore<'s> {
         Ok(())
     }
 
-    fn nothing_to_publish(&self) -> Result<Published, CheckpointError> {
-        let current = self.read_current()?.map(|c| c.id);
-        Ok(Published::Unchanged { current })
+    /// The staging area is gone: nothing to publish, fenced and with `CURRENT` read as a
+    /// publish of no file does.
+    fn nothing_to_publish(&self, epoch: u64) -> Result<Published, CheckpointError> {
+        self.run_publish(epoch, 0, &mut |_| Ok(None), None)
     }
 
-    fn publish_checked<'r>(
+    /// Runs the publish plan on the real filesystem, feeding it `next`'s inputs one at a time.
+    fn run_publish<'r>(
         &self,
         epoch: u64,
         count: u64,
-        next: &mut dyn FnMut() -> Result<Option<Input<'r>>, CheckpointError>,
-        origin: Option<&Path>,
-        over: Option<Over>,
-    ) -> Result<Published, CheckpointError> {
-        let (root, manifests, blobs) = self.owned_dirs()?;
-        let shown = |name: &str| match origin {
-            Some(o) => o.join(name),
-            None => PathBuf::from(name),
-        };
-        // CURRENT and the parent manifest's digest are checked before any blob is written
-        // (a rollback names its parent and id itself, and has no parent entries to reuse).
-        let current = match over {
-            Some(_) => None,
-            None => self.read_current()?,
-        };
-        let parent = match &current {
-            None => None,
-            Some(cur) => {
-                let mut f = self.open_manifest(cur.id)?;
-                let path = self.manifest_path(cur.id);
-                let max = self
-                    .limits
-                    .max_manifest_bytes
-                    .max(limits::LEGACY_MAX_MANIFEST_BYTES);
-                let got = hash::digest_reader(&mut (&mut f).take(max + 1), &mut hash::buffer())
-                    .map_err(|e| CheckpointError::io(&path, "read", e))?;
-                if got.sha256 != cur.manifest_sha256 {
-                    return Err(CheckpointError::ManifestDigestMismatch {
-                        path,
-                        expected: cur.manifest_sha256,
-                        actual: got.sha256,
-                    });
-                }
-                f.seek(SeekFrom::Start(0))
-                    .map_err(|e| CheckpointError::io(&path, "seek", e))?;
-                let r = format::ManifestReader::new(BufReader::new(f), self.limits).map_err(
-                    |reason| CheckpointError::ManifestMalformed {
-                        path: path.clone(),
-                        reason,
-                    },
-                )?;
-                Some((r, path))
-            }
-        };
-        let parent_id = match over {
-            Some(o) => o.parent,
-            None => current.map(|c| c.id),
-        };
-        if count == 0 && over.is_none() {
-            return Ok(Published::Unchanged { current: parent_id });
-        }
-        let mut id = match (over, parent_id) {
-            (Some(o), _) => o.id,
-            (None, None) => CheckpointId::FIRST,
-            (None, Some(p)) => p.next().ok_or_else(|| CheckpointError::IdsExhausted {
-                path: self.current_path(),
-            })?,
-        };
-        // A shared store may hold a manifest of that id already, written by a former owner
-        // that lost its lease: it is never replaced; the next free id is used.
-        if self.pointer.is_some()
-            && over.is_none()
-            && let Some(top) = self.manifest_ids()?.last()
-            && *top >= id
-        {
-            id = top.next().ok_or_else(|| CheckpointError::IdsExhausted {
-                path: self.current_path(),
-            })?;
-        }
-        let mut parent = parent.map(|(r, path)| ParentEntries {
-            r,
-            path,
-            pending: None,
-        });
-        // The parent's entries are read alongside the new ones (both sorted by name), so an
-        // unchanged file is found without holding either list in memory.
-        let mut unchanged = parent.as_ref().is_some_and(|p| p.r.header().files == count);
-        let header = Header {
-            format: format::MANIFEST_FORMAT,
-            id,
-            parent: parent_id,
+        next: &mut dyn FnMut(&mut Exec<'r>) -> Result<Option<plan::Input>, CheckpointError>,
+        over: Option<(Option<CheckpointId>, CheckpointId)>,
+    ) -> Result<Published, CheckpointError>
+    where
+        's: 'r,
+    {
+        let (exec, fds) = self.owned_fds()?;
+        let mut exec: Exec<'r> = exec;
+        let created_at_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let mut p = plan::PublishPlan::new(
+            self.store_path(),
+            fds,
+            self.limits,
+            self.keep,
             epoch,
-            created_at_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0),
-            files: count,
+            count,
+            created_at_ms,
+        );
+        if let Some((parent, id)) = over {
+            p = p.over(parent, id);
+        }
+        // A shared store (issue 14): the pointer is read and the manifests listed before the
+        // plan, which then moves the pointer through its `Replace` step.
+        if let Some(pointer) = self.pointer {
+            p = p.shared(pointer.read()?, self.manifest_ids()?.last().copied())?;
+        }
+        let mut acked = false;
+        let res = loop {
+            let r = match p.poll() {
+                Poll::Op(step) => {
+                    let r = exec.run(step);
+                    p.handle(r)
+                }
+                Poll::Input => next(&mut exec).and_then(|input| p.give_input(input)),
+                Poll::Replace(current) => {
+                    let pointer = self.pointer.expect("only a shared publish replaces");
+                    let r = pointer.replace(&current, epoch);
+                    p.replaced(r)
+                }
+                Poll::Done => break Ok(()),
+                Poll::Verify(..) | Poll::Wait => unreachable!("a publish verifies in order"),
+            };
+            if let Err(e) = r {
+                break Err(e);
+            }
+            if p.acked() && !acked {
+                acked = true;
+                if let Err(e) = crate::failpoint::hit("publish.acked") {
+                    break Err(CheckpointError::io(self.path(), "acknowledge", e));
+                }
+            }
         };
-        let mut out = ManifestOut::new(manifests, header.to_line());
-
-        // 1. Blobs: temp, fsync, rename (never replacing), then one fsync of the blob dir. The
-        //    manifest's lines are buffered meanwhile (spilled to its temp file when large).
-        let mut buf = hash::buffer();
-        let mut bytes_written = 0u64;
-        let mut bytes = 0u64;
-        let mut seen = 0u64;
-        while let Some(f) = next()? {
-            seen += 1;
-            let hint = match &mut parent {
-                Some(p) => p.find(&f.name)?,
-                None => None,
-            };
-            let (size, sha256, written) =
-                self.store_blob(blobs, f.source, &f.name, hint.as_ref(), &mut buf, &shown)?;
-            bytes_written += written;
-            bytes = bytes.saturating_add(size);
-            let entry = Entry {
-                name: f.name,
-                size,
-                sha256,
-                mode: f.mode & 0o777,
-            };
-            unchanged = unchanged && hint.as_ref() == Some(&entry);
-            out.push(&entry.to_line())?;
-        }
-        if seen != count {
-            let path = origin.map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-            return Err(CheckpointError::io(
-                path,
-                "walk",
-                std::io::Error::other(format!(
-                    "the staging area changed while it was published ({count} files, then {seen})"
-                )),
-            ));
-        }
-        // Always, even when every blob already existed: a blob renamed by an earlier publish
-        // whose directory fsync failed must not be referenced before its entry is durable.
-        blobs.sync("publish.blob").map_err(publish_failed)?;
-        if unchanged {
-            return Ok(Published::Unchanged { current: parent_id });
-        }
-
-        // 2. Manifest: temp, fsync, rename, fsync of the manifests dir.
-        let manifest_sha256 = out.finish(id, self.pointer.is_some())?;
-        manifests.sync("publish.manifest").map_err(publish_failed)?;
-
-        // 3. CURRENT, fenced once more right before the only step that makes it visible.
-        self.fence(epoch)?;
-        let current = Current {
-            id,
-            manifest_sha256,
-        };
-        match self.pointer {
-            Some(p) => p.replace(&current, epoch)?,
-            None => replace_current(root, &current)?,
-        }
-        crate::failpoint::hit("publish.acked")
-            .map_err(|e| CheckpointError::io(self.path(), "acknowledge", e))?;
-
-        // 4. Acknowledged: collect what the last `keep` checkpoints do not need.
-        let gc = self.collect(id, manifests, blobs);
-        Ok(Published::New {
-            checkpoint: CheckpointSummary {
-                id,
-                parent: parent_id,
-                epoch,
-                created_at_ms: header.created_at_ms,
-                files: count,
-                bytes,
-                manifest_sha256,
-            },
-            bytes_written,
-            gc,
-        })
-    }
-
-    /// Stores one file's bytes as a blob and returns (size, digest, bytes written). An
-    /// existing blob is reused unread only when `hint` (the current checkpoint's entry of the
-    /// same name, verified when the owner loaded it) names it; any other is verified first.
-    fn store_blob(
-        &self,
-        blobs: &Dir,
-        source: Source<'_>,
-        name: &str,
-        hint: Option<&Entry>,
-        buf: &mut [u8],
-        shown: &dyn Fn(&str) -> PathBuf,
-    ) -> Result<(u64, Digest, u64), CheckpointError> {
-        let trusted = hint.map(|h| h.sha256);
-        match source {
-            Source::Blob { sha256, size } => {
-                let ok = matches!(
-                    blobs.stat(sha256.to_hex()),
-                    Ok(Some(st)) if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
-                        && st.st_size as u64 == size
-                );
-                if !ok {
-                    return Err(CheckpointError::CarryMissing {
-                        path: self.blob_path(&sha256),
-                        name: name.to_string(),
-                    });
-                }
-                Ok((size, sha256, 0))
+        if let Err(e) = res {
+            // A failed publish leaves nothing behind (best effort; a crash leaves scratch the
+            // next owned open removes): the executor removes the temp files it made, and the
+            // blobs this publish gathered in `incoming/` go with the directory.
+            drop(exec);
+            if !acked && let Ok((root, _, _)) = self.owned_dirs() {
+                let _ = root.remove_tree(p.incoming_dir(), "publish.incoming");
             }
-            Source::File(mut f) => {
-                // Likely unchanged (same name and size as in the current checkpoint): hash
-                // first and skip the copy when the blob exists.
-                let len = f
-                    .metadata()
-                    .map_err(|e| CheckpointError::io(shown(name), "stat", e))?
-                    .len();
-                if hint.is_some_and(|h| h.size == len) {
-                    let s = hash::digest_fast(&mut f, len, buf)
-                        .map_err(|e| CheckpointError::io(shown(name), "read", e))?;
-                    if self.blob_present(blobs, &s.sha256, s.size, name, trusted)? {
-                        return Ok((s.size, s.sha256, 0));
-                    }
-                    f.seek(SeekFrom::Start(0))
-                        .map_err(|e| CheckpointError::io(shown(name), "seek", e))?;
-                }
-                self.write_blob(blobs, &mut f, name, trusted, shown)
-            }
-            Source::Reader(mut r) => self.write_blob(blobs, &mut r, name, trusted, shown),
+            return Err(e);
         }
-    }
-
-    /// Whether a blob with this digest exists; one with the wrong size, or (when it is not
-    /// `trusted`) the wrong content, is refused, never replaced (that would be a repair).
-    fn blob_present(
-        &self,
-        blobs: &Dir,
-        d: &Digest,
-        size: u64,
-        name: &str,
-        trusted: Option<Digest>,
-    ) -> Result<bool, CheckpointError> {
-        match blobs.stat(d.to_hex())? {
-            None => Ok(false),
-            Some(st) if st.st_size as u64 == size => {
-                if trusted != Some(*d) {
-                    let entry = Entry {
-                        name: name.to_string(),
-                        size,
-                        sha256: *d,
-                        mode: 0,
-                    };
-                    self.verify_entry(&entry, &mut hash::buffer())?;
-                }
-                Ok(true)
-            }
-            Some(st) => Err(CheckpointError::BlobSizeMismatch {
-                path: self.blob_path(d),
-                name: name.to_string(),
-                expected: size,
-                actual: st.st_size as u64,
-            }),
-        }
-    }
-
-    /// Copies `src` into a temp blob while hashing it, then renames it to its digest unless a
-    /// blob of that digest exists already (the temp is then dropped unsynced).
-    fn write_blob(
-        &self,
-        blobs: &Dir,
-        src: &mut dyn Read,
-        name: &str,
-        trusted: Option<Digest>,
-        shown: &dyn Fn(&str) -> PathBuf,
-    ) -> Result<(u64, Digest, u64), CheckpointError> {
-        // The pipeline brings its own fixed set of buffers.
-        let mut tmp = blobs.create_temp("publish.blob").map_err(publish_failed)?;
-        let mut kicked = 0u64;
-        let summary = hash::pipe(src, None, |chunk, offset| {
-            tmp.write_all(chunk).map_err(publish_failed)?;
-            let end = offset + chunk.len() as u64;
-            if end - kicked >= WRITEBACK_KICK {
-                // Start writeback of what is written so far, so the disk works while we go on
-                // hashing and the final fsync has little left to do. DONTNEED starts
-                // asynchronous writeback of dirty pages (and drops pages that are already
-                // clean); it is advice only, the fsync below is what makes the blob durable.
-                let _ = rustix::fs::fadvise(
-                    tmp.file(),
-                    kicked,
-                    std::num::NonZeroU64::new(end - kicked),
-                    rustix::fs::Advice::DontNeed,
-                );
-                kicked = end;
-            }
-            Ok(())
-        })
-        .map_err(|e| match e {
-            hash::PipeError::Read(e) => CheckpointError::io(shown(name), "read", e),
-            hash::PipeError::Sink(e) => e,
-        })?;
-        let (size, sha256) = (summary.size, summary.sha256);
-        if self.blob_present(blobs, &sha256, size, name, trusted)? {
-            return Ok((size, sha256, 0));
-        }
-        // Blobs are read-only even to us, so no later open for writing can change them by
-        // accident.
-        rustix::fs::fchmod(tmp.file(), Mode::from_raw_mode(0o400))
-            .map_err(|e| CheckpointError::io(tmp.path(), "make read-only", e.into()))?;
-        match tmp
-            .sync()
-            .map_err(publish_failed)?
-            .rename_into_new(sha256.to_hex())
-        {
-            Ok(()) => Ok((size, sha256, size)),
-            // Someone stored the same bytes meanwhile; theirs is as good as ours.
-            Err(FsError::AlreadyExists { .. }) => Ok((size, sha256, 0)),
-            Err(e) => Err(publish_failed(e)),
-        }
-    }
-
-    /// The GC after an acknowledged publish. Failures are reported, not returned: the publish
-    /// is already durable, and the next GC starts over from what is on disk.
-    fn collect(&self, current: CheckpointId, manifests: &Dir, blobs: &Dir) -> GcReport {
-        let mut report = GcReport::default();
-        if let Err(e) = self.collect_into(current, manifests, blobs, &mut report) {
-            report.error = Some(e.to_string());
-        }
-        report
-    }
-
-    fn collect_into(
-        &self,
-        current: CheckpointId,
-        manifests: &Dir,
-        blobs: &Dir,
-        report: &mut GcReport,
-    ) -> Result<(), CheckpointError> {
-        // Which manifests to keep needs only their headers.
-        let mut seen = BTreeMap::new();
-        for id in self.manifest_ids()? {
-            let s = match self.manifest_header(id) {
-                Ok(h) => Seen::Valid { parent: h.parent },
-                Err(_) => Seen::Unreadable,
-            };
-            seen.insert(id, s);
-        }
-        let mut plan = gc::plan(current, &seen, self.keep);
-        if self.pointer.is_some() {
-            // A shared store: manifests above the new checkpoint may be a newer owner's (this
-            // one may have lost its lease since), and any blob may be about to be named by
-            // one; only older manifests go, and blobs stay.
-            plan.manifests.retain(|id| *id < current);
-            plan.blobs_skipped = true;
-        }
-        report.kept = plan.kept.clone();
-        report.blobs_skipped = plan.blobs_skipped;
-        // The blobs the kept checkpoints name, streamed from their manifests into a sorted
-        // list of 8-byte digest prefixes (8 bytes per file, not the whole list of entries).
-        // A prefix shared by a garbage blob only keeps that blob: never the reverse.
-        let mut referenced = gc::Referenced::default();
-        if !plan.blobs_skipped {
-            for id in &plan.kept {
-                if let Err(e) = self.stream_manifest(*id, None, |e| {
-                    referenced.add(&e.sha256);
-                    Ok(())
-                }) {
-                    // A kept manifest that cannot be read may name any blob.
-                    report.blobs_skipped = true;
-                    report.error = Some(e.to_string());
-                    break;
-                }
-            }
-        }
-        referenced.seal();
-        // Manifests go first, so a crash mid-GC does not leave a manifest without its blobs.
-        // No directory is fsynced: a deletion lost in a power cut only leaves garbage that the
-        // next GC removes again, and what GC deletes is never what a kept checkpoint needs, so
-        // the order of deletions does not need to be durable either (a manifest that comes
-        // back without its blobs is not kept, never loaded, and reported as invalid).
-        for id in &plan.manifests {
-            manifests.unlink(id.manifest_file_name(), "gc.manifest")?;
-            report.manifests_removed += 1;
-        }
-        if report.blobs_skipped {
-            return Ok(());
-        }
-        let mut removed = 0;
-        blobs.for_each_entry(|name, kind| -> Result<bool, CheckpointError> {
-            if kind != FileKind::Regular {
-                return Ok(true);
-            }
-            let Some(d) = name.to_str().and_then(|n| n.parse::<Digest>().ok()) else {
-                return Ok(true);
-            };
-            if gc::is_garbage(&referenced, &d) {
-                blobs.unlink(name, "gc.blob")?;
-                removed += 1;
-            }
-            Ok(true)
-        })?;
-        report.blobs_removed = removed;
-        Ok(())
+        Ok(p.output()
+            .expect("a finished publish has an outcome")
+            .clone())
     }
 
     /// Copies `checkpoint`'s files into a new read-only view under the store's `views/`
@@ -1516,46 +1264,60 @@ impl<'s> CheckpointStore<'s> {
 
     /// Verifies the current checkpoint and copies it into a new read-only view in one
     /// streaming pass over its manifest (owner only): the runner's recovery, in memory and
-    /// descriptors that do not grow with the number of files or their depth. `Ok(None)` when
-    /// there is no checkpoint.
+    /// descriptors that do not grow with the number of files or their depth. The load plan
+    /// checks every blob as the copy reads it. `Ok(None)` when there is no checkpoint.
     pub fn materialise_current(
         &self,
     ) -> Result<Option<(CheckpointSummary, View)>, CheckpointError> {
         let (root, _, _) = self.owned_dirs()?;
-        let Some(cur) = self.read_current()? else {
+        if self.read_current()?.is_none() {
             return Ok(None);
-        };
+        }
         let parent = root.ensure_dir(VIEWS_DIR, "view")?;
         let name = tree::random_name()?;
-        let top = parent.create_dir(&name, "view")?;
+        // Scratch: the view's entry need not survive a power loss, which ends its reader too.
+        parent.mkdir(&name, "view")?;
+        let top = parent.open_dir(&name)?;
         let path = top.path().to_path_buf();
-        let mut bytes = 0u64;
         let res = (|| {
+            let (mut exec, [root, manifests, blobs]) = self.exec()?;
+            let Some((mut plan, _)) = self.current_plan(root, manifests, blobs, 1)? else {
+                return Ok(None);
+            };
             let mut w = tree::ViewWriter::new(&top);
             let mut buf = hash::buffer();
-            let (h, digest) = self.stream_manifest(cur.id, Some(&cur.manifest_sha256), |e| {
-                self.copy_into_view(&mut w, e, &mut buf)?;
-                bytes = bytes.saturating_add(e.size);
-                Ok(())
-            })?;
+            loop {
+                match plan.poll() {
+                    Poll::Op(step) => {
+                        let r = exec.run(step);
+                        plan.handle(r)?;
+                    }
+                    Poll::Verify(token, _) => {
+                        // The check reads the blob by copying it into the view.
+                        let e = plan.ready_entry().expect("a verify step names its entry");
+                        let r = self.copy_into_view(&mut w, e, &mut buf);
+                        plan.dispatched()?;
+                        plan.verified(token, r.map(Done::Hashed))?;
+                    }
+                    Poll::Done => break,
+                    Poll::Input | Poll::Wait | Poll::Replace(_) => {
+                        unreachable!("a load plan run in order")
+                    }
+                }
+            }
             w.finish()?;
-            Ok::<_, CheckpointError>(CheckpointSummary {
-                id: h.id,
-                parent: h.parent,
-                epoch: h.epoch,
-                created_at_ms: h.created_at_ms,
-                files: h.files,
-                bytes,
-                manifest_sha256: digest,
-            })
+            match plan.output() {
+                Some(plan::Loaded::Verified(s)) => Ok(Some(*s)),
+                Some(plan::Loaded::Nothing) | None => Ok(None),
+            }
         })();
         drop(top);
         match res {
-            Ok(s) => Ok(Some((s, View { path, name }))),
-            Err(e) => {
+            Ok(Some(s)) => Ok(Some((s, View { path, name }))),
+            other => {
                 // Best effort: a leftover view is scratch that the next owned open sweeps.
                 let _ = tree::remove_tree(&parent, &name, "view");
-                Err(e)
+                other.map(|_| None)
             }
         }
     }
@@ -1571,13 +1333,17 @@ impl<'s> CheckpointStore<'s> {
         parent: &Dir,
         name: &str,
     ) -> Result<PathBuf, CheckpointError> {
-        let top = parent.create_dir(name, "view")?;
+        parent.mkdir(name, "view")?;
+        let top = parent.open_dir(name)?;
         let path = top.path().to_path_buf();
         let res = (|| {
             let mut w = tree::ViewWriter::new(&top);
             let mut buf = hash::buffer();
             for e in &checkpoint.entries {
-                self.copy_into_view(&mut w, e, &mut buf)?;
+                let got = self.copy_into_view(&mut w, e, &mut buf)?;
+                if let Some(m) = plan::check_blob(e, &got) {
+                    return Err(self.mismatch(e, m));
+                }
             }
             w.finish()
         })();
@@ -1592,21 +1358,37 @@ impl<'s> CheckpointStore<'s> {
         }
     }
 
+    /// Copies the blob of `e` into the view at its name (read-only) and returns what the copy
+    /// held; the caller checks it against the entry.
     fn copy_into_view(
         &self,
         w: &mut tree::ViewWriter<'_>,
         e: &Entry,
         buf: &mut [u8],
-    ) -> Result<(), CheckpointError> {
-        let (dir, leaf) = w.dir_for(&e.name)?;
+    ) -> Result<Summary, FsError> {
+        let view_err = |err: CheckpointError| match err {
+            CheckpointError::Fs(fs) => fs,
+            other => FsError::Io {
+                op: "write the view of",
+                path: PathBuf::from(&e.name),
+                source: std::io::Error::other(other.to_string()),
+            },
+        };
+        let (dir, leaf) = w.dir_for(&e.name).map_err(view_err)?;
         let mut out = dir.create_exclusive(leaf, "view")?;
         let out_path = dir.child_path(leaf);
-        let mut src = self.open_blob(e)?;
+        let mut src = match self.open_blob(e) {
+            Ok(f) => f,
+            Err(CheckpointError::BlobMissing { path, .. }) => {
+                return Err(FsError::NotFound { path });
+            }
+            Err(other) => return Err(view_err(other)),
+        };
         // Read at most one byte past the promised size: enough to notice a longer blob.
         let limit = e.size.saturating_add(1);
         let mut sink = |chunk: &[u8], _: u64| {
             out.write_all(chunk)
-                .map_err(|err| CheckpointError::io(&out_path, "write", err))
+                .map_err(|err| FsError::io("write", out_path.clone(), err))
         };
         let got = if e.size >= hash::PIPELINE_MIN {
             hash::pipe(&mut src, Some(limit), &mut sink)
@@ -1614,31 +1396,15 @@ impl<'s> CheckpointStore<'s> {
             hash::copy_small(&mut src, limit, buf, &mut sink)
         }
         .map_err(|err| match err {
-            hash::PipeError::Read(err) => {
-                CheckpointError::io(self.blob_path(&e.sha256), "read", err)
-            }
+            hash::PipeError::Read(err) => FsError::io("read", self.blob_path(&e.sha256), err),
             hash::PipeError::Sink(err) => err,
         })?;
-        if got.size != e.size {
-            return Err(self.mismatch(
-                e,
-                Mismatch::Size {
-                    expected: e.size,
-                    actual: got.size.min(e.size + 1),
-                },
-            ));
-        }
-        if got.sha256 != e.sha256 {
-            return Err(self.mismatch(
-                e,
-                Mismatch::Digest {
-                    expected: e.sha256,
-                    actual: got.sha256,
-                },
-            ));
-        }
         rustix::fs::fchmod(&out, Mode::from_raw_mode(e.mode & 0o500))
-            .map_err(|err| CheckpointError::io(&out_path, "make read-only", err.into()))
+            .map_err(|err| FsError::io("make read-only", out_path.clone(), err))?;
+        Ok(Summary {
+            size: got.size,
+            sha256: got.sha256.0,
+        })
     }
 
     /// Removes a view made by [`CheckpointStore::materialise`].
@@ -1649,127 +1415,19 @@ impl<'s> CheckpointStore<'s> {
     }
 }
 
-/// What a rollback publishes over: the new checkpoint's parent and id, chosen by
-/// [`CheckpointStore::republish`] instead of read from `CURRENT`.
-#[derive(Debug, Clone, Copy)]
-struct Over {
-    parent: Option<CheckpointId>,
-    id: CheckpointId,
+/// How many threads check blobs at once: the available cores, at most 8 (each holds one
+/// buffer, or three for a large blob).
+fn verify_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(std::num::NonZero::get)
+        .unwrap_or(1)
+        .min(8)
 }
 
-/// One file of a publish.
-struct Input<'r> {
-    name: String,
-    mode: u32,
-    source: Source<'r>,
-}
-
-/// The current checkpoint's entries, read alongside a publish's sorted names.
-struct ParentEntries {
-    r: format::ManifestReader<BufReader<File>>,
-    path: PathBuf,
-    pending: Option<Entry>,
-}
-
-impl ParentEntries {
-    /// The parent's entry called `name`, if any; names must be asked in increasing order.
-    fn find(&mut self, name: &str) -> Result<Option<Entry>, CheckpointError> {
-        loop {
-            if self.pending.is_none() {
-                self.pending =
-                    self.r
-                        .next_entry()
-                        .map_err(|reason| CheckpointError::ManifestMalformed {
-                            path: self.path.clone(),
-                            reason,
-                        })?;
-            }
-            match &self.pending {
-                None => return Ok(None),
-                Some(e) => match e.name.as_bytes().cmp(name.as_bytes()) {
-                    std::cmp::Ordering::Less => self.pending = None,
-                    std::cmp::Ordering::Equal => return Ok(self.pending.take()),
-                    std::cmp::Ordering::Greater => return Ok(None),
-                },
-            }
-        }
-    }
-}
-
-/// A manifest being written: lines are buffered, and spilled to the temp file once the buffer
-/// is large, so a small publish creates its manifest after its blobs (the order the crash
-/// points list) and a large one never holds its manifest in memory.
-struct ManifestOut<'d> {
-    dir: &'d Dir,
-    tmp: Option<crate::privfs::TempFile<'d>>,
-    pending: Vec<u8>,
-    hash: sha2::Sha256,
-}
-
-/// Bytes of manifest lines buffered before they are written out.
-const MANIFEST_SPILL: usize = 1 << 20;
-
-impl<'d> ManifestOut<'d> {
-    fn new(dir: &'d Dir, header: Vec<u8>) -> ManifestOut<'d> {
-        use sha2::Digest as _;
-        let mut hash = sha2::Sha256::new();
-        hash.update(&header);
-        ManifestOut {
-            dir,
-            tmp: None,
-            pending: header,
-            hash,
-        }
-    }
-
-    fn push(&mut self, line: &[u8]) -> Result<(), CheckpointError> {
-        use sha2::Digest as _;
-        self.hash.update(line);
-        self.pending.extend_from_slice(line);
-        if self.pending.len() >= MANIFEST_SPILL {
-            self.spill()?;
-        }
-        Ok(())
-    }
-
-    fn spill(&mut self) -> Result<(), CheckpointError> {
-        if self.tmp.is_none() {
-            self.tmp = Some(
-                self.dir
-                    .create_temp("publish.manifest")
-                    .map_err(publish_failed)?,
-            );
-        }
-        let tmp = self.tmp.as_mut().expect("created above");
-        tmp.write_all(&self.pending).map_err(publish_failed)?;
-        self.pending.clear();
-        Ok(())
-    }
-
-    /// Writes the rest, fsyncs and renames the manifest into place; returns its digest. In a
-    /// shared store (`shared`) an existing manifest of the id is never replaced.
-    fn finish(mut self, id: CheckpointId, shared: bool) -> Result<Digest, CheckpointError> {
-        use sha2::Digest as _;
-        self.spill()?;
-        let digest = Digest(self.hash.clone().finalize().into());
-        let synced = self
-            .tmp
-            .take()
-            .expect("spill creates the temp file")
-            .sync()
-            .map_err(publish_failed)?;
-        // In a dir of its own, a leftover manifest of this id can only be the orphan of a
-        // crashed publish (CURRENT names its parent), so replacing it is safe. In a shared
-        // store another machine may be writing this very id (a former owner that lost its
-        // lease): the rename must not replace it, and then this publish fails.
-        if shared {
-            synced.rename_into_new(id.manifest_file_name())
-        } else {
-            synced.rename_into(id.manifest_file_name())
-        }
-        .map_err(publish_failed)?;
-        Ok(digest)
-    }
+/// How many blob checks a load keeps outstanding: two per thread, so no thread waits for the
+/// next while the plan parses.
+fn verify_window() -> usize {
+    verify_threads() * 2
 }
 
 fn unsupported(path: &Path, kind: &'static str) -> CheckpointError {
@@ -1791,28 +1449,6 @@ fn failed_entries(failed: &Dir) -> Result<Vec<FailedEntry>, CheckpointError> {
         }
     }
     Ok(all)
-}
-
-/// Replaces `CURRENT` durably: temp file in the store directory, write, fsync, `renameat` over
-/// `CURRENT`, fsync of the directory. This is the only function in the crate that replaces
-/// `CURRENT`. Every failure before the rename leaves `CURRENT` untouched
-/// ([`CheckpointError::PublishFailed`]); a failed directory fsync after it is
-/// [`CheckpointError::CurrentSyncFailed`].
-pub(crate) fn replace_current(root: &Dir, current: &Current) -> Result<(), CheckpointError> {
-    let bytes = current.to_bytes();
-    let mut tmp = root
-        .create_temp("publish.current")
-        .map_err(publish_failed)?;
-    tmp.write_all(&bytes).map_err(publish_failed)?;
-    tmp.sync()
-        .map_err(publish_failed)?
-        .rename_into(CURRENT_FILE)
-        .map_err(publish_failed)?;
-    root.sync("publish.current")
-        .map_err(|source| CheckpointError::CurrentSyncFailed {
-            new: current.id,
-            source,
-        })
 }
 
 /// The highest lease epoch the store records (card P3), and where: the epochs of the

@@ -961,7 +961,7 @@ impl<'a> Runner<'a> {
         match spawned {
             Ok(c) => {
                 let pid = c.pid();
-                if let (Some(l), Ok(id)) = (&self.lease, Identity::of_pid(pid))
+                if let (Some(l), Ok(id)) = (&mut self.lease, Identity::of_pid(pid))
                     && let Err(e) = l.register_instance("child", &id)
                 {
                     log::warn!("cannot register the child: {e}");
@@ -1158,7 +1158,7 @@ impl<'a> Runner<'a> {
         if let Some(t) = &self.tree {
             t.remove_cgroup();
         }
-        if let Some(l) = self.lease.take() {
+        if let Some(mut l) = self.lease.take() {
             let _ = l.unregister_instance("child");
             if let Err(e) = l.release() {
                 log::error!("releasing {}: {e}", self.dir_display());
@@ -1274,7 +1274,7 @@ impl<'a> Runner<'a> {
             if let Some(t) = &self.tree {
                 t.remove_cgroup();
             }
-            if let Some(l) = self.lease.take() {
+            if let Some(mut l) = self.lease.take() {
                 let _ = l.unregister_instance("child");
                 if let Err(e) = l.release() {
                     log::error!("releasing {}: {e}", self.dir_display());

@@ -13,7 +13,7 @@ use crate::privfs::{Dir, FsError};
 pub const EPOCH_FILE: &str = "epoch";
 
 /// The largest epoch file accepted: 20 digits of u64 plus the newline, with some slack.
-const MAX_LEN: u64 = 64;
+pub const MAX_LEN: u64 = 64;
 
 /// Errors of reading or writing the epoch file.
 #[derive(Debug, thiserror::Error)]
@@ -99,7 +99,7 @@ pub fn next(control: &Dir) -> Result<u64, EpochError> {
 
 /// An epoch the dir recorded outside the epoch file, and where (a manifest, a registry entry,
 /// the owner record, a kept output).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Seen {
     /// The epoch.
     pub epoch: u64,
@@ -109,7 +109,7 @@ pub struct Seen {
 
 /// The epoch file was behind an epoch recorded elsewhere: it was rewound (restored from an
 /// old backup, edited) or lost its last write. The next epoch skips past what was seen.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error)]
 #[error(
     "{path} holds epoch {file}, but {} records epoch {}; the next epoch is {next}, above every epoch this dir has recorded",
     .seen.path.display(), .seen.epoch
@@ -145,6 +145,35 @@ pub fn next_after(
         next,
     });
     Ok((next, rewound))
+}
+
+/// Why a request naming an epoch is fenced off (card H5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fenced {
+    /// A newer ownership exists: the requester is a stale owner.
+    Stale,
+    /// The dir never granted the requester's epoch.
+    Unknown,
+}
+
+/// The fence (card H5, invariant I3), as one pure function for every check and for the models:
+/// a request naming `mine` may take effect only while the dir's persisted epoch is exactly
+/// `mine`. An older persisted epoch was never granted to the requester; a newer one means a
+/// later owner exists.
+pub fn fence(mine: u64, persisted: u64) -> Result<(), Fenced> {
+    // The mutant `fence-off-by-one` lets the owner just before the current one through.
+    let stale = if crate::mutant::on("fence-off-by-one") {
+        persisted > mine.saturating_add(1)
+    } else {
+        persisted > mine
+    };
+    if stale {
+        Err(Fenced::Stale)
+    } else if persisted < mine {
+        Err(Fenced::Unknown)
+    } else {
+        Ok(())
+    }
 }
 
 /// Reads the current epoch, writes the next one durably and returns it. Only the lock holder

@@ -49,8 +49,8 @@ const RETRY_AFTER_EVENT: [Duration; 3] = [
 ];
 
 /// How a wait for the lock ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WaitEnd {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WaitEnd {
     /// The lock is now held on the caller's descriptor.
     Acquired,
     /// The bound expired while another holder kept the lock.
@@ -120,6 +120,22 @@ pub(crate) const DEGRADED_WAKE: Duration = Duration::from_millis(20);
 /// [`DEGRADED_WAKE`] with a warning, rather than failing the acquisition.
 pub(crate) struct CloseWatch {
     inotify: Option<OwnedFd>,
+}
+
+/// Closing an inotify instance waits for the kernel to retire its watches (an RCU grace
+/// period: about 14 ms measured on the project's machine), and the watch ends the moment the
+/// waiter owns: closed inline, it would be the largest cost of a handoff (issue 11). It is
+/// closed on a short-lived thread instead; if no thread can be had, inline after all.
+impl Drop for CloseWatch {
+    fn drop(&mut self) {
+        if let Some(fd) = self.inotify.take() {
+            let close = move || drop(fd);
+            // A failed spawn drops the closure here, which closes the descriptor inline.
+            let _ = std::thread::Builder::new()
+                .name("tenure-inotify-close".into())
+                .spawn(close);
+        }
+    }
 }
 
 impl CloseWatch {
@@ -275,11 +291,6 @@ impl LockGuard {
         let dup = rustix::io::fcntl_dupfd_cloexec(file, 3)?;
         self.shared = true;
         Ok(dup)
-    }
-
-    /// The lock file's path (for messages).
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
     }
 
     /// The locked descriptor (for identity checks such as `fstat`).

@@ -42,14 +42,24 @@
 //! 4. under the lock: inspect again; write the next epoch (one above every epoch the dir
 //!    records anywhere — epoch file, owner record, registry, manifests, kept outputs: card P3,
 //!    [`epoch::next_after`]), the marker (if the dir is cold) and
-//!    the owner record each to a temp file and fsync it, rename them into place (epoch first,
-//!    marker without replacing) and fsync the control folder once; then write the registry
-//!    entry, sweep leftovers of dead owners and waiters and remove our own waiter entry. Only
-//!    then is the [`Lease`] returned, so the epoch is durable before the caller owns.
+//!    the owner record each to a temp file (the epoch and the marker fdatasynced, the record
+//!    not), rename them into place (epoch first, marker without replacing) and sync the control
+//!    folder once; then write the registry entry, sweep leftovers of dead owners and waiters and
+//!    remove our own waiter entry, none of it synced. Only then is the [`Lease`] returned, so
+//!    the epoch is durable before the caller owns (and before any child can see it).
+//!
+//! ## Durability (issue 11, spec/lifecycle.md "Durability")
+//! A process crash keeps the page cache; only a power loss drops unsynced writes, and it ends
+//! every owner, child and waiter with them. So the lease syncs only the epoch (and, once, the
+//! marker and the folders of a new dir): the owner record, its phase updates, the release
+//! record, waiter and registry entries and every sweep are written and never synced. After a
+//! power loss they may be old or empty; an empty owner record reads as absent. The lease model
+//! checks this with power loss (`a successor after power loss starts clean`, `epochs
+//! increase`).
 //!
 //! ## Release, in order
 //! [`Lease::release`] removes this owner's registry entries, rewrites the owner record with
-//! phase `released` (fsynced; its directory is left to the next owner's fsync, see the method),
+//! phase `released` (not synced: evidence for live processes),
 //! then unlocks (`LOCK_UN` before close, so a waiter woken by the close finds the lock free).
 //!
 //! A waiter that stops waiting for any reason removes its entry, so a cancelled or expired
@@ -62,8 +72,10 @@ pub mod cgroup;
 mod election;
 #[doc(hidden)]
 pub mod epoch;
+mod exec;
 pub mod identity;
 mod lock;
+pub mod plan;
 pub mod record;
 
 use std::ffi::OsString;
@@ -107,7 +119,7 @@ pub const LEASES_DIR: &str = "leases";
 pub const INSTANCES_DIR: &str = "instances";
 
 /// The largest record tenure reads; its own records are a few hundred bytes.
-const MAX_RECORD: u64 = 64 * 1024;
+pub(crate) const MAX_RECORD: u64 = 64 * 1024;
 
 /// How long an acquisition waits for the SIGKILLed processes of a crashed owner's cgroup to be
 /// gone before it refuses (card T2). SIGKILL empties a cgroup in milliseconds unless a process
@@ -246,6 +258,15 @@ pub enum LeaseError {
         #[source]
         source: io::Error,
     },
+    /// An error of a lease plan whose state a model copied (the copy reports what the original
+    /// said; see [`plan::Failure::into_error`]).
+    #[error("{message}")]
+    Replayed {
+        /// What the original error said.
+        message: String,
+        /// Whether the original was a refusal (of state tenure does not understand).
+        refusal: bool,
+    },
     /// Waiting for the lock failed (inotify or poll).
     #[error(
         "cannot wait for {path}: {source}; check the inotify limits (fs.inotify.max_user_instances)"
@@ -275,6 +296,7 @@ impl LeaseError {
             | LeaseError::BadInstanceName { .. }
             | LeaseError::Epoch(_) => true,
             LeaseError::Fs(fs) => fs.is_refusal(),
+            LeaseError::Replayed { refusal, .. } => *refusal,
             LeaseError::Busy { .. }
             | LeaseError::Cancelled { .. }
             | LeaseError::Identity(_)
@@ -407,11 +429,7 @@ fn read_json<T: DeserializeOwned>(dir: &Dir, name: &str) -> Result<Option<T>, Le
         })
 }
 
-fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
-    let mut v = serde_json::to_vec_pretty(value).expect("records serialise infallibly");
-    v.push(b'\n');
-    v
-}
+use plan::{is_ours, to_json};
 
 fn check_version(path: PathBuf, version: u32) -> Result<(), LeaseError> {
     if version == RECORD_VERSION {
@@ -442,6 +460,14 @@ fn read_marker(control: &Dir) -> Result<Option<DirIdentity>, LeaseError> {
 
 /// Reads the owner record: `Ok(None)` when absent; corrupt is an error naming the file (L10).
 fn read_owner(control: &Dir) -> Result<Option<OwnerRecord>, LeaseError> {
+    // Empty: a power loss took the data of a record written without a sync (issue 11); it
+    // spoke for processes the power loss ended, so it is absent (as in the plans' inspection).
+    if control
+        .read_optional(OWNER_FILE, MAX_RECORD)
+        .is_ok_and(|b| b.is_some_and(|b| b.is_empty()))
+    {
+        return Ok(None);
+    }
     let rec = read_json::<OwnerRecord>(control, OWNER_FILE)?;
     if let Some(r) = &rec {
         check_version(control.child_path(OWNER_FILE), r.version)?;
@@ -449,100 +475,13 @@ fn read_owner(control: &Dir) -> Result<Option<OwnerRecord>, LeaseError> {
     Ok(rec)
 }
 
-/// What the read-only inspection of a state dir found.
-struct Inspection {
-    /// The identity marker, when present (and valid for this dir).
-    marker: Option<DirIdentity>,
-    /// The persisted epoch (0 when none).
-    epoch: u64,
-    /// The owner record, when present.
-    owner: Option<OwnerRecord>,
-}
-
-/// Inspects a state dir without changing anything; refuses foreign, moved or corrupt state.
-fn inspect(dir: &StateDir) -> Result<Inspection, LeaseError> {
-    // Card H7: a dir that was moved or replaced since it was opened is never initialised or
-    // taken over through the old descriptor.
-    if !dir.is_still_at_path()? {
-        return Err(LeaseError::Moved {
-            dir: dir.path().to_path_buf(),
-        });
-    }
-    let entries = dir.root().entries()?;
-    let control = if entries.iter().any(|e| e.name == CONTROL_DIR) {
-        Some(dir.root().open_dir(CONTROL_DIR)?)
-    } else {
-        None
-    };
-    let marker = match &control {
-        Some(c) => read_marker(c)?,
-        None => None,
-    };
-    match &marker {
-        Some(m) => {
-            if m.path != dir.path() {
-                return Err(LeaseError::IdentityMismatch {
-                    path: dir.path().join(CONTROL_DIR).join(IDENTITY_FILE),
-                    recorded: m.path.clone(),
-                    actual: dir.path().to_path_buf(),
-                });
-            }
-        }
-        None => {
-            if let Some(e) = entries.iter().find(|e| e.name != CONTROL_DIR) {
-                return Err(LeaseError::ForeignState {
-                    dir: dir.path().to_path_buf(),
-                    entry: e.name.clone(),
-                });
-            }
-        }
-    }
-    let mut current_epoch = 0;
-    let mut owner = None;
-    if let Some(c) = &control {
-        owner = read_owner(c)?;
-        current_epoch = epoch::read(c)?;
-    }
-    Ok(Inspection {
-        marker,
-        epoch: current_epoch,
-        owner,
-    })
-}
-
 /// Checks read-only that `dir` holds state a contender would accept: the refusals of
 /// acquisition (foreign, moved or corrupt state, card L8) without creating anything, for front
 /// ends such as `tenure up` that would otherwise write their own files into a refused dir.
 pub fn check(dir: &StateDir) -> Result<(), LeaseError> {
-    inspect(dir).map(|_| ())
-}
-
-/// A waiter entry of this process; removed when dropped (the wait ended for any reason).
-struct WaiterEntry {
-    dir: Dir,
-    name: String,
-}
-
-impl WaiterEntry {
-    fn publish(control: &Dir, me: &Identity) -> Result<WaiterEntry, LeaseError> {
-        let dir = control.ensure_dir(WAITERS_DIR, "lease.waiters")?;
-        let name = format!("{}-{}.json", me.pid, me.start_time);
-        let rec = WaiterRecord {
-            version: RECORD_VERSION,
-            identity: me.clone(),
-            since: now_ms(),
-        };
-        dir.replace_volatile(&name, &to_json(&rec), "lease.waiter")?;
-        Ok(WaiterEntry { dir, name })
-    }
-}
-
-impl Drop for WaiterEntry {
-    fn drop(&mut self) {
-        if let Err(e) = self.dir.unlink(&self.name, "lease.waiter") {
-            log::warn!("cannot remove waiter entry: {e}");
-        }
-    }
+    let mut lock = exec::LockIo::default();
+    let mut plan = plan::Check::new(plan::CheckSteps::new(dir.path().to_path_buf()));
+    plan::run(&mut plan, &mut exec::Real::new(dir, &mut lock)).map_err(plan::Failure::into_error)
 }
 
 /// Reads the owner record for a contention message; any problem just means "unknown".
@@ -566,420 +505,60 @@ pub fn acquire(
 /// the owner record the acquisition writes, so it is recorded before any process can enter it
 /// and costs no record write of its own (take it with [`Lease::take_cgroup`]); where no cgroup
 /// can be made, [`Lease::cgroup_error`] says why and the lease is returned without one.
+///
+/// The steps are the plan [`plan::Acquire`], run by the real executor: this function only
+/// gathers what the plan must not read itself (the clock, random tokens, this process's
+/// identity) and turns the plan's output into a [`Lease`].
 pub fn acquire_for_workload(
     dir: &StateDir,
     opts: &AcquireOptions<'_>,
     on_wait: &mut dyn FnMut(&Contention),
     cgroup: bool,
 ) -> Result<Lease, LeaseError> {
-    let dir_path = dir.path().to_path_buf();
-    let cancelled = || LeaseError::Cancelled {
-        dir: dir_path.clone(),
-    };
-    let wait_err = |source| LeaseError::Wait {
-        path: dir_path.join(CONTROL_DIR).join(LOCK_FILE),
-        source,
-    };
-    if lock::is_cancelled(opts.cancel).map_err(wait_err)? {
-        return Err(cancelled());
-    }
     let deadline = match opts.wait {
         WaitBound::Try => Some(Instant::now()),
         WaitBound::For(d) => Some(Instant::now() + d),
         WaitBound::Forever => None,
     };
-    inspect(dir)?;
-    let me = Identity::of_self()?;
-    let control = dir.root().ensure_dir(CONTROL_DIR, "lease.control")?;
-    let lock_path = control.child_path(LOCK_FILE);
-    let lock_err = |source| LeaseError::Lock {
-        path: lock_path.clone(),
-        source,
-    };
-    let lock_file = control.open_or_create_file(LOCK_FILE, "lease.lock")?;
-    let mut waiter = None;
-    if !lock::try_lock(&lock_file).map_err(lock_err)? {
-        let try_only = deadline.is_some_and(|d| d <= Instant::now());
-        if try_only {
-            // A `status` probe holds a shared lock for microseconds; one short retry keeps a
-            // probe from turning into a spurious `busy`.
-            std::thread::sleep(Duration::from_micros(200));
-            if !lock::try_lock(&lock_file).map_err(lock_err)? {
-                return Err(LeaseError::Busy {
-                    dir: dir_path.clone(),
-                    owner: owner_best_effort(&control).map(Box::new),
-                });
-            }
-        } else {
-            // Register the watch before the next try so a release in between is not missed.
-            let watch = lock::CloseWatch::new(&lock_file, &lock_path).map_err(wait_err)?;
-            waiter = Some(WaiterEntry::publish(&control, &me)?);
-            on_wait(&Contention {
-                dir: dir_path.clone(),
-                owner: owner_best_effort(&control),
-            });
-            match lock::wait(&lock_file, &watch, deadline, opts.cancel).map_err(wait_err)? {
-                lock::WaitEnd::Acquired => {}
-                lock::WaitEnd::Expired => {
-                    drop(waiter);
-                    return Err(LeaseError::Busy {
-                        dir: dir_path.clone(),
-                        owner: owner_best_effort(&control).map(Box::new),
-                    });
-                }
-                lock::WaitEnd::Cancelled => {
-                    drop(waiter);
-                    return Err(cancelled());
-                }
-            }
-        }
-    }
-    let guard = lock::LockGuard::new(lock_file, lock_path.clone());
-    let lease = become_owner(dir, &control, guard, me, opts.phase, opts.fence, cgroup)?;
-    drop(waiter);
-    Ok(lease)
-}
-
-/// The part of acquisition done under the lock. On error the guard is dropped, which unlocks.
-/// The epoch of an ownership under a cluster lease (issue 14): the cluster's fencing revision
-/// `cluster`, which must not be below `next_local`, the next epoch the local dir would grant
-/// (else `Err` with the epoch the dir records: the dir was used with another lease). The
-/// cluster model (models/src/cluster.rs) grants epochs through this function too.
-pub fn fenced_epoch(next_local: u64, cluster: u64) -> Result<u64, u64> {
-    // Mutant: the epoch taken from the local dir's counter instead of the cluster's revision.
-    if crate::mutant::on("cluster-epoch-local-counter") {
-        return Ok(next_local);
-    }
-    if cluster >= next_local {
-        Ok(cluster)
-    } else {
-        Err(next_local - 1)
-    }
-}
-
-fn become_owner(
-    dir: &StateDir,
-    control: &Dir,
-    guard: lock::LockGuard,
-    me: Identity,
-    phase: PhaseKind,
-    fence: Option<u64>,
-    want_cgroup: bool,
-) -> Result<Lease, LeaseError> {
-    // A named point between taking the lock and writing the owner record: tests hold an
-    // owner here (`gate`) to show what `stop` and `status` see of an owner that is starting.
-    crate::failpoint::hit("lease.locked").map_err(|source| LeaseError::Lock {
-        path: control.child_path(LOCK_FILE),
-        source,
-    })?;
-    let found = inspect(dir)?;
-    // Card T2: a crashed owner's workload may outlive it in the cgroup its record names. It is
-    // ended here, under the lock and *before* our record replaces that one: if we crash
-    // meanwhile, the record still names it for the next owner. (Ended after the replace, a
-    // crash in between would lose the last trace of it: the lease model's
-    // `end-leftovers-after-record` mutant.)
-    let previous = read_owner(control)?;
-    let leftovers = end_leftovers(dir, previous.as_ref(), found.marker.as_ref())?;
-    // Temp files in the control folder can only be left by an owner that crashed mid-write
-    // (waiters write in `waiters/`), so the new owner removes them.
-    control.remove_temp_files("lease.sweep")?;
-    // Card P3: the next epoch is above every epoch the dir recorded anywhere, not just above
-    // the epoch file, which may have been rewound.
-    let highest = highest_recorded(dir, control, found.owner.as_ref())?;
-    let (epoch, rewound) = epoch::next_after(
-        &control.child_path(epoch::EPOCH_FILE),
-        found.epoch,
-        highest.as_ref(),
-    )?;
-    // A cluster lease's epoch is the cluster's revision; the dir must not have seen it yet.
-    let (epoch, rewound) = match fence {
-        None => (epoch, rewound),
-        Some(cluster) => match fenced_epoch(epoch, cluster) {
-            Ok(e) => (e, None),
-            Err(recorded) => {
-                return Err(LeaseError::EpochAhead {
-                    dir: dir.path().to_path_buf(),
-                    recorded,
-                    cluster,
-                });
-            }
-        },
-    };
     let mut token = [0u8; 16];
     crate::privfs::random_bytes(&mut token)?;
-    let (marker, new_marker) = match found.marker {
-        Some(m) => (m, false),
-        None => (new_marker(dir)?, true),
-    };
-    // The workload's cgroup exists, and is named in the record, before the record is published.
-    let mut cgroup_error = None;
-    let cgroup = if want_cgroup {
-        match cgroup::Cgroup::create(&cgroup::cgroup_name(&marker.root_id.to_string(), epoch)) {
-            Ok(cg) => Some(CgroupGuard(Some(cg))),
-            Err(e) => {
-                cgroup_error = Some(e.to_string());
-                None
-            }
-        }
-    } else {
-        None
-    };
-    let record = OwnerRecord {
-        version: RECORD_VERSION,
+    let mut fresh_root = [0u8; 16];
+    crate::privfs::random_bytes(&mut fresh_root)?;
+    let input = plan::AcquireInput {
+        path: dir.path().to_path_buf(),
+        me: Identity::of_self()?,
+        now: now_ms(),
         token: Token(token),
-        epoch,
-        acquired_at: now_ms(),
-        phase,
-        identity: me,
-        root_id: Some(marker.root_id),
-        containment: cgroup
-            .as_ref()
-            .and_then(|g| g.0.as_ref())
-            .map(|cg| Containment::Cgroup(cg.record())),
+        fresh_root: Token(fresh_root),
+        phase: opts.phase,
+        cgroup,
+        fence: opts.fence,
     };
-    // Every file of the acquisition is written and fsynced first, then all are renamed into
-    // place and the control folder is fsynced once: the same guarantees as one durable replace
-    // per file, with one directory fsync instead of three. The epoch is renamed first, so a
-    // crash can leave a bumped epoch with an older record (harmless), never the reverse.
-    let epoch_tmp = durable_temp(control, &epoch::encode(epoch), "epoch")?;
-    let marker_tmp = if new_marker {
-        Some(durable_temp(control, &to_json(&marker), "lease.marker")?)
-    } else {
-        None
-    };
-    let owner_tmp = durable_temp(control, &to_json(&record), "lease.owner")?;
-    epoch_tmp.rename_into(epoch::EPOCH_FILE)?;
-    if let Some(m) = marker_tmp {
-        // Without replacing: the marker of a dir is written once (card L7).
-        m.rename_into_new(IDENTITY_FILE)?;
+    let mut lock = exec::LockIo::default();
+    let acquired = {
+        let mut real = exec::Real::new(dir, &mut lock);
+        real.cancel = opts.cancel;
+        real.deadline = deadline;
+        real.on_wait = Some(on_wait);
+        plan::run(
+            &mut plan::Acquire::new(plan::AcquireSteps::new(input)),
+            &mut real,
+        )
     }
-    owner_tmp.rename_into(OWNER_FILE)?;
-    control.sync("lease.acquire")?;
-    let registry = control.ensure_dir(REGISTRY_DIR, "lease.registry")?;
-    let leases = registry.ensure_dir(LEASES_DIR, "lease.registry")?;
-    let instances = registry.ensure_dir(INSTANCES_DIR, "lease.registry")?;
-    sweep_leases(&leases, epoch, marker.root_id)?;
-    let orphans = sweep_instances(&instances, epoch, marker.root_id)?;
-    // Created by the owner so that a waiter never has to create it (and a cancelled waiter
-    // leaves no folder behind).
-    control.ensure_dir(WAITERS_DIR, "lease.waiters")?;
-    sweep_waiters(control)?;
-    let entry = RegistryRecord {
-        version: RECORD_VERSION,
-        epoch,
-        token: record.token,
-        name: "owner".to_owned(),
-        identity: record.identity.clone(),
-        since: record.acquired_at,
-        root_id: Some(marker.root_id),
-    };
-    leases.replace_volatile(format!("{epoch}.json"), &to_json(&entry), "lease.registry")?;
+    .map_err(plan::Failure::into_error)?;
+    let cgroup = lock.cgroup.take();
     Ok(Lease {
         state: dir.try_clone()?,
-        control: control.try_clone()?,
-        leases,
-        instances,
-        guard: Some(guard),
-        record,
-        orphans,
-        rewound,
-        previous,
-        root_id: marker.root_id,
-        leftovers,
-        cgroup: cgroup.and_then(|mut g| g.0.take()),
-        cgroup_error,
+        lock,
+        record: acquired.record,
+        orphans: acquired.orphans,
+        rewound: acquired.rewound,
+        previous: acquired.previous,
+        root_id: acquired.root_id,
+        leftovers: acquired.leftovers,
+        cgroup,
+        cgroup_error: acquired.cgroup_error,
     })
-}
-
-/// Removes a cgroup created for an acquisition that then failed (nothing entered it).
-struct CgroupGuard(Option<cgroup::Cgroup>);
-
-impl Drop for CgroupGuard {
-    fn drop(&mut self) {
-        if let Some(cg) = self.0.take() {
-            let _ = cg.remove();
-        }
-    }
-}
-
-/// Ends the workload a crashed owner left in the cgroup its record names (if that cgroup still
-/// carries the recorded identity): SIGKILL, then wait up to [`LEFTOVERS_WAIT`] for it to be
-/// empty. Returns the processes it ended.
-fn end_leftovers(
-    dir: &StateDir,
-    previous: Option<&OwnerRecord>,
-    marker: Option<&DirIdentity>,
-) -> Result<Vec<u32>, LeaseError> {
-    let (Some(prev), Some(marker)) = (previous, marker) else {
-        return Ok(Vec::new());
-    };
-    // An orderly release happens only once the workload is gone.
-    if prev.phase == PhaseKind::Released {
-        return Ok(Vec::new());
-    }
-    let Some(Containment::Cgroup(rec)) = &prev.containment else {
-        return Ok(Vec::new());
-    };
-    match cgroup::end_recorded(rec, &marker.root_id.to_string(), prev.epoch, LEFTOVERS_WAIT)? {
-        cgroup::EndedCgroup::Gone => Ok(Vec::new()),
-        cgroup::EndedCgroup::Ended { killed } => Ok(killed),
-        cgroup::EndedCgroup::Survived { pids } => Err(LeaseError::LeftoversSurvived {
-            dir: dir.path().to_path_buf(),
-            epoch: prev.epoch,
-            cgroup: rec.path.clone(),
-            pids,
-        }),
-    }
-}
-
-/// A new identity marker for a cold dir (published by `become_owner`: temp, fsync, rename
-/// without replacing, dir fsync, so a reader sees no marker or the whole marker: card L7).
-fn new_marker(dir: &StateDir) -> Result<DirIdentity, LeaseError> {
-    let mut root_id = [0u8; 16];
-    crate::privfs::random_bytes(&mut root_id)?;
-    Ok(DirIdentity {
-        version: RECORD_VERSION,
-        root_id: Token(root_id),
-        path: dir.path().to_path_buf(),
-        created_at: now_ms(),
-        adopted_at: None,
-    })
-}
-
-/// A temp file holding `bytes`, written and fsynced, ready to be renamed into place.
-fn durable_temp<'d>(
-    dir: &'d Dir,
-    bytes: &[u8],
-    label: &str,
-) -> Result<crate::privfs::SyncedTemp<'d>, LeaseError> {
-    let mut tmp = dir.create_temp(label)?;
-    tmp.write_all(bytes)?;
-    Ok(tmp.sync()?)
-}
-
-/// The epoch a registry entry name starts with (`<epoch>.json` or `<epoch>-<name>.json`).
-fn entry_epoch(name: &std::ffi::OsStr) -> Option<u64> {
-    record::registry_entry_epoch(name.to_str()?)
-}
-
-/// The highest epoch the dir records outside the epoch file (card P3): the owner record,
-/// registry entries (by name, so an unreadable entry still counts), the checkpoint manifests
-/// and kept outputs of failed publishes. Read-only.
-fn highest_recorded(
-    dir: &StateDir,
-    control: &Dir,
-    owner: Option<&OwnerRecord>,
-) -> Result<Option<epoch::Seen>, LeaseError> {
-    let mut best: Option<epoch::Seen> = owner.map(|o| epoch::Seen {
-        epoch: o.epoch,
-        path: control.child_path(OWNER_FILE),
-    });
-    let mut consider = |e: u64, path: PathBuf| {
-        if best.as_ref().is_none_or(|b| e > b.epoch) {
-            best = Some(epoch::Seen { epoch: e, path });
-        }
-    };
-    if let Some(registry) = control.open_dir_optional(REGISTRY_DIR)? {
-        for kind in [LEASES_DIR, INSTANCES_DIR] {
-            if let Some(d) = registry.open_dir_optional(kind)? {
-                for e in d.entries()? {
-                    if let Some(n) = entry_epoch(&e.name) {
-                        consider(n, d.child_path(&e.name));
-                    }
-                }
-            }
-        }
-    }
-    if let Some(seen) = crate::checkpoint::highest_epoch(dir) {
-        consider(seen.epoch, seen.path);
-    }
-    Ok(best)
-}
-
-/// Whether a record belongs to the dir whose marker has `root_id` (card P4): records without
-/// a root id (older versions) or with another one (a copied dir) are never acted on.
-fn is_ours(record_root: Option<Token>, root_id: Token) -> bool {
-    record_root == Some(root_id)
-}
-
-/// Removes owner entries of earlier ownerships of this dir: whoever wrote them no longer holds
-/// the lock. Entries of another dir's identity are left alone (card P4).
-fn sweep_leases(leases: &Dir, epoch: u64, root_id: Token) -> Result<(), LeaseError> {
-    let mut removed = false;
-    for e in leases.entries()? {
-        if entry_epoch(&e.name).is_none_or(|n| n >= epoch) {
-            continue;
-        }
-        let rec = read_json::<RegistryRecord>(leases, &e.name.to_string_lossy())
-            .ok()
-            .flatten();
-        if rec.is_some_and(|r| is_ours(r.root_id, root_id)) {
-            leases.unlink(&e.name, "lease.sweep")?;
-            removed = true;
-        }
-    }
-    leases.remove_temp_files("lease.sweep")?;
-    if removed {
-        leases.sync("lease.sweep")?;
-    }
-    Ok(())
-}
-
-/// Removes instance entries of earlier ownerships of this dir whose process is gone; returns
-/// those still alive (orphans of a crashed owner, which the new owner must deal with). Entries
-/// that do not carry this dir's root id — unreadable ones, older versions', a copied dir's —
-/// are neither swept nor returned: a process named by another dir's record is never signalled
-/// (card P4).
-fn sweep_instances(
-    instances: &Dir,
-    epoch: u64,
-    root_id: Token,
-) -> Result<Vec<RegistryRecord>, LeaseError> {
-    let mut orphans = Vec::new();
-    let mut removed = false;
-    for e in instances.entries()? {
-        if entry_epoch(&e.name).is_none_or(|n| n >= epoch) {
-            continue;
-        }
-        let rec = read_json::<RegistryRecord>(instances, &e.name.to_string_lossy())
-            .ok()
-            .flatten();
-        match rec {
-            Some(r) if !is_ours(r.root_id, root_id) => {}
-            Some(r) if r.identity.liveness() == Liveness::Live => orphans.push(r),
-            Some(_) => {
-                instances.unlink(&e.name, "lease.sweep")?;
-                removed = true;
-            }
-            None => {}
-        }
-    }
-    instances.remove_temp_files("lease.sweep")?;
-    if removed {
-        instances.sync("lease.sweep")?;
-    }
-    Ok(orphans)
-}
-
-/// Removes entries of waiters that are no longer alive (crashed while waiting). A waiter entry
-/// is named `<pid>-<start>.json`; when its content is unreadable the name decides.
-fn sweep_waiters(control: &Dir) -> Result<(), LeaseError> {
-    let Some(waiters) = control.open_dir_optional(WAITERS_DIR)? else {
-        return Ok(());
-    };
-    for e in waiters.entries()? {
-        let name = e.name.to_string_lossy().into_owned();
-        if name.starts_with(crate::privfs::TEMP_PREFIX) {
-            continue;
-        }
-        if waiter_liveness(&waiters, &name) != Liveness::Live {
-            match waiters.unlink(&e.name, "lease.sweep") {
-                Ok(()) | Err(FsError::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-    Ok(())
 }
 
 fn waiter_liveness(waiters: &Dir, name: &str) -> Liveness {
@@ -1001,10 +580,7 @@ fn waiter_liveness(waiters: &Dir, name: &str) -> Liveness {
 #[derive(Debug)]
 pub struct Lease {
     state: StateDir,
-    control: Dir,
-    leases: Dir,
-    instances: Dir,
-    guard: Option<lock::LockGuard>,
+    lock: exec::LockIo,
     record: OwnerRecord,
     orphans: Vec<RegistryRecord>,
     rewound: Option<epoch::Rewound>,
@@ -1055,15 +631,20 @@ impl Lease {
         self.rewound.as_ref()
     }
 
-    /// Rewrites the owner record with a new phase (card H8). The new record is fsynced before it
-    /// replaces the old one, so a reader (or a reboot) always finds a complete record; the
-    /// directory is not fsynced: after a power loss the rename may be lost and the record show
-    /// an earlier phase of an owner that no longer holds the lock, which `status` reports as
-    /// stale anyway. The record written at acquisition, which names the owner, is fully durable.
+    /// Runs one of this lease's plans on its descriptors.
+    fn run<P: plan::Plan>(&mut self, plan: &mut P) -> P::Output {
+        plan::run(plan, &mut exec::Real::new(&self.state, &mut self.lock))
+    }
+
+    /// Rewrites the owner record with a new phase (card H8; the plan [`plan::SetPhase`]):
+    /// temp file, rename, no sync (issue 11). A reader always finds a complete record while the
+    /// machine runs; after a power loss the record may show an earlier phase or be empty, of an
+    /// owner that no longer holds the lock, which `status` reports as stale anyway.
     pub fn set_phase(&mut self, phase: PhaseKind) -> Result<(), LeaseError> {
         let mut next = self.record.clone();
         next.phase = phase;
-        durable_temp(&self.control, &to_json(&next), "lease.owner")?.rename_into(OWNER_FILE)?;
+        self.run(&mut plan::SetPhase::new(plan::SetPhaseSteps::new(&next)))
+            .map_err(plan::Failure::into_error)?;
         self.record = next;
         Ok(())
     }
@@ -1071,7 +652,7 @@ impl Lease {
     /// Registers a process the owner runs (e.g. the supervised child) under `name`; the entry is
     /// removed by [`Lease::unregister_instance`] or [`Lease::release`], or swept by the next
     /// owner once the process is dead.
-    pub fn register_instance(&self, name: &str, identity: &Identity) -> Result<(), LeaseError> {
+    pub fn register_instance(&mut self, name: &str, identity: &Identity) -> Result<(), LeaseError> {
         if !valid_instance_name(name) {
             return Err(LeaseError::BadInstanceName {
                 name: name.to_owned(),
@@ -1086,28 +667,24 @@ impl Lease {
             since: now_ms(),
             root_id: self.record.root_id,
         };
-        self.instances.replace_volatile(
-            format!("{}-{name}.json", self.record.epoch),
-            &to_json(&rec),
-            "lease.registry",
-        )?;
-        Ok(())
+        self.run(&mut plan::Register::new(plan::RegisterSteps::new(&rec)))
+            .map_err(plan::Failure::into_error)
     }
 
     /// Removes an instance entry of this ownership (absent is fine).
-    pub fn unregister_instance(&self, name: &str) -> Result<(), LeaseError> {
+    pub fn unregister_instance(&mut self, name: &str) -> Result<(), LeaseError> {
         if !valid_instance_name(name) {
             return Err(LeaseError::BadInstanceName {
                 name: name.to_owned(),
             });
         }
-        match self.instances.unlink(
-            format!("{}-{name}.json", self.record.epoch),
+        let entry = format!("{}-{name}.json", self.record.epoch);
+        self.run(&mut plan::Remove::new(plan::RemoveSteps::new(
+            plan::Loc::Instances,
+            entry,
             "lease.registry",
-        ) {
-            Ok(()) | Err(FsError::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        )))
+        .map_err(plan::Failure::into_error)
     }
 
     /// Stops the live orphans an earlier, crashed owner left running (its supervised child
@@ -1117,79 +694,27 @@ impl Lease {
     /// stopped, or the orphan still alive at the bound: two workloads on one state dir must
     /// never run at once, so the caller refuses to start its own.
     pub fn stop_orphans(&mut self, bound: Duration) -> Result<Vec<u32>, Box<RegistryRecord>> {
-        let mut stopped = Vec::new();
-        for o in std::mem::take(&mut self.orphans) {
-            if let Ok(SignalOutcome::Delivered) =
-                signal_owner(&o.identity, rustix::process::Signal::KILL)
-            {
-                stopped.push(o.identity.pid);
-            }
-            let deadline = Instant::now() + bound;
-            while o.identity.liveness() == Liveness::Live {
-                if Instant::now() >= deadline {
-                    return Err(Box::new(o));
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            match self
-                .instances
-                .unlink(format!("{}-{}.json", o.epoch, o.name), "lease.sweep")
-            {
-                Ok(()) | Err(FsError::NotFound { .. }) => {}
-                Err(_) => {}
-            }
-        }
-        Ok(stopped)
+        let mut stop = plan::StopOrphans::new(plan::StopOrphansSteps::new(std::mem::take(
+            &mut self.orphans,
+        )));
+        let mut real = exec::Real::new(&self.state, &mut self.lock);
+        real.orphan_bound = bound;
+        plan::run(&mut stop, &mut real)
     }
 
-    /// Orderly release: removes this owner's registry entries, rewrites the owner record with
-    /// phase `released` (durably), then unlocks. The lock is released even when a step fails;
-    /// the first error is returned.
+    /// Orderly release (the plan [`plan::Release`]): removes this owner's registry entries,
+    /// rewrites the owner record with phase `released`, then unlocks. The lock is released
+    /// even when a step fails; the first error is returned.
     pub fn release(mut self) -> Result<(), LeaseError> {
-        let result = self.release_records();
-        let unlock = match self.guard.take() {
-            Some(g) => {
-                let path = g.path().to_path_buf();
-                g.unlock()
-                    .map_err(|source| LeaseError::Lock { path, source })
-            }
-            None => Ok(()),
-        };
-        result.and(unlock)
-    }
-
-    fn release_records(&mut self) -> Result<(), LeaseError> {
-        let prefix = format!("{}-", self.record.epoch);
-        for e in self.instances.entries()? {
-            if e.name.to_string_lossy().starts_with(&prefix) {
-                match self.instances.unlink(&e.name, "lease.release") {
-                    Ok(()) | Err(FsError::NotFound { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-        match self
-            .leases
-            .unlink(format!("{}.json", self.record.epoch), "lease.release")
-        {
-            Ok(()) | Err(FsError::NotFound { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
-        // The released record is fsynced (a reader never sees a partial one) but its directory
-        // is not: if a power loss undoes the rename, the previous complete record comes back,
-        // naming a process that no longer holds the lock, which `status` shows as stale. The
-        // next owner's directory fsync makes it durable anyway. This keeps one fsync off the
-        // handoff path.
         let mut next = self.record.clone();
         next.phase = PhaseKind::Released;
-        durable_temp(&self.control, &to_json(&next), "lease.owner")?.rename_into(OWNER_FILE)?;
-        self.record = next;
-        Ok(())
+        self.run(&mut plan::Release::new(plan::ReleaseSteps::new(&next)))
+            .map_err(plan::Failure::into_error)
     }
 
     /// The descriptor holding the kernel lock, e.g. to check in a test that it is `O_CLOEXEC`.
     pub fn lock_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.guard.as_ref().and_then(|g| g.fd())
+        self.lock.guard.as_ref().and_then(|g| g.fd())
     }
 
     /// A duplicate of the lock descriptor for the workload to inherit, where no cgroup contains
@@ -1202,8 +727,8 @@ impl Lease {
     /// record says so ([`Containment::LockFd`]) from its next rewrite on (the next phase): it is
     /// evidence for `status` only, since a successor needs nothing from it.
     pub fn share_lock(&mut self) -> Result<OwnedFd, LeaseError> {
-        let path = self.control.child_path(LOCK_FILE);
-        let dup = match self.guard.as_mut() {
+        let path = self.state.path().join(CONTROL_DIR).join(LOCK_FILE);
+        let dup = match self.lock.guard.as_mut() {
             Some(g) => g.share(),
             None => Err(io::Error::other("the lease was already released")),
         }
@@ -1254,7 +779,7 @@ pub fn read_epoch(dir: &StateDir) -> Result<u64, LeaseError> {
 /// checkpoint, retiring) that a stale owner must not have.
 pub fn check_epoch(dir: &StateDir, epoch: u64) -> Result<(), LeaseError> {
     let current = read_epoch(dir)?;
-    if current > epoch {
+    if epoch::fence(epoch, current) == Err(epoch::Fenced::Stale) {
         return Err(LeaseError::StaleEpoch {
             dir: dir.path().to_path_buf(),
             mine: epoch,
@@ -1523,4 +1048,21 @@ fn clear_foreign_records(control: &Dir, root_id: Token) -> Result<(), LeaseError
     }
     control.sync("lease.adopt")?;
     Ok(())
+}
+
+/// The epoch of an ownership under a cluster lease (issue 14): the cluster's fencing revision
+/// `cluster`, which must not be below `next_local`, the next epoch the local dir would grant
+/// (else `Err` with the epoch the dir records: the dir was used with another lease). The
+/// acquisition plan ([`plan::AcquireSteps`]) and the cluster model (models/src/cluster.rs)
+/// grant epochs through this function.
+pub fn fenced_epoch(next_local: u64, cluster: u64) -> Result<u64, u64> {
+    // Mutant: the epoch taken from the local dir's counter instead of the cluster's revision.
+    if crate::mutant::on("cluster-epoch-local-counter") {
+        return Ok(next_local);
+    }
+    if cluster >= next_local {
+        Ok(cluster)
+    } else {
+        Err(next_local - 1)
+    }
 }

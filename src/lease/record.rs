@@ -67,7 +67,7 @@ impl<'de> Deserialize<'de> for Token {
 
 /// `.tenure/owner.json`: who acquired the lease, when, with which epoch, and in which phase it
 /// is. Written (durably) only while the lock is held.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct OwnerRecord {
     /// Format version ([`RECORD_VERSION`]).
     pub version: u32,
@@ -95,7 +95,7 @@ pub struct OwnerRecord {
 
 /// `.tenure/identity.json`: the directory identity marker, written once by the first owner of a
 /// cold dir (card L7) and checked by every later acquisition (card L8).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DirIdentity {
     /// Format version ([`RECORD_VERSION`]).
     pub version: u32,
@@ -111,7 +111,7 @@ pub struct DirIdentity {
 }
 
 /// An entry of `.tenure/waiters/`: a contender waiting for the lease.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct WaiterRecord {
     /// Format version ([`RECORD_VERSION`]).
     pub version: u32,
@@ -123,7 +123,7 @@ pub struct WaiterRecord {
 
 /// An entry of `.tenure/registry/leases/` (the owner) or `.tenure/registry/instances/` (a
 /// process the owner runs on the state dir's behalf).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RegistryRecord {
     /// Format version ([`RECORD_VERSION`]).
     pub version: u32,

@@ -38,10 +38,14 @@ use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat};
 
-use crate::sync::{AtomicBool, Ordering};
+use crate::sync::{Arc, AtomicBool, Ordering};
 
+mod exec;
 #[cfg(feature = "failpoints")]
 mod record;
+mod scratch;
+
+pub use exec::{Exec, hash_file_at};
 #[cfg(feature = "failpoints")]
 pub use record::{Op, OpKind, start_recording, take_recording, take_recording_under};
 
@@ -178,7 +182,9 @@ pub enum FsError {
 }
 
 impl FsError {
-    fn io(op: &'static str, path: PathBuf, err: impl Into<io::Error>) -> FsError {
+    /// An I/O failure of `op` on `path`; a missing path and a taken name get their own
+    /// variants.
+    pub(crate) fn io(op: &'static str, path: PathBuf, err: impl Into<io::Error>) -> FsError {
         let source = err.into();
         match source.kind() {
             io::ErrorKind::NotFound => FsError::NotFound { path },
@@ -497,6 +503,7 @@ enum RecordKind {
     Unlink,
     Link,
     Mkdir,
+    SyncFs,
 }
 
 impl RecordKind {
@@ -511,6 +518,7 @@ impl RecordKind {
             RecordKind::Unlink => "unlink",
             RecordKind::Link => "link",
             RecordKind::Mkdir => "mkdir",
+            RecordKind::SyncFs => "syncfs",
         }
     }
 }
@@ -712,7 +720,9 @@ fn fd_raw(fd: &OwnedFd) -> i32 {
 pub struct Dir {
     fd: OwnedFd,
     path: PathBuf,
-    poisoned: AtomicBool,
+    /// Shared by every handle duplicated from this one: a failed fsync is about the
+    /// directory, not the descriptor.
+    poisoned: Arc<AtomicBool>,
 }
 
 impl AsFd for Dir {
@@ -726,17 +736,22 @@ impl Dir {
         Dir {
             fd,
             path,
-            poisoned: AtomicBool::new(false),
+            poisoned: Arc::new(AtomicBool::new(false)),
         }
     }
 
-    /// A second handle on the same directory (a duplicated descriptor, `O_CLOEXEC`).
+    /// A second handle on the same directory (a duplicated descriptor, `O_CLOEXEC`). It
+    /// shares this handle's poisoning: after a failed fsync through either, neither syncs.
     pub fn try_clone(&self) -> Result<Dir, FsError> {
         let fd = self
             .fd
             .try_clone()
             .map_err(|e| FsError::io("duplicate the descriptor of", self.path.clone(), e))?;
-        Ok(Dir::from_fd(fd, self.path.clone()))
+        Ok(Dir {
+            fd,
+            path: self.path.clone(),
+            poisoned: Arc::clone(&self.poisoned),
+        })
     }
 
     /// The path of this directory (for messages; never used to open anything).
@@ -1180,6 +1195,15 @@ impl Dir {
             .map_err(|e| FsError::io("remove", path.clone(), e))?;
         record(RecordKind::Unlink, &self.path, name, None);
         Ok(())
+    }
+
+    /// Removes the scratch tree `name` (a directory and everything below it; a missing name is
+    /// fine) without recursion and with two directory descriptors at any depth: each
+    /// subdirectory is emptied one level at a time, its own subdirectories hoisted up under
+    /// fresh names. Links are unlinked, never followed. Nothing is synced: only for trees
+    /// nothing durable refers to (staging areas, views, kept outputs).
+    pub fn remove_tree(&self, name: impl AsRef<OsStr>, label: &str) -> Result<(), FsError> {
+        scratch::remove_tree(self, name.as_ref(), label)
     }
 
     /// Hard-links `from` (in this directory) as `to` in `to_dir`, failing with `AlreadyExists` if

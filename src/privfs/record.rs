@@ -32,6 +32,8 @@ pub enum OpKind {
     Link,
     /// A directory was created.
     Mkdir,
+    /// The whole filesystem was synced (`syncfs`; `dir` is the directory it was asked on).
+    SyncFs,
 }
 
 /// One recorded step.
@@ -101,6 +103,7 @@ pub(super) fn push(kind: RecordKind, dir: &Path, name: &OsStr, from: Option<&Pat
             RecordKind::Unlink => OpKind::Unlink,
             RecordKind::Link => OpKind::Link,
             RecordKind::Mkdir => OpKind::Mkdir,
+            RecordKind::SyncFs => OpKind::SyncFs,
         };
         guard.1.push(Op {
             kind,

@@ -1,0 +1,1427 @@
+//! A simulated crash filesystem: the executor the models run the real store and lease plans on
+//! (`tenure::fsop`), and what power loss can leave of it.
+//!
+//! # What it models (design.md, "Protocols as data", rules 3 and 4)
+//! The filesystem is **inode-based**. A file inode has its *durable* content and the *pending*
+//! writes since its last fsync (each kept as the whole content after that write); what reads
+//! see is the last pending content, or the durable one. A directory inode has its *live*
+//! entries (what lookups see) and its *durable* entries. Every change of an entry — a create,
+//! a `mkdir`, an unlink, a rename — is one *pending entry op* in one global, ordered list, and
+//! names the directories it touches; a rename is a single atomic op even across two
+//! directories.
+//! - `fsync` of a file commits that inode's data, nothing else (not its name);
+//! - `fsync` of a directory commits the pending entry ops that touch it — an op that touches
+//!   two directories (a rename between them) only once both were synced;
+//! - `syncfs` commits everything: every inode's data and every entry op;
+//! - every other op commits nothing.
+//!
+//! This is weaker than ext4 or XFS (whose journals commit every earlier metadata change at any
+//! fsync) and than what POSIX leaves open in practice, which is the point: a protocol that is
+//! correct here does not depend on one filesystem's ordering.
+//!
+//! # Crashes
+//! - A **process crash** ([`SimFs::crash_process`]) closes every handle and loses nothing: the
+//!   page cache survives, so a successor sees everything the crashed process wrote.
+//! - **Power loss** ([`SimFs::power_loss`]) enumerates every state the disk can be left in,
+//!   deterministically: the durable entries plus any subset of the pending entry ops (each
+//!   whole, in their order; or only a prefix of them, for [`Reorder::Prefix`]), and for each
+//!   file reachable in that state the durable content plus a prefix of its pending writes. The
+//!   outcomes are deduplicated and sorted (every map is a `BTreeMap`, contents compare by
+//!   sha256), and each is normalised, so equal disks are equal states.
+//!
+//! Contents are compared and hashed by their sha256 ([`Content`]); the bytes ride along so
+//! that the real parsers read them. Modes, owners and links are not modelled (every file is a
+//! private regular file with one name, every directory private): the checks privfs does on
+//! them are covered by its own tests.
+//!
+//! A scratch tree removed with `RemoveTree` disappears as one entry op (the real removal
+//! unlinks its entries one by one; a crash in the middle leaves a partial scratch tree, which
+//! nothing durable refers to and the next owner removes again).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use sha2::Digest as _;
+use tenure::fsop::{Check, Done, Executor, Fd, Meta, Op, Step, Summary};
+use tenure::privfs::{FileKind, FsError};
+
+/// An inode number.
+pub type Ino = u32;
+
+/// The inode of the root directory (the state dir).
+pub const ROOT_INO: Ino = 0;
+
+/// A file's content: compared, ordered and hashed by its sha256; the bytes are kept for reads.
+#[derive(Clone)]
+pub struct Content {
+    sha256: [u8; 32],
+    bytes: Arc<[u8]>,
+}
+
+impl Content {
+    /// The content `bytes`.
+    pub fn new(bytes: &[u8]) -> Content {
+        Content {
+            sha256: sha2::Sha256::digest(bytes).into(),
+            bytes: Arc::from(bytes),
+        }
+    }
+
+    /// No bytes (a new file).
+    pub fn empty() -> Content {
+        Content::new(&[])
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Their sha256.
+    pub fn sha256(&self) -> [u8; 32] {
+        self.sha256
+    }
+}
+
+impl PartialEq for Content {
+    fn eq(&self, other: &Content) -> bool {
+        self.sha256 == other.sha256
+    }
+}
+
+impl Eq for Content {}
+
+impl std::hash::Hash for Content {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.sha256.hash(state);
+    }
+}
+
+impl PartialOrd for Content {
+    fn partial_cmp(&self, other: &Content) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Content {
+    fn cmp(&self, other: &Content) -> std::cmp::Ordering {
+        self.sha256.cmp(&other.sha256)
+    }
+}
+
+impl fmt::Debug for Content {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.bytes();
+        if b.len() <= 48 && b.iter().all(|c| c.is_ascii_graphic() || *c == b' ') {
+            write!(f, "{:?}", String::from_utf8_lossy(b))
+        } else {
+            write!(
+                f,
+                "<{} bytes, sha256 {:02x}{:02x}{:02x}{:02x}…>",
+                b.len(),
+                self.sha256[0],
+                self.sha256[1],
+                self.sha256[2],
+                self.sha256[3]
+            )
+        }
+    }
+}
+
+/// A file inode.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileNode {
+    /// Content as of the last fsync.
+    pub durable: Content,
+    /// The whole content after each write since, in order.
+    pub pending: Vec<Content>,
+}
+
+impl FileNode {
+    /// What reads see.
+    pub fn data(&self) -> &Content {
+        self.pending.last().unwrap_or(&self.durable)
+    }
+}
+
+/// A directory inode.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct DirNode {
+    /// The entries lookups see.
+    pub live: BTreeMap<OsString, Ino>,
+    /// The entries as of the ops committed so far.
+    pub durable: BTreeMap<OsString, Ino>,
+}
+
+/// An inode.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Node {
+    /// A regular file.
+    File(FileNode),
+    /// A directory.
+    Dir(DirNode),
+}
+
+/// A change of directory entries.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EntryOp {
+    /// `name` in `dir` now names `ino` (a create or a `mkdir`).
+    Add {
+        /// The directory.
+        dir: Ino,
+        /// The new name.
+        name: OsString,
+        /// The inode it names.
+        ino: Ino,
+    },
+    /// `name` in `dir` is gone (an unlink, an `rmdir`, a removed scratch tree).
+    Remove {
+        /// The directory.
+        dir: Ino,
+        /// The name.
+        name: OsString,
+    },
+    /// `ino` moves from `from` in `from_dir` to `to` in `to_dir`, replacing what `to` named.
+    Rename {
+        /// Source directory.
+        from_dir: Ino,
+        /// Source name.
+        from: OsString,
+        /// Target directory.
+        to_dir: Ino,
+        /// Target name.
+        to: OsString,
+        /// The inode moved.
+        ino: Ino,
+    },
+}
+
+impl EntryOp {
+    fn dirs(&self) -> Vec<Ino> {
+        match self {
+            EntryOp::Add { dir, .. } | EntryOp::Remove { dir, .. } => vec![*dir],
+            EntryOp::Rename {
+                from_dir, to_dir, ..
+            } if from_dir == to_dir => vec![*from_dir],
+            EntryOp::Rename {
+                from_dir, to_dir, ..
+            } => vec![*from_dir, *to_dir],
+        }
+    }
+
+    /// Applies the op to entry maps chosen by `map` (live or durable).
+    fn apply(&self, nodes: &mut BTreeMap<Ino, Node>, durable: bool) {
+        fn entries(
+            nodes: &mut BTreeMap<Ino, Node>,
+            dir: Ino,
+            durable: bool,
+        ) -> Option<&mut BTreeMap<OsString, Ino>> {
+            match nodes.get_mut(&dir) {
+                Some(Node::Dir(d)) => Some(if durable { &mut d.durable } else { &mut d.live }),
+                Some(Node::File(_)) | None => None,
+            }
+        }
+        match self {
+            EntryOp::Add { dir, name, ino } => {
+                if let Some(e) = entries(nodes, *dir, durable) {
+                    e.insert(name.clone(), *ino);
+                }
+            }
+            EntryOp::Remove { dir, name } => {
+                if let Some(e) = entries(nodes, *dir, durable) {
+                    e.remove(name);
+                }
+            }
+            EntryOp::Rename {
+                from_dir,
+                from,
+                to_dir,
+                to,
+                ino,
+            } => {
+                if let Some(e) = entries(nodes, *from_dir, durable)
+                    && e.get(from) == Some(ino)
+                {
+                    e.remove(from);
+                }
+                if let Some(e) = entries(nodes, *to_dir, durable) {
+                    e.insert(to.clone(), *ino);
+                }
+            }
+        }
+    }
+
+    fn inos(&self) -> Vec<Ino> {
+        match self {
+            EntryOp::Add { dir, ino, .. } => vec![*dir, *ino],
+            EntryOp::Remove { dir, .. } => vec![*dir],
+            EntryOp::Rename {
+                from_dir,
+                to_dir,
+                ino,
+                ..
+            } => vec![*from_dir, *to_dir, *ino],
+        }
+    }
+
+    fn renumber(&mut self, map: &BTreeMap<Ino, Ino>) {
+        let m = |i: &mut Ino| *i = map[i];
+        match self {
+            EntryOp::Add { dir, ino, .. } => {
+                m(dir);
+                m(ino);
+            }
+            EntryOp::Remove { dir, .. } => m(dir),
+            EntryOp::Rename {
+                from_dir,
+                to_dir,
+                ino,
+                ..
+            } => {
+                m(from_dir);
+                m(to_dir);
+                m(ino);
+            }
+        }
+    }
+}
+
+/// An entry op not yet durable, and the directories whose sync it still waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Pending {
+    /// The op.
+    pub op: EntryOp,
+    /// Directories it touches that have not been synced since.
+    pub waiting: Vec<Ino>,
+}
+
+/// A handle the executor holds for a protocol (process state: a crash closes them all).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Handle {
+    /// An open file and its position.
+    File {
+        /// The inode.
+        ino: Ino,
+        /// The read/write position.
+        pos: u64,
+    },
+    /// An open directory.
+    Dir {
+        /// The inode.
+        ino: Ino,
+    },
+    /// A listing: the directory and the last name returned.
+    List {
+        /// The directory.
+        dir: Ino,
+        /// The last name returned.
+        after: Option<OsString>,
+    },
+}
+
+/// Which entry ops power loss may keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reorder {
+    /// Any subset of the pending entry ops (each whole, applied in order).
+    Subset,
+    /// A prefix of them (a filesystem whose metadata journal commits in order).
+    Prefix,
+}
+
+/// The simulated filesystem and the handles of the process that uses it.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SimFs {
+    nodes: BTreeMap<Ino, Node>,
+    pending: Vec<Pending>,
+    handles: BTreeMap<u32, Handle>,
+}
+
+impl Default for SimFs {
+    fn default() -> SimFs {
+        SimFs::new()
+    }
+}
+
+impl fmt::Debug for SimFs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut m = f.debug_map();
+        for (path, c) in self.tree() {
+            match c {
+                Some(c) => m.entry(&path, &c),
+                None => m.entry(&path, &"<dir>"),
+            };
+        }
+        m.finish()?;
+        if !self.pending.is_empty() {
+            write!(f, " pending {:?}", self.pending)?;
+        }
+        Ok(())
+    }
+}
+
+/// The path a message names for `rel` (relative to the state dir).
+fn sim_path(rel: &str) -> PathBuf {
+    PathBuf::from("/sim").join(rel)
+}
+
+fn other(op: &'static str, path: PathBuf, msg: &str) -> FsError {
+    FsError::Io {
+        op,
+        path,
+        source: std::io::Error::other(msg.to_owned()),
+    }
+}
+
+fn summary(bytes: &[u8]) -> Summary {
+    Summary {
+        size: bytes.len() as u64,
+        sha256: sha2::Sha256::digest(bytes).into(),
+    }
+}
+
+impl SimFs {
+    /// An empty, durable state dir.
+    pub fn new() -> SimFs {
+        SimFs {
+            nodes: BTreeMap::from([(ROOT_INO, Node::Dir(DirNode::default()))]),
+            pending: Vec::new(),
+            handles: BTreeMap::new(),
+        }
+    }
+
+    fn dir_node(&self, ino: Ino) -> Option<&DirNode> {
+        match self.nodes.get(&ino) {
+            Some(Node::Dir(d)) => Some(d),
+            Some(Node::File(_)) | None => None,
+        }
+    }
+
+    fn file_node(&self, ino: Ino) -> Option<&FileNode> {
+        match self.nodes.get(&ino) {
+            Some(Node::File(f)) => Some(f),
+            Some(Node::Dir(_)) | None => None,
+        }
+    }
+
+    fn file_mut(&mut self, ino: Ino) -> Option<&mut FileNode> {
+        match self.nodes.get_mut(&ino) {
+            Some(Node::File(f)) => Some(f),
+            Some(Node::Dir(_)) | None => None,
+        }
+    }
+
+    /// The path of a live inode relative to the root (`?` when it has no live name).
+    pub fn path_of(&self, ino: Ino) -> String {
+        if ino == ROOT_INO {
+            return String::new();
+        }
+        let mut stack = vec![(ROOT_INO, String::new())];
+        while let Some((dir, prefix)) = stack.pop() {
+            if let Some(d) = self.dir_node(dir) {
+                for (name, child) in &d.live {
+                    let p = if prefix.is_empty() {
+                        name.to_string_lossy().into_owned()
+                    } else {
+                        format!("{prefix}/{}", name.to_string_lossy())
+                    };
+                    if *child == ino {
+                        return p;
+                    }
+                    if self.dir_node(*child).is_some() {
+                        stack.push((*child, p));
+                    }
+                }
+            }
+        }
+        "?".to_owned()
+    }
+
+    fn child_path(&self, dir: Ino, name: &OsStr) -> PathBuf {
+        let p = self.path_of(dir);
+        if p.is_empty() {
+            sim_path(&name.to_string_lossy())
+        } else {
+            sim_path(&format!("{p}/{}", name.to_string_lossy()))
+        }
+    }
+
+    fn fresh_ino(&self) -> Ino {
+        self.nodes.keys().next_back().map_or(0, |i| i + 1)
+    }
+
+    fn put_handle(&mut self, h: Handle) -> Fd {
+        let mut n = 1;
+        while self.handles.contains_key(&n) {
+            n += 1;
+        }
+        self.handles.insert(n, h);
+        Fd(n)
+    }
+
+    fn dir_of(&self, fd: Fd) -> Result<Ino, FsError> {
+        if fd == Fd::ROOT {
+            return Ok(ROOT_INO);
+        }
+        match self.handles.get(&fd.0) {
+            Some(Handle::Dir { ino }) => Ok(*ino),
+            Some(Handle::File { .. } | Handle::List { .. }) | None => Err(other(
+                "use",
+                sim_path(&format!("<handle {}>", fd.0)),
+                "not an open directory (a protocol bug)",
+            )),
+        }
+    }
+
+    fn file_of(&self, fd: Fd) -> Result<(Ino, u64), FsError> {
+        match self.handles.get(&fd.0) {
+            Some(Handle::File { ino, pos }) => Ok((*ino, *pos)),
+            Some(Handle::Dir { .. } | Handle::List { .. }) | None => Err(other(
+                "use",
+                sim_path(&format!("<handle {}>", fd.0)),
+                "not an open file (a protocol bug)",
+            )),
+        }
+    }
+
+    fn lookup(&self, dir: Ino, name: &OsStr) -> Option<Ino> {
+        self.dir_node(dir).and_then(|d| d.live.get(name).copied())
+    }
+
+    fn push_entry_op(&mut self, op: EntryOp) {
+        op.apply(&mut self.nodes, false);
+        let mut waiting = op.dirs();
+        waiting.dedup();
+        self.pending.push(Pending { op, waiting });
+    }
+
+    /// Commits the pending ops that wait for no directory any more, in order.
+    fn commit_ready(&mut self) {
+        let (ready, rest): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| p.waiting.is_empty());
+        for p in ready {
+            p.op.apply(&mut self.nodes, true);
+        }
+        self.pending = rest;
+    }
+
+    fn write_at(&mut self, ino: Ino, pos: u64, bytes: &[u8]) {
+        let f = self.file_mut(ino).expect("a file handle names a file");
+        let mut data = f.data().bytes().to_vec();
+        let pos = pos as usize;
+        if data.len() < pos + bytes.len() {
+            data.resize(pos + bytes.len(), 0);
+        }
+        data[pos..pos + bytes.len()].copy_from_slice(bytes);
+        f.pending.push(Content::new(&data));
+    }
+
+    fn new_file(&mut self, dir: Ino, name: OsString) -> Fd {
+        let ino = self.fresh_ino();
+        self.nodes.insert(
+            ino,
+            Node::File(FileNode {
+                durable: Content::empty(),
+                pending: Vec::new(),
+            }),
+        );
+        self.push_entry_op(EntryOp::Add { dir, name, ino });
+        self.put_handle(Handle::File { ino, pos: 0 })
+    }
+
+    fn read_from(&mut self, fd: Fd, limit: Option<u64>) -> Result<Vec<u8>, FsError> {
+        let (ino, pos) = self.file_of(fd)?;
+        let data = self.file_node(ino).expect("a file").data().bytes();
+        let start = (pos as usize).min(data.len());
+        let end = match limit {
+            Some(l) => (start as u64 + l).min(data.len() as u64) as usize,
+            None => data.len(),
+        };
+        let out = data[start..end].to_vec();
+        self.handles.insert(
+            fd.0,
+            Handle::File {
+                ino,
+                pos: end as u64,
+            },
+        );
+        Ok(out)
+    }
+
+    /// A process crash: every handle is closed, nothing written is lost.
+    pub fn crash_process(&mut self) {
+        self.handles.clear();
+        self.normalize();
+    }
+
+    /// Whether nothing is pending: every write and entry op is durable.
+    pub fn is_durable(&self) -> bool {
+        self.pending.is_empty()
+            && self.nodes.values().all(|n| match n {
+                Node::File(f) => f.pending.is_empty(),
+                Node::Dir(d) => d.live == d.durable,
+            })
+    }
+
+    /// The number of pending entry ops.
+    pub fn pending_entry_ops(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Every disk power loss can leave now, deduplicated, normalised, sorted; each with no
+    /// handle open.
+    pub fn power_loss(&self, reorder: Reorder) -> Vec<SimFs> {
+        let n = self.pending.len();
+        let choices: Vec<Vec<bool>> = match reorder {
+            Reorder::Subset => (0u32..(1 << {
+                assert!(n <= 16, "{n} pending entry ops: the model is too large");
+                n
+            }))
+                .map(|mask| (0..n).map(|i| mask & (1 << i) != 0).collect())
+                .collect(),
+            Reorder::Prefix => (0..=n).map(|k| (0..n).map(|i| i < k).collect()).collect(),
+        };
+        let mut out = BTreeSet::new();
+        for keep in choices {
+            let mut nodes = self.nodes.clone();
+            for (p, k) in self.pending.iter().zip(&keep) {
+                if *k {
+                    p.op.apply(&mut nodes, true);
+                }
+            }
+            // The disk as these entries leave it: what each reachable file may hold.
+            let mut base = SimFs {
+                nodes,
+                pending: Vec::new(),
+                handles: BTreeMap::new(),
+            };
+            for node in base.nodes.values_mut() {
+                if let Node::Dir(d) = node {
+                    d.live = d.durable.clone();
+                }
+            }
+            let files: Vec<Ino> = base
+                .reachable()
+                .into_iter()
+                .filter(|i| base.file_node(*i).is_some_and(|f| !f.pending.is_empty()))
+                .collect();
+            let mut states = vec![base];
+            for ino in files {
+                let f = self.file_node(ino).expect("a file").clone();
+                let options: Vec<Content> = std::iter::once(f.durable.clone())
+                    .chain(f.pending.iter().cloned())
+                    .collect();
+                let mut next = Vec::with_capacity(states.len() * options.len());
+                for s in &states {
+                    for c in &options {
+                        let mut s = s.clone();
+                        *s.file_mut(ino).expect("a file") = FileNode {
+                            durable: c.clone(),
+                            pending: Vec::new(),
+                        };
+                        next.push(s);
+                    }
+                }
+                states = next;
+            }
+            for mut s in states {
+                // Unreachable files keep whatever; they are dropped by normalisation.
+                for node in s.nodes.values_mut() {
+                    if let Node::File(f) = node {
+                        f.pending.clear();
+                    }
+                }
+                s.normalize();
+                out.insert(s);
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// Inodes reachable from the root through live entries.
+    fn reachable(&self) -> Vec<Ino> {
+        let mut out = vec![ROOT_INO];
+        let mut i = 0;
+        while i < out.len() {
+            if let Some(d) = self.dir_node(out[i]) {
+                for child in d.live.values() {
+                    if !out.contains(child) {
+                        out.push(*child);
+                    }
+                }
+            }
+            i += 1;
+        }
+        out
+    }
+
+    /// Renumbers inodes in a canonical order (the live tree, then the durable one, then what
+    /// pending ops and handles name) and drops the ones nothing names, so that equal
+    /// filesystems are equal values.
+    pub fn normalize(&mut self) {
+        let mut order: Vec<Ino> = Vec::with_capacity(self.nodes.len());
+        let mut seen: BTreeSet<Ino> = BTreeSet::new();
+        let mut visit = |i: Ino, order: &mut Vec<Ino>| {
+            if seen.insert(i) {
+                order.push(i);
+            }
+        };
+        visit(ROOT_INO, &mut order);
+        let mut k = 0;
+        for durable in [false, true] {
+            loop {
+                if k >= order.len() {
+                    break;
+                }
+                if let Some(d) = self.dir_node(order[k]) {
+                    let entries = if durable { &d.durable } else { &d.live };
+                    for child in entries.values() {
+                        visit(*child, &mut order);
+                    }
+                }
+                k += 1;
+            }
+            k = 0;
+        }
+        for p in &self.pending {
+            for i in p.op.inos() {
+                visit(i, &mut order);
+            }
+        }
+        for h in self.handles.values() {
+            match h {
+                Handle::File { ino, .. } | Handle::Dir { ino } => visit(*ino, &mut order),
+                Handle::List { dir, .. } => visit(*dir, &mut order),
+            }
+        }
+        // Directories reached only through pending ops or handles may hold more.
+        let mut k = 0;
+        while k < order.len() {
+            if let Some(d) = self.dir_node(order[k]) {
+                let children: Vec<Ino> =
+                    d.live.values().chain(d.durable.values()).copied().collect();
+                for c in children {
+                    visit(c, &mut order);
+                }
+            }
+            k += 1;
+        }
+        let map: BTreeMap<Ino, Ino> = order
+            .iter()
+            .enumerate()
+            .map(|(new, old)| (*old, new as Ino))
+            .collect();
+        if map.iter().all(|(a, b)| a == b) && map.len() == self.nodes.len() {
+            return;
+        }
+        let mut nodes = BTreeMap::new();
+        for (old, new) in &map {
+            let mut n = self.nodes.remove(old).expect("visited inodes exist");
+            if let Node::Dir(d) = &mut n {
+                for v in d.live.values_mut().chain(d.durable.values_mut()) {
+                    *v = map[v];
+                }
+            }
+            nodes.insert(*new, n);
+        }
+        self.nodes = nodes;
+        for p in &mut self.pending {
+            p.op.renumber(&map);
+            for w in &mut p.waiting {
+                *w = map[w];
+            }
+        }
+        for h in self.handles.values_mut() {
+            match h {
+                Handle::File { ino, .. } | Handle::Dir { ino } => *ino = map[ino],
+                Handle::List { dir, .. } => *dir = map[dir],
+            }
+        }
+    }
+
+    /// The live tree: every path (relative, `/`-separated) with its content, or `None` for a
+    /// directory.
+    pub fn tree(&self) -> BTreeMap<String, Option<Content>> {
+        let mut out = BTreeMap::new();
+        let mut stack = vec![(ROOT_INO, String::new())];
+        while let Some((dir, prefix)) = stack.pop() {
+            let Some(d) = self.dir_node(dir) else {
+                continue;
+            };
+            for (name, child) in &d.live {
+                let p = if prefix.is_empty() {
+                    name.to_string_lossy().into_owned()
+                } else {
+                    format!("{prefix}/{}", name.to_string_lossy())
+                };
+                match self.nodes.get(child) {
+                    Some(Node::File(f)) => {
+                        out.insert(p, Some(f.data().clone()));
+                    }
+                    Some(Node::Dir(_)) => {
+                        out.insert(p.clone(), None);
+                        stack.push((*child, p));
+                    }
+                    None => {}
+                }
+            }
+        }
+        out
+    }
+
+    /// The inode a live path (relative, `/`-separated) names.
+    pub fn resolve(&self, path: &str) -> Option<Ino> {
+        let mut ino = ROOT_INO;
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            ino = self.lookup(ino, OsStr::new(part))?;
+        }
+        Some(ino)
+    }
+
+    /// The content of the live file at `path`.
+    pub fn read(&self, path: &str) -> Option<&[u8]> {
+        self.resolve(path)
+            .and_then(|i| self.file_node(i))
+            .map(|f| f.data().bytes())
+    }
+
+    /// Whether a live directory exists at `path`.
+    pub fn is_dir(&self, path: &str) -> bool {
+        self.resolve(path)
+            .is_some_and(|i| self.dir_node(i).is_some())
+    }
+
+    /// The live names in the directory at `path` (empty if there is none).
+    pub fn names(&self, path: &str) -> Vec<String> {
+        self.resolve(path)
+            .and_then(|i| self.dir_node(i))
+            .map(|d| {
+                d.live
+                    .keys()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Creates the directories of `path` that are missing, durably (test and model setup).
+    pub fn mkdir_all(&mut self, path: &str) -> Ino {
+        let mut ino = ROOT_INO;
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            ino = match self.lookup(ino, OsStr::new(part)) {
+                Some(i) => i,
+                None => {
+                    let new = self.fresh_ino();
+                    self.nodes.insert(new, Node::Dir(DirNode::default()));
+                    if let Some(Node::Dir(d)) = self.nodes.get_mut(&ino) {
+                        d.live.insert(part.into(), new);
+                        d.durable.insert(part.into(), new);
+                    }
+                    new
+                }
+            };
+        }
+        ino
+    }
+
+    /// Puts a file with `bytes` at `path`, durably, creating its directories (setup, and the
+    /// world's own writes: a workload filling a staging area, a byte flipped on disk).
+    pub fn put_file(&mut self, path: &str, bytes: &[u8]) {
+        let (dir, name) = match path.rsplit_once('/') {
+            Some((d, n)) => (d, n),
+            None => ("", path),
+        };
+        let d = self.mkdir_all(dir);
+        let content = Content::new(bytes);
+        match self.lookup(d, OsStr::new(name)) {
+            Some(i) if self.file_node(i).is_some() => {
+                *self.file_mut(i).expect("a file") = FileNode {
+                    durable: content.clone(),
+                    pending: Vec::new(),
+                };
+            }
+            _ => {
+                let new = self.fresh_ino();
+                self.nodes.insert(
+                    new,
+                    Node::File(FileNode {
+                        durable: content,
+                        pending: Vec::new(),
+                    }),
+                );
+                if let Some(Node::Dir(dn)) = self.nodes.get_mut(&d) {
+                    dn.live.insert(name.into(), new);
+                    dn.durable.insert(name.into(), new);
+                }
+            }
+        }
+        self.normalize();
+    }
+
+    /// Removes the file or tree at `path` from the disk (setup, and the world's own doing).
+    pub fn remove(&mut self, path: &str) {
+        let (dir, name) = match path.rsplit_once('/') {
+            Some((d, n)) => (d, n),
+            None => ("", path),
+        };
+        if let Some(d) = self.resolve(dir)
+            && let Some(Node::Dir(dn)) = self.nodes.get_mut(&d)
+        {
+            dn.live.remove(OsStr::new(name));
+            dn.durable.remove(OsStr::new(name));
+        }
+        self.normalize();
+    }
+
+    fn temp_name(&self, dir: Ino) -> OsString {
+        let d = self.dir_node(dir).expect("a directory");
+        (0..)
+            .map(|n| OsString::from(format!("{}{n}", tenure::privfs::TEMP_PREFIX)))
+            .find(|n| !d.live.contains_key(n))
+            .expect("a free temp name")
+    }
+}
+
+impl Executor for SimFs {
+    fn run(&mut self, step: Step<'_>) -> Result<Done, FsError> {
+        match step.op {
+            Op::OpenDir { dir, name, .. } => {
+                let d = self.dir_of(dir)?;
+                match self.lookup(d, name) {
+                    None => Err(FsError::NotFound {
+                        path: self.child_path(d, name),
+                    }),
+                    Some(i) if self.dir_node(i).is_none() => Err(FsError::NotDirectory {
+                        path: self.child_path(d, name),
+                        found: FileKind::Regular,
+                    }),
+                    Some(i) => Ok(Done::Opened {
+                        fd: self.put_handle(Handle::Dir { ino: i }),
+                        size: 0,
+                    }),
+                }
+            }
+            Op::Mkdir { dir, name } => {
+                let d = self.dir_of(dir)?;
+                if self.lookup(d, name).is_some() {
+                    return Err(FsError::AlreadyExists {
+                        path: self.child_path(d, name),
+                    });
+                }
+                let ino = self.fresh_ino();
+                self.nodes.insert(ino, Node::Dir(DirNode::default()));
+                self.push_entry_op(EntryOp::Add {
+                    dir: d,
+                    name: name.to_owned(),
+                    ino,
+                });
+                Ok(Done::Ok)
+            }
+            Op::CreateTemp { dir } => {
+                let d = self.dir_of(dir)?;
+                let name = self.temp_name(d);
+                let fd = self.new_file(d, name.clone());
+                Ok(Done::Created { fd, name })
+            }
+            Op::CreateNew { dir, name } => {
+                let d = self.dir_of(dir)?;
+                if self.lookup(d, name).is_some() {
+                    return Err(FsError::AlreadyExists {
+                        path: self.child_path(d, name),
+                    });
+                }
+                let fd = self.new_file(d, name.to_owned());
+                Ok(Done::Created {
+                    fd,
+                    name: name.to_owned(),
+                })
+            }
+            Op::Open { dir, name, check } => {
+                let d = self.dir_of(dir)?;
+                let _: Check = check;
+                match self.lookup(d, name) {
+                    None => Err(FsError::NotFound {
+                        path: self.child_path(d, name),
+                    }),
+                    Some(i) => match self.file_node(i) {
+                        None => Err(FsError::NotRegular {
+                            path: self.child_path(d, name),
+                            found: FileKind::Directory,
+                        }),
+                        Some(f) => {
+                            let size = f.data().bytes().len() as u64;
+                            Ok(Done::Opened {
+                                fd: self.put_handle(Handle::File { ino: i, pos: 0 }),
+                                size,
+                            })
+                        }
+                    },
+                }
+            }
+            Op::Read { fd, max } => Ok(Done::Data(self.read_from(fd, Some(max as u64))?)),
+            Op::ReadFile { dir, name, max } => {
+                let d = self.dir_of(dir)?;
+                let path = self.child_path(d, name);
+                match self.lookup(d, name).map(|i| self.file_node(i)) {
+                    None => Err(FsError::NotFound { path }),
+                    Some(None) => Err(FsError::NotRegular {
+                        path,
+                        found: FileKind::Directory,
+                    }),
+                    Some(Some(f)) => {
+                        let b = f.data().bytes();
+                        if b.len() as u64 > max {
+                            return Err(FsError::TooLarge {
+                                path,
+                                len: b.len() as u64,
+                                max,
+                            });
+                        }
+                        Ok(Done::Data(b.to_vec()))
+                    }
+                }
+            }
+            Op::Rewind { fd } => {
+                let (ino, _) = self.file_of(fd)?;
+                self.handles.insert(fd.0, Handle::File { ino, pos: 0 });
+                Ok(Done::Ok)
+            }
+            Op::Write { fd, bytes } => {
+                let (ino, pos) = self.file_of(fd)?;
+                self.write_at(ino, pos, bytes);
+                self.handles.insert(
+                    fd.0,
+                    Handle::File {
+                        ino,
+                        pos: pos + bytes.len() as u64,
+                    },
+                );
+                Ok(Done::Ok)
+            }
+            Op::Copy {
+                to, from, limit, ..
+            } => {
+                let bytes = self.read_from(from, limit)?;
+                let (ino, pos) = self.file_of(to)?;
+                self.write_at(ino, pos, &bytes);
+                self.handles.insert(
+                    to.0,
+                    Handle::File {
+                        ino,
+                        pos: pos + bytes.len() as u64,
+                    },
+                );
+                Ok(Done::Hashed(summary(&bytes)))
+            }
+            Op::Hash { fd, limit } => Ok(Done::Hashed(summary(&self.read_from(fd, limit)?))),
+            Op::HashFile { dir, name, limit } => {
+                let d = self.dir_of(dir)?;
+                match self.lookup(d, name).and_then(|i| self.file_node(i)) {
+                    None => Err(FsError::NotFound {
+                        path: self.child_path(d, name),
+                    }),
+                    Some(f) => {
+                        let b = f.data().bytes();
+                        let end = limit.map_or(b.len(), |l| (l as usize).min(b.len()));
+                        Ok(Done::Hashed(summary(&b[..end])))
+                    }
+                }
+            }
+            // Modes are not modelled.
+            Op::Chmod { fd, .. } => self.file_of(fd).map(|_| Done::Ok),
+            Op::Fsync { fd, .. } => {
+                let (ino, _) = self.file_of(fd)?;
+                let f = self.file_mut(ino).expect("a file");
+                f.durable = f.data().clone();
+                f.pending.clear();
+                Ok(Done::Ok)
+            }
+            Op::Close { fd } => {
+                self.handles.remove(&fd.0);
+                Ok(Done::Ok)
+            }
+            Op::Rename {
+                from_dir,
+                from,
+                to_dir,
+                to,
+                noreplace,
+            } => {
+                let (fd_, td) = (self.dir_of(from_dir)?, self.dir_of(to_dir)?);
+                let Some(ino) = self.lookup(fd_, from) else {
+                    return Err(FsError::NotFound {
+                        path: self.child_path(fd_, from),
+                    });
+                };
+                if let Some(existing) = self.lookup(td, to) {
+                    if noreplace {
+                        return Err(FsError::AlreadyExists {
+                            path: self.child_path(td, to),
+                        });
+                    }
+                    if existing == ino {
+                        // Renaming a file onto itself does nothing (POSIX).
+                        return Ok(Done::Ok);
+                    }
+                    if self.dir_node(existing).is_some() || self.dir_node(ino).is_some() {
+                        return Err(other(
+                            "rename into",
+                            self.child_path(td, to),
+                            "only files are renamed over existing names here",
+                        ));
+                    }
+                }
+                self.push_entry_op(EntryOp::Rename {
+                    from_dir: fd_,
+                    from: from.to_owned(),
+                    to_dir: td,
+                    to: to.to_owned(),
+                    ino,
+                });
+                Ok(Done::Ok)
+            }
+            Op::Unlink { dir, name } => {
+                let d = self.dir_of(dir)?;
+                match self.lookup(d, name) {
+                    None => Err(FsError::NotFound {
+                        path: self.child_path(d, name),
+                    }),
+                    Some(i) if self.dir_node(i).is_some() => {
+                        Err(other("remove", self.child_path(d, name), "is a directory"))
+                    }
+                    Some(_) => {
+                        self.push_entry_op(EntryOp::Remove {
+                            dir: d,
+                            name: name.to_owned(),
+                        });
+                        Ok(Done::Ok)
+                    }
+                }
+            }
+            Op::Rmdir { dir, name } => {
+                let d = self.dir_of(dir)?;
+                match self.lookup(d, name).map(|i| self.dir_node(i)) {
+                    None => Err(FsError::NotFound {
+                        path: self.child_path(d, name),
+                    }),
+                    Some(None) => Err(other("remove", self.child_path(d, name), "not a directory")),
+                    Some(Some(sub)) if !sub.live.is_empty() => Err(other(
+                        "remove",
+                        self.child_path(d, name),
+                        "directory not empty",
+                    )),
+                    Some(Some(_)) => {
+                        self.push_entry_op(EntryOp::Remove {
+                            dir: d,
+                            name: name.to_owned(),
+                        });
+                        Ok(Done::Ok)
+                    }
+                }
+            }
+            Op::RemoveTree { dir, name } => {
+                let d = self.dir_of(dir)?;
+                if self.lookup(d, name).is_some() {
+                    self.push_entry_op(EntryOp::Remove {
+                        dir: d,
+                        name: name.to_owned(),
+                    });
+                }
+                Ok(Done::Ok)
+            }
+            Op::SyncDir { dir } => {
+                let d = self.dir_of(dir)?;
+                for p in &mut self.pending {
+                    p.waiting.retain(|w| *w != d);
+                }
+                self.commit_ready();
+                Ok(Done::Ok)
+            }
+            Op::SyncFs { dir } => {
+                self.dir_of(dir)?;
+                for n in self.nodes.values_mut() {
+                    if let Node::File(f) = n {
+                        f.durable = f.data().clone();
+                        f.pending.clear();
+                    }
+                }
+                for p in &mut self.pending {
+                    p.waiting.clear();
+                }
+                self.commit_ready();
+                Ok(Done::Ok)
+            }
+            Op::Stat { dir, name } => {
+                let d = self.dir_of(dir)?;
+                Ok(Done::Stat(self.lookup(d, name).map(
+                    |i| match &self.nodes[&i] {
+                        Node::File(f) => Meta {
+                            kind: FileKind::Regular,
+                            size: f.data().bytes().len() as u64,
+                        },
+                        Node::Dir(_) => Meta {
+                            kind: FileKind::Directory,
+                            size: 0,
+                        },
+                    },
+                )))
+            }
+            Op::List { dir } => {
+                let d = self.dir_of(dir)?;
+                Ok(Done::Opened {
+                    fd: self.put_handle(Handle::List {
+                        dir: d,
+                        after: None,
+                    }),
+                    size: 0,
+                })
+            }
+            Op::ListNext { list, max } => {
+                let Some(Handle::List { dir, after }) = self.handles.get(&list.0).cloned() else {
+                    return Err(other(
+                        "use",
+                        sim_path(&format!("<handle {}>", list.0)),
+                        "not an open listing (a protocol bug)",
+                    ));
+                };
+                let d = self.dir_node(dir).expect("a listed directory");
+                let entries: Vec<(OsString, FileKind)> = d
+                    .live
+                    .iter()
+                    .filter(|(n, _)| after.as_ref().is_none_or(|a| *n > a))
+                    .take(max)
+                    .map(|(n, i)| {
+                        let kind = match self.nodes.get(i) {
+                            Some(Node::Dir(_)) => FileKind::Directory,
+                            Some(Node::File(_)) | None => FileKind::Regular,
+                        };
+                        (n.clone(), kind)
+                    })
+                    .collect();
+                let after = entries.last().map(|(n, _)| n.clone()).or(after);
+                self.handles.insert(list.0, Handle::List { dir, after });
+                Ok(Done::Entries(entries))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(fs: &mut SimFs, op: Op<'_>) -> Done {
+        fs.run(Step::new("test", op)).unwrap()
+    }
+
+    fn contents(states: &[SimFs], path: &str) -> BTreeSet<Option<Vec<u8>>> {
+        states
+            .iter()
+            .map(|s| s.read(path).map(<[u8]>::to_vec))
+            .collect()
+    }
+
+    /// The durable replace: before the fsync the new name may hold nothing; after the fsync
+    /// and before the dir fsync the rename may be lost; after both it survives.
+    #[test]
+    fn durable_replace_outcomes() {
+        let mut fs = SimFs::new();
+        fs.put_file("f", b"old");
+        let Done::Created { fd, name } = run(&mut fs, Op::CreateTemp { dir: Fd::ROOT }) else {
+            panic!()
+        };
+        run(&mut fs, Op::Write { fd, bytes: b"new" });
+        let rename = |fs: &mut SimFs| {
+            run(
+                fs,
+                Op::Rename {
+                    from_dir: Fd::ROOT,
+                    from: &name,
+                    to_dir: Fd::ROOT,
+                    to: OsStr::new("f"),
+                    noreplace: false,
+                },
+            )
+        };
+        // Renamed before the fsync: "f" may be empty after power loss.
+        let mut early = fs.clone();
+        rename(&mut early);
+        assert_eq!(
+            contents(&early.power_loss(Reorder::Subset), "f"),
+            BTreeSet::from([
+                Some(b"old".to_vec()),
+                Some(b"".to_vec()),
+                Some(b"new".to_vec())
+            ])
+        );
+        run(
+            &mut fs,
+            Op::Fsync {
+                fd,
+                data_only: false,
+            },
+        );
+        rename(&mut fs);
+        assert_eq!(
+            contents(&fs.power_loss(Reorder::Subset), "f"),
+            BTreeSet::from([Some(b"old".to_vec()), Some(b"new".to_vec())])
+        );
+        run(&mut fs, Op::SyncDir { dir: Fd::ROOT });
+        assert_eq!(
+            contents(&fs.power_loss(Reorder::Subset), "f"),
+            BTreeSet::from([Some(b"new".to_vec())])
+        );
+        run(&mut fs, Op::Close { fd });
+        assert!(fs.is_durable());
+        // A process crash loses nothing.
+        let mut crashed = early.clone();
+        crashed.crash_process();
+        assert_eq!(crashed.read("f"), Some(&b"new"[..]));
+    }
+
+    /// A rename between two directories is atomic and durable only once both are synced.
+    #[test]
+    fn cross_directory_rename_waits_for_both_directories() {
+        let mut fs = SimFs::new();
+        fs.put_file("a/x", b"x");
+        fs.mkdir_all("b");
+        let Done::Opened { fd: a, .. } = run(
+            &mut fs,
+            Op::OpenDir {
+                dir: Fd::ROOT,
+                name: OsStr::new("a"),
+                any_mode: false,
+            },
+        ) else {
+            panic!()
+        };
+        let Done::Opened { fd: b, .. } = run(
+            &mut fs,
+            Op::OpenDir {
+                dir: Fd::ROOT,
+                name: OsStr::new("b"),
+                any_mode: false,
+            },
+        ) else {
+            panic!()
+        };
+        run(
+            &mut fs,
+            Op::Rename {
+                from_dir: a,
+                from: OsStr::new("x"),
+                to_dir: b,
+                to: OsStr::new("y"),
+                noreplace: true,
+            },
+        );
+        run(&mut fs, Op::SyncDir { dir: b });
+        let outcomes = fs.power_loss(Reorder::Subset);
+        let both: BTreeSet<(bool, bool)> = outcomes
+            .iter()
+            .map(|s| (s.read("a/x").is_some(), s.read("b/y").is_some()))
+            .collect();
+        // Never both names, never neither.
+        assert_eq!(both, BTreeSet::from([(true, false), (false, true)]));
+        run(&mut fs, Op::SyncDir { dir: a });
+        let outcomes = fs.power_loss(Reorder::Subset);
+        assert_eq!(outcomes.len(), 1);
+        assert_eq!(outcomes[0].read("b/y"), Some(&b"x"[..]));
+    }
+
+    /// syncfs commits every inode's data and every entry op; outcomes are deduplicated and
+    /// normalised (inode numbers do not tell equal disks apart).
+    #[test]
+    fn syncfs_commits_everything_and_outcomes_are_canonical() {
+        let mut fs = SimFs::new();
+        fs.mkdir_all("d");
+        let Done::Opened { fd: d, .. } = run(
+            &mut fs,
+            Op::OpenDir {
+                dir: Fd::ROOT,
+                name: OsStr::new("d"),
+                any_mode: false,
+            },
+        ) else {
+            panic!()
+        };
+        for name in ["p", "q"] {
+            let Done::Created { fd, .. } = run(
+                &mut fs,
+                Op::CreateNew {
+                    dir: d,
+                    name: OsStr::new(name),
+                },
+            ) else {
+                panic!()
+            };
+            run(
+                &mut fs,
+                Op::Write {
+                    fd,
+                    bytes: name.as_bytes(),
+                },
+            );
+            run(&mut fs, Op::Close { fd });
+        }
+        // Two creates, two writes: names (2 × 2) × data of the ones kept.
+        let outcomes = fs.power_loss(Reorder::Subset);
+        assert_eq!(outcomes.len(), 1 + 2 + 2 + 4);
+        assert_eq!(fs.power_loss(Reorder::Prefix).len(), 1 + 2 + 4);
+        run(&mut fs, Op::SyncFs { dir: Fd::ROOT });
+        let outcomes = fs.power_loss(Reorder::Subset);
+        assert_eq!(outcomes.len(), 1);
+        assert_eq!(outcomes[0].read("d/q"), Some(&b"q"[..]));
+        // Equal trees built in another order are equal values.
+        let mut other = SimFs::new();
+        other.put_file("d/q", b"q");
+        other.put_file("d/p", b"p");
+        other.normalize();
+        assert_eq!(outcomes[0], other);
+    }
+
+    /// Listing is a cursor: entries come in name order, in pages, and a removal between pages
+    /// does not skip a later entry.
+    #[test]
+    fn listing_pages_through_a_changing_directory() {
+        let mut fs = SimFs::new();
+        for n in ["a", "b", "c", "d"] {
+            fs.put_file(&format!("dir/{n}"), b"");
+        }
+        let Done::Opened { fd: d, .. } = run(
+            &mut fs,
+            Op::OpenDir {
+                dir: Fd::ROOT,
+                name: OsStr::new("dir"),
+                any_mode: false,
+            },
+        ) else {
+            panic!()
+        };
+        let Done::Opened { fd: l, .. } = run(&mut fs, Op::List { dir: d }) else {
+            panic!()
+        };
+        let Done::Entries(first) = run(&mut fs, Op::ListNext { list: l, max: 2 }) else {
+            panic!()
+        };
+        assert_eq!(first.len(), 2);
+        run(
+            &mut fs,
+            Op::Unlink {
+                dir: d,
+                name: OsStr::new("a"),
+            },
+        );
+        let Done::Entries(rest) = run(&mut fs, Op::ListNext { list: l, max: 10 }) else {
+            panic!()
+        };
+        let names: Vec<_> = rest
+            .iter()
+            .map(|(n, _)| n.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["c", "d"]);
+    }
+}
