@@ -489,7 +489,6 @@ impl Core {
                     wait,
                     cancel,
                     phase: PhaseKind::Recovering,
-                    fence: None,
                 };
                 match lease::acquire(&self.dir, &opts, &mut |_| {}) {
                     Ok(l) => {

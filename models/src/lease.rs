@@ -1200,7 +1200,6 @@ impl LeaseState {
             ]),
             phase: PhaseKind::Recovering,
             cgroup: m.contain() == Some(Contain::Cgroup),
-            fence: None,
         }
     }
 

@@ -16,8 +16,6 @@
 
 #![allow(dead_code)]
 
-#[cfg(feature = "etcd")]
-pub mod etcd;
 pub mod fuse;
 pub mod hostile;
 pub mod skip;
