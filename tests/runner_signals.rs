@@ -13,6 +13,7 @@ use rustix::process::Signal;
 use serde_json::Value;
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
+#[cfg(feature = "failpoints")]
 use tenure::machine::trace::TraceLine;
 
 /// The kinds a run wrote, in order.

@@ -12,7 +12,7 @@ use rustix::fs::Mode;
 use super::error::CheckpointError;
 use super::format::{self, CURRENT_LEN, CheckpointId, Current, Digest, Entry, Header};
 use super::gc::DEFAULT_KEEP;
-use super::hash::{self, Mismatch, VerifyingReader};
+use super::hash::{self, VerifyingReader};
 use super::limits::Limits;
 use super::plan::{self, Plan, Poll, Src};
 use super::tree;
@@ -487,23 +487,6 @@ impl<'s> CheckpointStore<'s> {
             Ok(f) => Ok(f),
             Err(FsError::NotFound { .. }) => Err(missing()),
             Err(err) => Err(err.into()),
-        }
-    }
-
-    fn mismatch(&self, e: &Entry, m: Mismatch) -> CheckpointError {
-        let path = self.blob_path(&e.sha256);
-        match m {
-            Mismatch::Size { expected, actual } => CheckpointError::BlobSizeMismatch {
-                path,
-                name: e.name.clone(),
-                expected,
-                actual,
-            },
-            Mismatch::Digest { actual, .. } => CheckpointError::BlobDigestMismatch {
-                path,
-                name: e.name.clone(),
-                actual,
-            },
         }
     }
 
@@ -1231,7 +1214,7 @@ impl<'s> CheckpointStore<'s> {
             for e in &checkpoint.entries {
                 let got = self.copy_into_view(&mut w, e, &mut buf)?;
                 if let Some(m) = plan::check_blob(e, &got) {
-                    return Err(self.mismatch(e, m));
+                    return Err(plan::blob_mismatch(self.blob_path(&e.sha256), e, m));
                 }
             }
             w.finish()

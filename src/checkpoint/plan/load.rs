@@ -177,20 +177,7 @@ impl LoadPlan {
     }
 
     fn mismatch(&self, e: &Entry, m: Mismatch) -> CheckpointError {
-        let path = self.path.blob(&e.sha256);
-        match m {
-            Mismatch::Size { expected, actual } => CheckpointError::BlobSizeMismatch {
-                path,
-                name: e.name.clone(),
-                expected,
-                actual,
-            },
-            Mismatch::Digest { actual, .. } => CheckpointError::BlobDigestMismatch {
-                path,
-                name: e.name.clone(),
-                actual,
-            },
-        }
+        blob_mismatch(self.path.blob(&e.sha256), e, m)
     }
 
     /// Parses what the buffered manifest bytes hold until an entry is ready to verify, more
@@ -444,6 +431,24 @@ pub(super) fn hashed(r: Result<Done, FsError>) -> Result<Summary, CheckpointErro
 }
 
 /// Whether what a blob's file held is what the entry promised (`None`), or how it differs.
+/// The error for blob `path` of entry `e` whose bytes are not what the manifest says: one for
+/// the load plan and the view the store materialises.
+pub(crate) fn blob_mismatch(path: std::path::PathBuf, e: &Entry, m: Mismatch) -> CheckpointError {
+    match m {
+        Mismatch::Size { expected, actual } => CheckpointError::BlobSizeMismatch {
+            path,
+            name: e.name.clone(),
+            expected,
+            actual,
+        },
+        Mismatch::Digest { actual, .. } => CheckpointError::BlobDigestMismatch {
+            path,
+            name: e.name.clone(),
+            actual,
+        },
+    }
+}
+
 pub(crate) fn check_blob(e: &Entry, got: &Summary) -> Option<Mismatch> {
     if got.size != e.size {
         return Some(Mismatch::Size {

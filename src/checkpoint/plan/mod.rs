@@ -30,8 +30,8 @@ use sha2::digest::common::hazmat::SerializableState;
 
 pub use failed::KeepFailedPlan;
 pub use gc::GcPlan;
-pub(crate) use load::check_blob;
 pub use load::{LoadPlan, Loaded};
+pub(crate) use load::{blob_mismatch, check_blob};
 pub use open::{OpenPlan, StagingPlan};
 pub use publish::{Input, PublishPlan, Src};
 
