@@ -122,6 +122,24 @@ pub enum Op<'a> {
         /// The bytes.
         bytes: &'a [u8],
     },
+    /// Opens the existing private file `name` of `dir` for writing (never creating or
+    /// truncating it), writes `bytes` at `offset` in place (`pwrite`) and returns the handle
+    /// ([`Done::Opened`] with the file's size after the write), so that the write can be
+    /// synced ([`Op::Fsync`]) and closed. Unlike a replace through a temp file and a rename,
+    /// making it durable needs no directory sync; but until the file is synced a power loss
+    /// may leave the written range old, new or torn (garbage), so a protocol that writes in
+    /// place must tell a torn range from a whole one (a checksum) and keep a valid copy
+    /// elsewhere (the epoch file's two slots).
+    WriteAt {
+        /// Directory.
+        dir: Fd,
+        /// File name.
+        name: &'a OsStr,
+        /// Where the bytes go.
+        offset: u64,
+        /// The bytes.
+        bytes: &'a [u8],
+    },
     /// Copies `from` (to its end, or to `limit` bytes) into `to` at its position while
     /// hashing the bytes ([`Done::Hashed`]). With `writeback`, writeback of the copy is started
     /// as it goes (`sync_file_range(SYNC_FILE_RANGE_WRITE)`): advice that makes a later sync
@@ -256,7 +274,7 @@ impl Op<'_> {
             Op::Open { .. } => "open",
             Op::Read { .. } | Op::ReadFile { .. } => "read",
             Op::Rewind { .. } => "rewind",
-            Op::Write { .. } | Op::Copy { .. } => "write",
+            Op::Write { .. } | Op::WriteAt { .. } | Op::Copy { .. } => "write",
             Op::Hash { .. } | Op::HashFile { .. } => "hash",
             Op::Chmod { .. } => "chmod",
             Op::Fsync { .. } => "fsync",
@@ -278,6 +296,7 @@ impl Op<'_> {
             | Op::CreateTemp { .. }
             | Op::CreateNew { .. }
             | Op::Write { .. }
+            | Op::WriteAt { .. }
             | Op::Copy { .. }
             | Op::Chmod { .. }
             | Op::Fsync { .. }

@@ -951,6 +951,7 @@ fn describe_op(op: &Op<'_>) -> String {
         | Op::Open { name, .. }
         | Op::ReadFile { name, .. }
         | Op::HashFile { name, .. }
+        | Op::WriteAt { name, .. }
         | Op::Unlink { name, .. }
         | Op::Rmdir { name, .. }
         | Op::RemoveTree { name, .. }

@@ -25,7 +25,8 @@
 //! - **Power loss** ([`SimFs::power_loss`]) enumerates every state the disk can be left in,
 //!   deterministically: the durable entries plus any subset of the pending entry ops (each
 //!   whole, in their order; or only a prefix of them, for [`Reorder::Prefix`]), and for each
-//!   file reachable in that state the durable content plus a prefix of its pending writes. The
+//!   file reachable in that state the durable content plus a prefix of its pending writes (an
+//!   in-place overwrite, `WriteAt`, adds one more: its range torn, see [`TORN`]). The
 //!   outcomes are deduplicated and sorted (every map is a `BTreeMap`, contents compare by
 //!   sha256), and each is normalised, so equal disks are equal states.
 //!
@@ -47,6 +48,12 @@ use std::sync::Arc;
 use sha2::Digest as _;
 use tenure::fsop::{Check, Done, Executor, Fd, Meta, Op, Step, Summary};
 use tenure::privfs::{FileKind, FsError};
+
+/// What an in-place overwrite (`WriteAt`) that a power loss interrupted may leave in the range
+/// it wrote, besides the old bytes and the new ones: garbage, here every byte `0xff` (what an
+/// erased flash page reads as). A reader that checks a checksum tells any garbage apart the
+/// same way; one that does not reads this one as the largest number there is.
+pub const TORN: u8 = 0xff;
 
 /// An inode number.
 pub type Ino = u32;
@@ -1001,6 +1008,45 @@ impl Executor for SimFs {
                 );
                 Ok(Done::Ok)
             }
+            // An overwrite in place: until the file is synced a power loss may leave the range
+            // old, new or torn, so the torn content is one more pending write before the new one.
+            Op::WriteAt {
+                dir,
+                name,
+                offset,
+                bytes,
+            } => {
+                let d = self.dir_of(dir)?;
+                let ino = match self.lookup(d, name) {
+                    None => {
+                        return Err(FsError::NotFound {
+                            path: self.child_path(d, name),
+                        });
+                    }
+                    Some(i) if self.file_node(i).is_none() => {
+                        return Err(FsError::NotRegular {
+                            path: self.child_path(d, name),
+                            found: FileKind::Directory,
+                        });
+                    }
+                    Some(i) => i,
+                };
+                let (start, end) = (offset as usize, offset as usize + bytes.len());
+                let f = self.file_mut(ino).expect("a file");
+                let mut torn = f.data().bytes().to_vec();
+                torn.resize(torn.len().max(end), 0);
+                torn[start..end].fill(TORN);
+                f.pending.push(Content::new(&torn));
+                self.write_at(ino, offset, bytes);
+                let size = self.file_node(ino).expect("a file").data().bytes().len() as u64;
+                Ok(Done::Opened {
+                    fd: self.put_handle(Handle::File {
+                        ino,
+                        pos: end as u64,
+                    }),
+                    size,
+                })
+            }
             Op::Copy {
                 to, from, limit, ..
             } => {
@@ -1280,6 +1326,62 @@ mod tests {
         let mut crashed = early.clone();
         crashed.crash_process();
         assert_eq!(crashed.read("f"), Some(&b"new"[..]));
+    }
+
+    /// An overwrite in place: before the fsync a power loss leaves the range old, new or torn
+    /// (and nothing outside it changes); after the fsync only the new bytes; no directory sync
+    /// is involved.
+    #[test]
+    fn write_at_outcomes() {
+        let mut fs = SimFs::new();
+        fs.put_file("f", b"aaaabbbb");
+        let Done::Opened { fd, size } = run(
+            &mut fs,
+            Op::WriteAt {
+                dir: Fd::ROOT,
+                name: OsStr::new("f"),
+                offset: 4,
+                bytes: b"cccc",
+            },
+        ) else {
+            panic!()
+        };
+        assert_eq!(size, 8);
+        assert_eq!(fs.read("f"), Some(&b"aaaacccc"[..]));
+        let torn = [b'a', b'a', b'a', b'a', TORN, TORN, TORN, TORN];
+        assert_eq!(
+            contents(&fs.power_loss(Reorder::Prefix), "f"),
+            BTreeSet::from([
+                Some(b"aaaabbbb".to_vec()),
+                Some(torn.to_vec()),
+                Some(b"aaaacccc".to_vec())
+            ])
+        );
+        run(
+            &mut fs,
+            Op::Fsync {
+                fd,
+                data_only: true,
+            },
+        );
+        assert_eq!(
+            contents(&fs.power_loss(Reorder::Subset), "f"),
+            BTreeSet::from([Some(b"aaaacccc".to_vec())])
+        );
+        run(&mut fs, Op::Close { fd });
+        assert!(fs.is_durable());
+        assert!(matches!(
+            fs.run(Step::new(
+                "test",
+                Op::WriteAt {
+                    dir: Fd::ROOT,
+                    name: OsStr::new("missing"),
+                    offset: 0,
+                    bytes: b"x",
+                },
+            )),
+            Err(FsError::NotFound { .. })
+        ));
     }
 
     /// A rename between two directories is atomic and durable only once both are synced.

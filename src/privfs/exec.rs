@@ -476,6 +476,20 @@ impl Executor for Exec<'_> {
                 record(RecordKind::Write, dir, name, None);
                 Ok(Done::Ok)
             }
+            Op::WriteAt {
+                dir,
+                name,
+                offset,
+                bytes,
+            } => {
+                let d = self.dir(dir)?;
+                let (file, size) = d.write_at(name, offset, bytes, label)?;
+                let path = d.child_path(name);
+                Ok(Done::Opened {
+                    fd: self.put(Slot::File { file, path }),
+                    size,
+                })
+            }
             Op::Copy {
                 to,
                 from,

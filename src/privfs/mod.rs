@@ -975,6 +975,52 @@ impl Dir {
         file_rw_checked(File::from(fd), &path)
     }
 
+    /// Opens the existing private record `name` for writing (checked as [`Dir::open_file`]:
+    /// a private regular file with one link; never created, never truncated), writes `bytes`
+    /// at `offset` in place (`pwrite`) and returns the file and its size after the write, so
+    /// that the caller can sync it. Crash point and recorder entry: `<label>.write`. Not
+    /// durable until the file is synced; until then a power loss may leave the range old, new
+    /// or torn.
+    pub fn write_at(
+        &self,
+        name: impl AsRef<OsStr>,
+        offset: u64,
+        bytes: &[u8],
+        label: &str,
+    ) -> Result<(File, u64), FsError> {
+        let name = self.name(name.as_ref())?;
+        let path = self.child_path(name);
+        // O_NONBLOCK: a FIFO swapped in is refused by the check below, never waited on; the
+        // post-open fstat is the check that counts (a device or a link is never written).
+        let fd = self.open_nofollow(
+            name,
+            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
+            &path,
+        )?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
+        check_file_stat(&path, &st, Links::Single)?;
+        let file = File::from(fd);
+        let size = (st.st_size as u64).max(offset + bytes.len() as u64);
+        hit(label, RecordKind::Write).map_err(|e| FsError::io("write", path.clone(), e))?;
+        let mut done = 0;
+        while done < bytes.len() {
+            match rustix::io::pwrite(&file, &bytes[done..], offset + done as u64) {
+                Ok(0) => {
+                    return Err(FsError::io(
+                        "write",
+                        path,
+                        io::Error::from(io::ErrorKind::WriteZero),
+                    ));
+                }
+                Ok(n) => done += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(FsError::io("write", path, e)),
+            }
+        }
+        record(RecordKind::Write, &self.path, name, None);
+        Ok((file, size))
+    }
+
     /// Creates `name` exclusively (`O_EXCL`, 0600) and returns it open for writing. The caller
     /// owns the entry from then on (it is not removed on drop).
     pub fn create_exclusive(&self, name: impl AsRef<OsStr>, label: &str) -> Result<File, FsError> {
