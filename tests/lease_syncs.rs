@@ -4,9 +4,10 @@
 //! dir; the recorder sees every fsync, fdatasync, directory fsync and syncfs that privfs makes.
 //!
 //! The durability principle (spec/lifecycle.md, "Durability"): only the epoch must outlive a
-//! power loss on a run that publishes nothing — its temp file's fdatasync and the sync of the
-//! control folder that makes its rename durable. The owner record, its phases, the registry,
-//! the waiter entries, the sweeps and the release record are written and never synced.
+//! power loss on a run that publishes nothing — one fdatasync of the epoch file, written in
+//! place into one of its two slots (no temp file, no rename, no directory sync). The owner
+//! record, its phases, the registry, the waiter entries, the sweeps and the release record are
+//! written and never synced.
 
 use std::path::Path;
 use std::sync::mpsc;
@@ -58,35 +59,35 @@ fn one_run(sd: &StateDir) -> u64 {
     epoch
 }
 
-/// Asserts that `ops` hold exactly the epoch's two syncs: the fdatasync of its temp file in
-/// the control folder, then the control folder's sync (and no other directory's).
+/// Asserts that `ops` hold exactly the epoch's one sync: the epoch is written in place into
+/// `.tenure/epoch` (one slot of it) and fdatasynced, and no directory is synced.
 fn only_the_epoch(ops: &[Op], control: &Path) {
     let s = syncs(ops);
     println!("syncs: {s:#?}");
     assert_eq!(
         s.len(),
-        2,
+        1,
         "a run without publish syncs the epoch only: {s:#?}"
     );
-    let files: Vec<&Op> = ops.iter().filter(|o| o.kind == OpKind::Fsync).collect();
-    let dirs: Vec<&Op> = ops.iter().filter(|o| o.kind == OpKind::DirFsync).collect();
-    assert!(
-        files.len() == 1 && files[0].dir == control,
-        "one fdatasync, of the epoch's temp file: {s:#?}"
-    );
-    assert!(
-        dirs.len() == 1 && dirs[0].dir == control,
-        "one directory sync, of the control folder, for the epoch's rename: {s:#?}"
-    );
-    // The epoch's temp file is synced before it is renamed over the epoch file, and the
-    // folder after the rename.
-    let fsync_at = ops.iter().position(|o| o.kind == OpKind::Fsync).unwrap();
-    let rename_at = ops
+    let fsync = ops
         .iter()
-        .position(|o| o.kind == OpKind::Rename && o.name == "epoch")
-        .expect("the epoch is renamed into place");
-    let dir_at = ops.iter().position(|o| o.kind == OpKind::DirFsync).unwrap();
-    assert!(fsync_at < rename_at && rename_at < dir_at, "{ops:#?}");
+        .position(|o| o.kind == OpKind::Fsync)
+        .expect("the epoch is fdatasynced");
+    assert!(
+        ops[fsync].dir == control && ops[fsync].name == "epoch",
+        "one fdatasync, of the epoch file itself: {s:#?}"
+    );
+    // Written in place just before: no temp file, no rename, no directory sync.
+    let write = ops
+        .iter()
+        .position(|o| o.kind == OpKind::Write && o.dir == control && o.name == "epoch")
+        .expect("the epoch is written in place");
+    assert!(write < fsync, "{ops:#?}");
+    assert!(
+        !ops.iter()
+            .any(|o| o.kind == OpKind::Rename && o.name == "epoch"),
+        "the epoch file is not replaced: {ops:#?}"
+    );
     assert!(
         !ops.iter()
             .any(|o| o.kind == OpKind::Mkdir || (o.kind == OpKind::Create && o.name == "lock")),
@@ -208,4 +209,99 @@ fn handoff_syncs_only_the_waiters_epoch() {
         syncs(&before_release)
     );
     only_the_epoch(&ops, &dir.join(".tenure"));
+}
+
+/// Issue 11, migration: a dir whose epoch file an older tenure wrote (`<decimal>\n`) is read as
+/// before; the next acquisition replaces it once with the slot format (temp file, fdatasync,
+/// rename, one sync of the control folder), and every acquisition after that writes in place
+/// with one sync.
+#[test]
+fn legacy_epoch_file_is_upgraded_once() {
+    use std::os::unix::fs::PermissionsExt;
+    let _one = serial();
+    let t = private_tempdir();
+    let dir = t.path().join("state");
+    let sd = StateDir::open(&dir, true).unwrap();
+    assert_eq!(one_run(&sd), 1);
+    // What a tenure before issue 11 leaves: one decimal number and a newline.
+    let path = dir.join(".tenure/epoch");
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, b"41\n").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(lease::read_epoch(&sd).unwrap(), 41);
+
+    tenure::privfs::start_recording();
+    assert_eq!(one_run(&sd), 42);
+    let ops = tenure::privfs::take_recording_under(&dir);
+    let s = syncs(&ops);
+    println!("the upgrade's syncs: {s:#?}");
+    let control = dir.join(".tenure");
+    assert_eq!(
+        s.len(),
+        2,
+        "the upgrade replaces the file durably, once: {s:#?}"
+    );
+    assert!(
+        ops.iter()
+            .any(|o| o.kind == OpKind::Rename && o.dir == control && o.name == "epoch"),
+        "{ops:#?}"
+    );
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes.len() as u64, lease::epoch::FILE_LEN);
+    assert_eq!(
+        lease::epoch::decode(&bytes),
+        Ok(lease::epoch::Stored::Slots {
+            epoch: 42,
+            newest: 0
+        })
+    );
+
+    tenure::privfs::start_recording();
+    assert_eq!(one_run(&sd), 43);
+    let ops = tenure::privfs::take_recording_under(&dir);
+    only_the_epoch(&ops, &control);
+    assert_eq!(lease::read_epoch(&sd).unwrap(), 43);
+    // The in-place writes alternate between the two slots.
+    assert_eq!(one_run(&sd), 44);
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(
+        lease::epoch::decode(&bytes),
+        Ok(lease::epoch::Stored::Slots {
+            epoch: 44,
+            newest: 0
+        })
+    );
+}
+
+/// Issue 11: a torn slot (what a power loss during the in-place write can leave) is skipped,
+/// and the other slot's epoch is the file's; the next acquisition hands out the epoch after
+/// it and rewrites the torn slot, never the valid one.
+#[test]
+fn torn_slot_falls_back_to_the_other() {
+    let _one = serial();
+    let t = private_tempdir();
+    let dir = t.path().join("state");
+    let sd = StateDir::open(&dir, true).unwrap();
+    for want in 1..=3 {
+        assert_eq!(one_run(&sd), want);
+    }
+    let path = dir.join(".tenure/epoch");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let stored = lease::epoch::decode(&bytes).unwrap();
+    let lease::epoch::Stored::Slots { epoch: 3, newest } = stored else {
+        panic!("{stored:?}")
+    };
+    // Tear the newest slot as an interrupted write would (its epoch was never granted then).
+    let o = lease::epoch::slot_offset(newest) as usize;
+    bytes[o..o + lease::epoch::SLOT_LEN].fill(0xff);
+    std::fs::write(&path, &bytes).unwrap();
+    assert_eq!(lease::read_epoch(&sd).unwrap(), 2);
+    // The owner record of epoch 3 is gone too (a power loss takes unsynced records).
+    std::fs::remove_file(dir.join(".tenure/owner.json")).unwrap();
+    assert_eq!(one_run(&sd), 3);
+    let after = std::fs::read(&path).unwrap();
+    assert_eq!(
+        lease::epoch::decode(&after),
+        Ok(lease::epoch::Stored::Slots { epoch: 3, newest })
+    );
 }

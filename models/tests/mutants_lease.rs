@@ -37,11 +37,31 @@ fn epoch_file_only() {
     killed("lease-epoch-file-only");
 }
 
-/// I2 (issue 11): a grant before the epoch is durable; a power loss takes the epoch back and a
-/// successor hands it out again.
+/// I2 (issue 11): a grant before the epoch's fdatasync; a power loss takes the epoch back and
+/// a successor hands it out again.
 #[test]
 fn epoch_not_synced() {
     killed("lease-epoch-not-synced");
+}
+
+/// Issue 11: an epoch slot taken without checking its checksum: a power loss that tore the
+/// in-place write leaves garbage that reads as the largest epoch, and the successor refuses.
+#[test]
+fn epoch_slot_unchecked() {
+    killed("lease-epoch-slot-unchecked");
+}
+
+/// Issue 11: both slots written at once; a power loss tears both, and no epoch is left.
+#[test]
+fn epoch_both_slots() {
+    killed("lease-epoch-both-slots");
+}
+
+/// I2 (issue 11): the slot holding the current epoch overwritten; a power loss tears it, the
+/// slot before it is the newest valid one, and its successor epoch is handed out again.
+#[test]
+fn epoch_same_slot() {
+    killed("lease-epoch-same-slot");
 }
 
 /// Issue 11: an epoch file renamed into place without its data synced is empty after a power

@@ -1,9 +1,32 @@
-//! The epoch file `.tenure/epoch`: a strictly increasing u64 in decimal followed by `\n`.
+//! The epoch file `.tenure/epoch`: a strictly increasing u64, kept in two checksummed slots
+//! written alternately in place (issue 11, spec/lifecycle.md "The epoch rule").
 //!
-//! The epoch fences stale owners (card H5): every acquisition bumps it durably under the lock
+//! The epoch fences stale owners (card H5): every acquisition bumps it under the lock, durably,
 //! before `acquire` returns, and checkpoint publication refuses to proceed when the persisted
-//! epoch is newer than the publisher's. A missing file means epoch 0 (no owner ever acquired);
-//! anything that is not exactly `<digits>\n` is refused as corrupt, never rewritten.
+//! epoch is newer than the publisher's. A missing file means epoch 0 (no owner ever acquired).
+//!
+//! ## Format
+//! The file is [`FILE_LEN`] bytes: slot 0 at offset 0 and slot 1 at offset [`SLOT_STRIDE`]
+//! (4096, so that the two slots never share a page or a sector: a torn write of one can never
+//! touch the other). A slot is [`SLOT_LEN`] bytes: the epoch (u64, little endian) and the first
+//! 8 bytes of `sha256("tenure epoch slot\n" ‖ epoch)`. A slot whose checksum does not match is
+//! invalid (torn, never written, or damaged); the file's epoch is the highest valid slot's.
+//!
+//! ## Writing: one fdatasync, no directory sync
+//! An acquisition writes the next epoch in place (`pwrite`) into the slot that does *not* hold
+//! the current epoch, `fdatasync`s the file and only then grants. A power loss before the
+//! fdatasync returns may leave that slot old, new or torn; the other slot still holds the
+//! current epoch, which is what a reader takes, and the new epoch was never handed out. The
+//! slot holding the current epoch is never overwritten, so a valid slot always survives (LMDB's
+//! two meta pages, a double-buffered superblock).
+//!
+//! A file that does not exist yet, or one in the format of a tenure before issue 11 (one
+//! decimal number and a newline, [`Stored::Legacy`]), is replaced whole once — temp file,
+//! fdatasync, rename, sync of the control folder — by a file in this format: the new epoch in
+//! slot 0, the previous one in slot 1. Every later acquisition writes in place.
+//!
+//! Anything else — another length, no valid slot, a legacy file that does not parse — is
+//! refused as corrupt, never rewritten.
 
 use std::path::PathBuf;
 
@@ -12,16 +35,28 @@ use crate::privfs::{Dir, FsError};
 /// The name of the epoch file inside the control folder.
 pub const EPOCH_FILE: &str = "epoch";
 
-/// The largest epoch file accepted: 20 digits of u64 plus the newline, with some slack.
-pub const MAX_LEN: u64 = 64;
+/// The bytes of one slot: the epoch and its checksum.
+pub const SLOT_LEN: usize = 16;
+
+/// The offset of slot 1 (slot 0 is at 0): one page apart.
+pub const SLOT_STRIDE: u64 = 4096;
+
+/// The length of an epoch file in the slot format.
+pub const FILE_LEN: u64 = SLOT_STRIDE + SLOT_LEN as u64;
+
+/// The largest epoch file accepted (the slot format; a legacy file is at most 21 bytes).
+pub const MAX_LEN: u64 = FILE_LEN;
+
+/// What the checksum of a slot covers besides the epoch.
+const SLOT_DOMAIN: &[u8] = b"tenure epoch slot\n";
 
 /// Errors of reading or writing the epoch file.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EpochError {
-    /// The file exists but does not hold `<decimal u64>\n`.
+    /// The file exists but holds neither a valid slot nor `<decimal u64>\n`.
     #[error(
-        "{path} is corrupt ({reason}); it must hold one decimal number and a newline: restore it from a backup or run `tenure init --adopt`"
+        "{path} is corrupt ({reason}); it must hold a valid epoch slot (or, from an older tenure, one decimal number and a newline): restore it from a backup or run `tenure init --adopt`"
     )]
     Corrupt {
         /// The epoch file.
@@ -40,8 +75,98 @@ pub enum EpochError {
     Fs(#[from] FsError),
 }
 
-/// Parses the content of an epoch file.
+/// What an epoch file holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stored {
+    /// The format of a tenure before issue 11 (`<decimal>\n`), replaced whole on the next
+    /// acquisition.
+    Legacy(u64),
+    /// The slot format: the highest valid slot's epoch, and which slot holds it.
+    Slots {
+        /// The epoch.
+        epoch: u64,
+        /// The slot (0 or 1) that holds it; the next epoch goes into the other one.
+        newest: usize,
+    },
+}
+
+impl Stored {
+    /// The epoch the file holds.
+    pub fn epoch(self) -> u64 {
+        match self {
+            Stored::Legacy(e) | Stored::Slots { epoch: e, .. } => e,
+        }
+    }
+}
+
+fn checksum(epoch: u64) -> [u8; 8] {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    h.update(SLOT_DOMAIN);
+    h.update(epoch.to_le_bytes());
+    let d = h.finalize();
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&d[..8]);
+    out
+}
+
+/// The bytes of a slot holding `epoch`.
+pub fn slot(epoch: u64) -> [u8; SLOT_LEN] {
+    let mut out = [0u8; SLOT_LEN];
+    out[..8].copy_from_slice(&epoch.to_le_bytes());
+    out[8..].copy_from_slice(&checksum(epoch));
+    out
+}
+
+/// The offset of slot `i` (0 or 1) in the file.
+pub const fn slot_offset(i: usize) -> u64 {
+    if i == 0 { 0 } else { SLOT_STRIDE }
+}
+
+/// The epoch a slot holds, if its checksum matches.
+pub fn slot_value(bytes: &[u8]) -> Option<u64> {
+    let value = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    // The mutant `lease-epoch-slot-unchecked` takes a slot at face value: a torn one (garbage)
+    // then reads as whatever number the garbage spells.
+    if crate::mutant::on("lease-epoch-slot-unchecked") {
+        return Some(value);
+    }
+    (bytes.get(8..SLOT_LEN)? == checksum(value)).then_some(value)
+}
+
+/// Parses the content of an epoch file (either format).
+pub fn decode(bytes: &[u8]) -> Result<Stored, &'static str> {
+    if bytes.len() as u64 != FILE_LEN {
+        return parse_legacy(bytes).map(Stored::Legacy);
+    }
+    let at = |i: usize| {
+        let o = slot_offset(i) as usize;
+        slot_value(&bytes[o..o + SLOT_LEN])
+    };
+    match (at(0), at(1)) {
+        (None, None) => Err("no valid slot: both are torn or damaged"),
+        (Some(a), Some(b)) if b > a => Ok(Stored::Slots {
+            epoch: b,
+            newest: 1,
+        }),
+        (Some(a), _) => Ok(Stored::Slots {
+            epoch: a,
+            newest: 0,
+        }),
+        (None, Some(b)) => Ok(Stored::Slots {
+            epoch: b,
+            newest: 1,
+        }),
+    }
+}
+
+/// Parses the content of an epoch file (either format) to its epoch.
 pub fn parse(bytes: &[u8]) -> Result<u64, &'static str> {
+    decode(bytes).map(Stored::epoch)
+}
+
+/// Parses the format of a tenure before issue 11: exactly `<decimal u64>\n`.
+pub fn parse_legacy(bytes: &[u8]) -> Result<u64, &'static str> {
     let Some(digits) = bytes.strip_suffix(b"\n") else {
         return Err("no trailing newline");
     };
@@ -76,16 +201,23 @@ pub fn read(control: &Dir) -> Result<u64, EpochError> {
     }
 }
 
-/// Durably replaces the epoch file with `epoch` (temp, write, fsync, rename, dir fsync; crash
-/// points `epoch.*`).
+/// Durably replaces the epoch file with one holding `epoch` (temp, write, fsync, rename, dir
+/// fsync; crash points `epoch.*`): setup and tests. Acquisitions write in place.
 pub fn write(control: &Dir, epoch: u64) -> Result<(), EpochError> {
-    control.replace_durable(EPOCH_FILE, &encode(epoch), "epoch")?;
+    control.replace_durable(EPOCH_FILE, &encode(epoch, None), "epoch")?;
     Ok(())
 }
 
-/// The file content for `epoch`.
-pub fn encode(epoch: u64) -> Vec<u8> {
-    format!("{epoch}\n").into_bytes()
+/// A whole epoch file in the slot format: `epoch` in slot 0 and `previous` (if any) in slot 1
+/// (a slot of zeros is invalid).
+pub fn encode(epoch: u64, previous: Option<u64>) -> Vec<u8> {
+    let mut out = vec![0u8; FILE_LEN as usize];
+    out[..SLOT_LEN].copy_from_slice(&slot(epoch));
+    if let Some(p) = previous {
+        let o = SLOT_STRIDE as usize;
+        out[o..o + SLOT_LEN].copy_from_slice(&slot(p));
+    }
+    out
 }
 
 /// The epoch the next acquisition will write: the current one plus one (nothing is written).
@@ -224,7 +356,61 @@ mod tests {
         assert_eq!(bump(&control).unwrap(), 2);
         assert_eq!(read(&control).unwrap(), 2);
         let bytes = std::fs::read(t.path().join("s/.tenure/epoch")).unwrap();
-        assert_eq!(bytes, b"2\n");
+        assert_eq!(bytes.len() as u64, FILE_LEN);
+        assert_eq!(
+            decode(&bytes),
+            Ok(Stored::Slots {
+                epoch: 2,
+                newest: 0
+            })
+        );
+    }
+
+    /// Issue 11: the highest valid slot wins; a torn or damaged slot (checksum mismatch) is
+    /// skipped; no valid slot at all is corrupt; a legacy file reads as before.
+    #[test]
+    fn slots_decode_to_the_highest_valid_one() {
+        let mut f = encode(7, Some(6));
+        assert_eq!(
+            decode(&f),
+            Ok(Stored::Slots {
+                epoch: 7,
+                newest: 0
+            })
+        );
+        let o = SLOT_STRIDE as usize;
+        f[o..o + SLOT_LEN].copy_from_slice(&slot(8));
+        assert_eq!(
+            decode(&f),
+            Ok(Stored::Slots {
+                epoch: 8,
+                newest: 1
+            })
+        );
+        // Slot 1 torn (as the models' crash filesystem tears it): slot 0 holds.
+        f[o..o + SLOT_LEN].fill(0xff);
+        assert_eq!(
+            decode(&f),
+            Ok(Stored::Slots {
+                epoch: 7,
+                newest: 0
+            })
+        );
+        // One flipped bit in a slot is caught by its checksum.
+        let mut g = encode(7, Some(6));
+        g[3] ^= 0x10;
+        assert_eq!(
+            decode(&g),
+            Ok(Stored::Slots {
+                epoch: 6,
+                newest: 1
+            })
+        );
+        f[..SLOT_LEN].fill(0);
+        assert!(decode(&f).is_err());
+        assert_eq!(decode(b"41\n"), Ok(Stored::Legacy(41)));
+        assert!(decode(&f[..100]).is_err());
+        assert!(decode(b"").is_err());
     }
 
     #[test]
@@ -239,7 +425,7 @@ mod tests {
         assert!(matches!(err, EpochError::Corrupt { .. }), "{err}");
         assert!(err.to_string().contains("epoch is corrupt"), "{err}");
         assert_eq!(std::fs::read(&path).unwrap(), b"seven\n");
-        std::fs::write(&path, [b'1'; 100]).unwrap();
+        std::fs::write(&path, [b'1'; 5000]).unwrap();
         assert!(matches!(
             read(&control),
             Err(EpochError::Corrupt {

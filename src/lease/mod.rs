@@ -5,7 +5,7 @@
 //! ```text
 //! DIR/.tenure/                 0700, created by the first contender
 //!     lock                     0600, empty; the flock target (never removed)
-//!     epoch                    decimal u64 + "\n", bumped durably at every acquisition
+//!     epoch                    two checksummed slots, bumped in place at every acquisition
 //!     identity.json            the directory identity marker (root id, canonical path, times)
 //!     owner.json               the owner record (token, epoch, acquired_at, phase, identity)
 //!     waiters/<pid>-<start>.json           one per contender while it waits
@@ -41,12 +41,15 @@
 //!    (`busy`), the cancel fd becomes readable (`cancelled`) or the lock is ours;
 //! 4. under the lock: inspect again; write the next epoch (one above every epoch the dir
 //!    records anywhere — epoch file, owner record, registry, manifests, kept outputs: card P3,
-//!    [`epoch::next_after`]), the marker (if the dir is cold) and
-//!    the owner record each to a temp file (the epoch and the marker fdatasynced, the record
-//!    not), rename them into place (epoch first, marker without replacing) and sync the control
-//!    folder once; then write the registry entry, sweep leftovers of dead owners and waiters and
-//!    remove our own waiter entry, none of it synced. Only then is the [`Lease`] returned, so
-//!    the epoch is durable before the caller owns (and before any child can see it).
+//!    [`epoch::next_after`]) in place into the epoch file's other slot and fdatasync it (see
+//!    [`epoch`]; a dir without the file, or with one of an older tenure, gets a whole new file
+//!    through a temp file instead); write the marker (if the dir is cold, fdatasynced) and the
+//!    owner record (not synced) each to a temp file and rename them into place (the marker
+//!    without replacing); sync the control folder only if a new epoch file or marker was
+//!    renamed into it; then write the registry entry, sweep leftovers of dead owners and
+//!    waiters and remove our own waiter entry, none of it synced. Only then is the [`Lease`]
+//!    returned, so the epoch is durable before the caller owns (and before any child can see
+//!    it).
 //!
 //! ## Durability (issue 11, spec/lifecycle.md "Durability")
 //! A process crash keeps the page cache; only a power loss drops unsynced writes, and it ends

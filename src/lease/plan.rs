@@ -147,6 +147,20 @@ pub enum Act {
         /// Crash point label.
         label: &'static str,
     },
+    /// Overwrites `bytes` at `offset` of the existing file `name` in place, keeping the file
+    /// open so that [`Act::Fsync`] can make the write durable ([`Res::Done`]).
+    WriteAt {
+        /// The directory.
+        dir: Loc,
+        /// The file.
+        name: String,
+        /// Where the bytes go.
+        offset: u64,
+        /// The bytes.
+        bytes: Vec<u8>,
+        /// Crash point label.
+        label: &'static str,
+    },
     /// fsyncs a file this plan wrote.
     Fsync {
         /// The directory.
@@ -477,6 +491,7 @@ fn act_dir(act: &Act) -> Option<Loc> {
     match act {
         Act::Read { dir, .. }
         | Act::WriteTemp { dir, .. }
+        | Act::WriteAt { dir, .. }
         | Act::Rename { dir, .. }
         | Act::SyncDir { dir, .. }
         | Act::Unlink { dir, .. }
@@ -616,6 +631,21 @@ impl<S: Steps> Driven<S> {
                 )
             }
             Act::WriteTemp { dir, label, .. } => file(label, Op::CreateTemp { dir: self.fd(*dir) }),
+            Act::WriteAt {
+                dir,
+                name,
+                offset,
+                bytes,
+                label,
+            } => file(
+                label,
+                Op::WriteAt {
+                    dir: self.fd(*dir),
+                    name: OsStr::new(name),
+                    offset: *offset,
+                    bytes,
+                },
+            ),
             Act::Fsync { dir, name, label } => file(
                 label,
                 Op::Fsync {
@@ -701,6 +731,11 @@ impl<S: Steps> Driven<S> {
                 self.temps.push((dir, name.clone(), fd));
                 self.phase = Phase::Write { fd, name };
                 return;
+            }
+            // The file stays open (with the temp files) for the fsync that follows.
+            (Act::WriteAt { dir, name, .. }, LeaseRes::File(Ok(Done::Opened { fd, .. }))) => {
+                self.temps.push((dir, name, fd));
+                Res::Done
             }
             (Act::Fsync { dir, name, .. }, LeaseRes::File(r)) => match r {
                 Ok(_) => Res::Done,
@@ -1000,13 +1035,13 @@ fn marker_from(bytes: Option<Vec<u8>>, path: PathBuf) -> Result<Option<DirIdenti
     }
 }
 
-/// The epoch file, from what [`Act::Read`] returned (0 when absent).
-fn epoch_from(res: Res, path: PathBuf) -> Result<u64, LeaseError> {
+/// The epoch file, from what [`Act::Read`] returned (`None` when absent).
+fn epoch_from(res: Res, path: PathBuf) -> Result<Option<epoch::Stored>, LeaseError> {
     match res {
-        Res::Bytes(None) => Ok(0),
-        Res::Bytes(Some(b)) => {
-            epoch::parse(&b).map_err(|reason| epoch::EpochError::Corrupt { path, reason }.into())
-        }
+        Res::Bytes(None) => Ok(None),
+        Res::Bytes(Some(b)) => epoch::decode(&b)
+            .map(Some)
+            .map_err(|reason| epoch::EpochError::Corrupt { path, reason }.into()),
         Res::Failed(LeaseError::Fs(FsError::TooLarge { path, .. })) => {
             Err(epoch::EpochError::Corrupt {
                 path,
@@ -1104,6 +1139,9 @@ struct Found {
     owner: Option<OwnerRecord>,
     /// The epoch file (0 when absent).
     epoch: u64,
+    /// The slot holding the epoch, when the file is in the slot format (it is then written in
+    /// place; absent or legacy, it is replaced whole).
+    epoch_slot: Option<usize>,
 }
 
 /// The sweeps of an acquisition, in the order they run.
@@ -1178,7 +1216,10 @@ enum St {
     CheckpointEpoch,
     /// Create the ownership's cgroup.
     CreateCgroup,
-    /// Write the epoch to a temp file.
+    /// Write the epoch in place, into the slot that does not hold the current one.
+    WriteEpochInPlace,
+    /// Write the epoch file whole to a temp file (the dir has none yet, or one in the legacy
+    /// format).
     WriteEpoch,
     /// fdatasync it (the epoch must outlive a power loss once a child could have seen it).
     FsyncEpoch,
@@ -1620,6 +1661,40 @@ impl AcquireSteps {
         }
     }
 
+    /// Where the new epoch is written: in place when the file is in the slot format, else a
+    /// whole new file through a temp file.
+    fn write_epoch(&self) -> St {
+        if self.found.epoch_slot.is_some() {
+            St::WriteEpochInPlace
+        } else {
+            St::WriteEpoch
+        }
+    }
+
+    /// The in-place write of the new epoch: its slot into the slot that does not hold the
+    /// current epoch, which stays valid whatever a power loss does to this write.
+    fn epoch_in_place(&self) -> Option<Act> {
+        let newest = self.found.epoch_slot?;
+        let e = self.epoch_value();
+        let (offset, bytes) = if crate::mutant::on("lease-epoch-both-slots") {
+            // The bug: both slots are rewritten at once, so a torn write can take both.
+            (0, epoch::encode(e, Some(e)))
+        } else if crate::mutant::on("lease-epoch-same-slot") {
+            // The bug: the slot holding the current epoch is overwritten; torn, it leaves only
+            // the epoch before it.
+            (epoch::slot_offset(newest), epoch::slot(e).to_vec())
+        } else {
+            (epoch::slot_offset(1 - newest), epoch::slot(e).to_vec())
+        };
+        Some(Act::WriteAt {
+            dir: Loc::Control,
+            name: epoch::EPOCH_FILE.to_owned(),
+            offset,
+            bytes,
+            label: "epoch",
+        })
+    }
+
     /// The epoch's temp file is durable: the marker's (if new), then the owner record's.
     fn after_epoch_fsync(&mut self) {
         self.st = if self.new_marker {
@@ -1776,8 +1851,12 @@ impl Inspection {
                 Err(e) => Some(Err(e)),
             },
             (ISt::ReadEpoch, res) => match epoch_from(res, self.control_path(epoch::EPOCH_FILE)) {
-                Ok(e) => {
-                    self.found.epoch = e;
+                Ok(stored) => {
+                    self.found.epoch = stored.map_or(0, epoch::Stored::epoch);
+                    self.found.epoch_slot = match stored {
+                        Some(epoch::Stored::Slots { newest, .. }) => Some(newest),
+                        Some(epoch::Stored::Legacy(_)) | None => None,
+                    };
                     done(self)
                 }
                 Err(e) => Some(Err(e)),
@@ -1910,12 +1989,17 @@ impl Steps for AcquireSteps {
             St::CreateCgroup => Act::CreateCgroup {
                 name: cgroup_name(&self.root_id().to_string(), self.epoch_value()),
             },
+            St::WriteEpochInPlace => self.epoch_in_place()?,
             St::WriteEpoch => Act::WriteTemp {
                 dir: Loc::Control,
-                bytes: epoch::encode(self.epoch_value()),
+                bytes: epoch::encode(self.epoch_value(), Some(self.found.epoch)),
                 label: "epoch",
             },
-            St::FsyncEpoch => fsync(Loc::Control, self.epoch_tmp.as_ref()?, "epoch"),
+            St::FsyncEpoch => fsync(
+                Loc::Control,
+                self.epoch_tmp.as_deref().unwrap_or(epoch::EPOCH_FILE),
+                "epoch",
+            ),
             St::WriteMarker => Act::WriteTemp {
                 dir: Loc::Control,
                 bytes: to_json(self.marker.as_ref()?),
@@ -2186,7 +2270,7 @@ impl Steps for AcquireSteps {
                         self.st = if self.input.cgroup {
                             St::CreateCgroup
                         } else {
-                            St::WriteEpoch
+                            self.write_epoch()
                         };
                     }
                     Err(e) => self.fail(e),
@@ -2202,7 +2286,7 @@ impl Steps for AcquireSteps {
                     }
                     Err(why) => self.cgroup_error = Some(why),
                 }
-                self.st = St::WriteEpoch;
+                self.st = self.write_epoch();
             }
             (St::WriteEpoch, Res::Temp(t)) => {
                 self.temps.push((Loc::Control, t.clone()));
@@ -2210,6 +2294,16 @@ impl Steps for AcquireSteps {
                 // The mutant `lease-epoch-data-unsynced` renames the new epoch file into place
                 // without making its data durable: a power loss can leave it empty.
                 if crate::mutant::on("lease-epoch-data-unsynced") {
+                    self.after_epoch_fsync();
+                } else {
+                    self.st = St::FsyncEpoch;
+                }
+            }
+            (St::WriteEpochInPlace, Res::Done) => {
+                // The mutant `lease-epoch-not-synced` grants without the fdatasync: after a
+                // power loss the slot can be old again, naming an epoch already handed out
+                // (to a child that may have fenced an external system with it).
+                if crate::mutant::on("lease-epoch-not-synced") {
                     self.after_epoch_fsync();
                 } else {
                     self.st = St::FsyncEpoch;
@@ -2235,7 +2329,13 @@ impl Steps for AcquireSteps {
                 // The owner record is evidence for live processes, written and never synced
                 // (issue 11): a power loss that takes it (or leaves it empty) also took every
                 // process it could speak for.
-                self.st = St::RenameEpoch;
+                self.st = if self.epoch_tmp.is_some() {
+                    St::RenameEpoch
+                } else if self.new_marker {
+                    St::RenameMarker
+                } else {
+                    St::RenameOwner
+                };
             }
             // Every file of the acquisition is written first (the epoch and a new marker
             // fdatasynced), then all are renamed into place and the control folder is synced
@@ -2256,13 +2356,17 @@ impl Steps for AcquireSteps {
             }
             (St::RenameOwner, Res::Done) => {
                 self.forget_temp(self.owner_tmp.clone());
-                // The mutant `lease-epoch-not-synced` grants without making the renames
-                // durable: after a power loss the epoch file can name an epoch already
-                // handed out (to a child that may have fenced an external system with it).
-                if crate::mutant::on("lease-epoch-not-synced") {
-                    self.after_records();
-                } else {
+                // The control folder is synced only when an entry that must outlive a power
+                // loss was renamed into it: a new epoch file (the first, or the one replacing
+                // a legacy file) or a new marker. An epoch written in place is durable with
+                // its fdatasync; the owner record's rename is evidence, never synced. (The
+                // mutant `lease-epoch-not-synced` grants before the sync of a new epoch file.)
+                let needs_sync = self.new_marker
+                    || (self.epoch_tmp.is_some() && !crate::mutant::on("lease-epoch-not-synced"));
+                if needs_sync {
                     self.st = St::SyncControl;
+                } else {
+                    self.after_records();
                 }
             }
             (St::SyncControl, Res::Done) => self.after_records(),

@@ -362,7 +362,7 @@ struct Fence {
 }
 
 /// The largest epoch file accepted (see `lease::epoch`).
-const EPOCH_MAX_LEN: u64 = 64;
+const EPOCH_MAX_LEN: u64 = crate::lease::epoch::MAX_LEN;
 
 impl Fence {
     fn new(epoch: u64) -> Fence {
