@@ -1021,7 +1021,7 @@ fn acquisition_crash_points_never_wedge_the_dir() {
         "lease.acquire.dirfsync",
         "lease.registry.mkdir",
         "lease.registry.create",
-        "lease.registry.rename",
+        "lease.registry.write",
         "lease.waiters.mkdir",
     ];
     let mut table = Vec::new();

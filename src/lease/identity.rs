@@ -216,7 +216,20 @@ fn libc_esrch() -> i32 {
 impl Identity {
     /// The identity of the calling process.
     pub fn of_self() -> Result<Identity, IdentityError> {
-        Identity::of_pid(std::process::id())
+        // Read once per process (a forked child has another pid and reads its own): this
+        // process's identity does not change while it runs, and every acquisition records
+        // it, so `/proc` is not read again on the run path (issue 11).
+        static SELF: std::sync::Mutex<Option<Identity>> = std::sync::Mutex::new(None);
+        let pid = std::process::id();
+        let mut cached = SELF
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(me) = cached.as_ref().filter(|me| me.pid == pid) {
+            return Ok(me.clone());
+        }
+        let me = Identity::of_pid(pid)?;
+        *cached = Some(me.clone());
+        Ok(me)
     }
 
     /// The identity of the process that currently has `pid`.

@@ -120,29 +120,46 @@ pub(crate) const DEGRADED_WAKE: Duration = Duration::from_millis(20);
 /// [`DEGRADED_WAKE`] with a warning, rather than failing the acquisition.
 pub(crate) struct CloseWatch {
     inotify: Option<OwnedFd>,
+    /// Hands the instance to the thread that closes it (see `Drop`).
+    closer: Option<std::sync::mpsc::Sender<OwnedFd>>,
 }
 
 /// Closing an inotify instance waits for the kernel to retire its watches (an RCU grace
 /// period: about 14 ms measured on the project's machine), and the watch ends the moment the
 /// waiter owns: closed inline, it would be the largest cost of a handoff (issue 11). It is
-/// closed on a short-lived thread instead; if no thread can be had, inline after all.
+/// closed on a short-lived thread instead, started when the watch is made (while the waiter
+/// waits anyway), so that the handoff only hands it the descriptor; if no thread could be had,
+/// it is closed inline after all.
 impl Drop for CloseWatch {
     fn drop(&mut self) {
-        if let Some(fd) = self.inotify.take() {
-            let close = move || drop(fd);
-            // A failed spawn drops the closure here, which closes the descriptor inline.
-            let _ = std::thread::Builder::new()
-                .name("tenure-inotify-close".into())
-                .spawn(close);
+        if let Some(fd) = self.inotify.take()
+            && let Some(closer) = self.closer.take()
+        {
+            // A closer that is gone gives the descriptor back, and it is closed here.
+            let _ = closer.send(fd);
         }
     }
+}
+
+/// A thread that closes the inotify instance it is handed (or exits when the watch is dropped
+/// without one).
+fn closer() -> Option<std::sync::mpsc::Sender<OwnedFd>> {
+    let (tx, rx) = std::sync::mpsc::channel::<OwnedFd>();
+    std::thread::Builder::new()
+        .name("tenure-inotify-close".into())
+        .spawn(move || drop(rx.recv()))
+        .ok()
+        .map(|_| tx)
 }
 
 impl CloseWatch {
     /// Watches the inode `lock` has open.
     pub(crate) fn new(lock: &File, path: &Path) -> io::Result<CloseWatch> {
         match CloseWatch::watch(lock) {
-            Ok(fd) => Ok(CloseWatch { inotify: Some(fd) }),
+            Ok(fd) => Ok(CloseWatch {
+                inotify: Some(fd),
+                closer: closer(),
+            }),
             Err(e)
                 if matches!(
                     e,
@@ -157,7 +174,10 @@ impl CloseWatch {
                     path.display(),
                     DEGRADED_WAKE.as_millis()
                 );
-                Ok(CloseWatch { inotify: None })
+                Ok(CloseWatch {
+                    inotify: None,
+                    closer: None,
+                })
             }
             Err(e) => Err(e.into()),
         }

@@ -34,11 +34,15 @@
 //! The inspection is repeated under the lock, since the dir may have changed while waiting.
 //!
 //! ## Acquisition, in order
-//! 1. refuse if the caller's cancel fd is already readable; inspect the dir read-only;
-//! 2. create `.tenure/` (0700) and open or create `.tenure/lock` (0600, `O_CLOEXEC`);
-//! 3. try the lock; when held by another: publish a waiter entry, call `on_wait` once with the
-//!    owner record, and wait (see `lock` for the inotify-based wake-up) until the bound expires
-//!    (`busy`), the cancel fd becomes readable (`cancelled`) or the lock is ours;
+//! 1. refuse if the caller's cancel fd is already readable;
+//! 2. open `.tenure/` and open or create `.tenure/lock` (0600, `O_CLOEXEC`); when `.tenure/` is
+//!    missing, inspect the dir read-only first, then create it (0700);
+//! 3. try the lock; when held by another: inspect the dir read-only (if not yet), publish a
+//!    waiter entry, call `on_wait` once with the owner record, and wait (see `lock` for the
+//!    inotify-based wake-up) until the bound expires (`busy`), the cancel fd becomes readable
+//!    (`cancelled`) or the lock is ours. (A free lock is taken before any inspection: nothing
+//!    was created then but what any contender may create, and the inspection under the lock
+//!    is the one that counts);
 //! 4. under the lock: inspect again; write the next epoch (one above every epoch the dir
 //!    records anywhere — epoch file, owner record, registry, manifests, kept outputs: card P3,
 //!    [`epoch::next_after`]) in place into the epoch file's other slot and fdatasync it (see
@@ -46,8 +50,11 @@
 //!    through a temp file instead); write the marker (if the dir is cold, fdatasynced) and the
 //!    owner record (not synced) each to a temp file and rename them into place (the marker
 //!    without replacing); sync the control folder only if a new epoch file or marker was
-//!    renamed into it; then write the registry entry, sweep leftovers of dead owners and
-//!    waiters and remove our own waiter entry, none of it synced. Only then is the [`Lease`]
+//!    renamed into it; then write the registry entry (created under its epoch's name, which is
+//!    new), sweep leftovers of dead owners and waiters (the control folder's temp files only
+//!    when the inspection saw a trace of a crash: an owner record not released in order,
+//!    missing or behind the epoch file) and remove our own waiter entry, none of it synced.
+//!    Only then is the [`Lease`]
 //!    returned, so the epoch is durable before the caller owns (and before any child can see
 //!    it).
 //!

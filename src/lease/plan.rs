@@ -147,6 +147,18 @@ pub enum Act {
         /// Crash point label.
         label: &'static str,
     },
+    /// Creates `name` exclusively (0600) in `dir` holding `bytes` ([`Res::Temp`] names it), for
+    /// an entry whose name is new by construction; not durable until synced.
+    WriteNew {
+        /// The directory.
+        dir: Loc,
+        /// The new name.
+        name: String,
+        /// The content.
+        bytes: Vec<u8>,
+        /// Crash point label.
+        label: &'static str,
+    },
     /// Overwrites `bytes` at `offset` of the existing file `name` in place, keeping the file
     /// open so that [`Act::Fsync`] can make the write durable ([`Res::Done`]).
     WriteAt {
@@ -491,6 +503,7 @@ fn act_dir(act: &Act) -> Option<Loc> {
     match act {
         Act::Read { dir, .. }
         | Act::WriteTemp { dir, .. }
+        | Act::WriteNew { dir, .. }
         | Act::WriteAt { dir, .. }
         | Act::Rename { dir, .. }
         | Act::SyncDir { dir, .. }
@@ -631,6 +644,15 @@ impl<S: Steps> Driven<S> {
                 )
             }
             Act::WriteTemp { dir, label, .. } => file(label, Op::CreateTemp { dir: self.fd(*dir) }),
+            Act::WriteNew {
+                dir, name, label, ..
+            } => file(
+                label,
+                Op::CreateNew {
+                    dir: self.fd(*dir),
+                    name: OsStr::new(name),
+                },
+            ),
             Act::WriteAt {
                 dir,
                 name,
@@ -726,7 +748,10 @@ impl<S: Steps> Driven<S> {
             (Act::Mkdir { .. }, LeaseRes::File(Err(FsError::AlreadyExists { .. }))) => {
                 Res::Made(false)
             }
-            (Act::WriteTemp { dir, .. }, LeaseRes::File(Ok(Done::Created { fd, name }))) => {
+            (
+                Act::WriteTemp { dir, .. } | Act::WriteNew { dir, .. },
+                LeaseRes::File(Ok(Done::Created { fd, name })),
+            ) => {
                 let name = name.to_string_lossy().into_owned();
                 self.temps.push((dir, name.clone(), fd));
                 self.phase = Phase::Write { fd, name };
@@ -804,7 +829,7 @@ impl<S: Steps> Plan for Driven<S> {
                 file("lease.close", Op::Close { fd: *list })
             }
             Phase::Write { fd, .. } => match &self.act {
-                Some(Act::WriteTemp { bytes, label, .. }) => {
+                Some(Act::WriteTemp { bytes, label, .. } | Act::WriteNew { bytes, label, .. }) => {
                     file(label, Op::Write { fd: *fd, bytes })
                 }
                 _ => return None,
@@ -1265,9 +1290,13 @@ enum St {
     SweepUnlink(SweepKind, usize),
     /// A sweep: remove temp file `i` (of `temps_found`).
     SweepTemp(SweepKind, usize),
-    /// Write our registry entry to a temp file.
+    /// Write our registry entry, created under its own name (`<epoch>.json`: an epoch is
+    /// never handed out twice, so the name is new; no temp file, no rename).
     WriteEntry,
-    /// Rename it into place.
+    /// The name was taken after all (an entry the epoch rule did not see): replace it through
+    /// a temp file.
+    ReplaceEntry,
+    /// Rename that temp file over it.
     RenameEntry(String),
     /// Remove our waiter entry (the lease is ours).
     DropWaiter,
@@ -1290,6 +1319,11 @@ pub struct AcquireSteps {
     st: St,
     /// Whether the lock is ours.
     locked: bool,
+    /// Whether the dir was inspected before the lock (it is when something is to be created
+    /// before the lock is ours: the control folder, a waiter entry).
+    pre_inspected: bool,
+    /// The lock was found held (`may_wait`) before the dir was inspected.
+    busy: Option<bool>,
     /// What the last inspection found.
     found: Found,
     /// Our waiter entry, while it exists.
@@ -1350,6 +1384,8 @@ impl AcquireSteps {
             input,
             st: St::Cancelled,
             locked: false,
+            pre_inspected: false,
+            busy: None,
             found: Found::default(),
             waiter: None,
             waited: false,
@@ -1446,10 +1482,25 @@ impl AcquireSteps {
         self.found = found;
         if self.locked {
             self.under_lock();
+            return;
+        }
+        self.pre_inspected = true;
+        if let Some(may_wait) = self.busy.take() {
+            self.found_busy(may_wait);
         } else if self.found.control {
             self.st = St::OpenLock;
         } else {
             self.st = St::MakeControl;
+        }
+    }
+
+    /// The lock is held by another and the dir passed the inspection: wait, or say busy.
+    fn found_busy(&mut self, may_wait: bool) {
+        if may_wait {
+            self.waited = true;
+            self.st = St::MakeWaiters;
+        } else {
+            self.st = St::BusyOwner;
         }
     }
 
@@ -1459,8 +1510,29 @@ impl AcquireSteps {
         self.st = if self.ends_leftovers_now() {
             St::EndLeftovers
         } else {
-            St::ListControl
+            self.sweep_control()
         };
+    }
+
+    /// Temp files in the control folder are left only by an owner (or an acquisition) that
+    /// crashed or lost power mid-write, and each such end leaves a trace the inspection saw:
+    /// an owner record not released in order, or none, or one behind the epoch file (the
+    /// crashed acquisition had bumped the epoch before writing any temp file), or an epoch
+    /// file not yet in the slot format (its replace writes a temp file). Only then is the
+    /// folder listed and swept, so that an orderly run after an orderly run lists nothing
+    /// (issue 11: the run path is not a sweep).
+    fn sweep_control(&self) -> St {
+        let orderly = self.found.epoch_slot.is_some()
+            && self
+                .found
+                .owner
+                .as_ref()
+                .is_some_and(|o| o.phase == PhaseKind::Released && o.epoch == self.found.epoch);
+        if orderly {
+            St::ListLeases
+        } else {
+            St::ListControl
+        }
     }
 
     /// Whether the previous owner's recorded cgroup must be ended: it did not release in
@@ -1575,7 +1647,9 @@ impl AcquireSteps {
                 SweepKind::Leases | SweepKind::Instances => {
                     entry_epoch(n).is_some_and(|e| e < epoch)
                 }
-                SweepKind::Waiters => !is_temp(n),
+                // Our own entry names a live process (this one); it is removed once the
+                // lease is ours, without asking `/proc` about it.
+                SweepKind::Waiters => !is_temp(n) && Some(n) != self.waiter.as_ref(),
             };
             if candidate {
                 self.st = St::SweepRead(kind, j);
@@ -2074,7 +2148,13 @@ impl Steps for AcquireSteps {
                 name: self.temps_found[*i].clone(),
                 label: "lease.sweep",
             },
-            St::WriteEntry => Act::WriteTemp {
+            St::WriteEntry => Act::WriteNew {
+                dir: Loc::Leases,
+                name: format!("{}.json", self.epoch_value()),
+                bytes: to_json(&self.registry_entry()),
+                label: "lease.registry",
+            },
+            St::ReplaceEntry => Act::WriteTemp {
                 dir: Loc::Leases,
                 bytes: to_json(&self.registry_entry()),
                 label: "lease.registry",
@@ -2110,7 +2190,16 @@ impl Steps for AcquireSteps {
                 self.st = St::CleanTemp(0);
                 self.settle();
             }
-            (St::Cancelled, Res::Flag(false)) => self.inspect(),
+            // The lock is tried first: when the control folder exists and the lock is free,
+            // nothing is created before it is ours, so the one inspection under the lock is
+            // the one that counts (card L8). The dir is inspected before the lock only when
+            // something is to be made first: the control folder (below) or a waiter entry.
+            (St::Cancelled, Res::Flag(false)) => self.st = St::OpenLock,
+            (St::OpenLock, Res::Failed(LeaseError::Fs(FsError::NotFound { .. })))
+                if !self.pre_inspected =>
+            {
+                self.inspect();
+            }
             (St::Inspect(mut i), res) => match i.handle(res) {
                 None => self.st = St::Inspect(i),
                 Some(Ok(found)) => self.inspected(found),
@@ -2125,12 +2214,13 @@ impl Steps for AcquireSteps {
                 self.locked = true;
                 self.inspect();
             }
-            (St::TryLock, Res::Lock(LockTry::Busy { may_wait: false })) => {
-                self.st = St::BusyOwner;
-            }
-            (St::TryLock, Res::Lock(LockTry::Busy { may_wait: true })) => {
-                self.waited = true;
-                self.st = St::MakeWaiters;
+            (St::TryLock, Res::Lock(LockTry::Busy { may_wait })) => {
+                if self.pre_inspected {
+                    self.found_busy(may_wait);
+                } else {
+                    self.busy = Some(may_wait);
+                    self.inspect();
+                }
             }
             (St::BusyOwner | St::ExpiredOwner, res) => {
                 let owner = match res {
@@ -2221,7 +2311,7 @@ impl Steps for AcquireSteps {
                 if self.record.is_some() {
                     self.registry();
                 } else {
-                    self.st = St::ListControl;
+                    self.st = self.sweep_control();
                 }
             }
             (St::ListControl, Res::Listed(entries)) => {
@@ -2434,18 +2524,20 @@ impl Steps for AcquireSteps {
                 }
                 other => self.fail(unexpected(other)),
             },
-            (St::WriteEntry, Res::Temp(t)) => {
+            // A crash between the create and the write leaves an empty entry, which the next
+            // owner's sweep removes (its epoch is below the next one).
+            (St::WriteEntry, Res::Failed(LeaseError::Fs(FsError::AlreadyExists { .. }))) => {
+                self.st = St::ReplaceEntry;
+            }
+            (St::ReplaceEntry, Res::Temp(t)) => {
                 self.temps.push((Loc::Leases, t.clone()));
                 self.st = St::RenameEntry(t);
             }
             (St::RenameEntry(t), Res::Done) => {
                 self.forget_temp(Some(t));
-                if self.waiter.is_some() {
-                    self.st = St::DropWaiter;
-                } else {
-                    self.finish();
-                }
+                self.entry_written();
             }
+            (St::WriteEntry, Res::Temp(_)) => self.entry_written(),
             // A waiter entry that cannot be removed is swept by the next owner (its process
             // will be gone); the lease is ours either way.
             (St::DropWaiter, _) => {
@@ -2502,6 +2594,15 @@ impl AcquireSteps {
         }
     }
 
+    /// Our registry entry is in place: remove our waiter entry, if any, and finish.
+    fn entry_written(&mut self) {
+        if self.waiter.is_some() {
+            self.st = St::DropWaiter;
+        } else {
+            self.finish();
+        }
+    }
+
     fn forget_temp(&mut self, name: Option<String>) {
         if let Some(n) = name {
             self.temps.retain(|(_, t)| *t != n);
@@ -2530,9 +2631,12 @@ impl AcquireSteps {
         match kind {
             // Owner entries of earlier ownerships of this dir go: whoever wrote them no longer
             // holds the lock. Entries of another dir's identity stay (card P4).
+            // An empty one is an earlier owner's that a crash or a power loss cut short between
+            // its create and its write: it names nobody, and goes.
             SweepKind::Leases => {
+                let empty = bytes.as_ref().is_some_and(Vec::is_empty);
                 let rec = bytes.and_then(|b| record::parse::<RegistryRecord>(&b).ok());
-                if rec.is_some_and(|r| is_ours(r.root_id, root_id)) {
+                if empty || rec.is_some_and(|r| is_ours(r.root_id, root_id)) {
                     self.st = St::SweepUnlink(kind, i);
                 } else {
                     self.sweep_from(kind, i + 1);

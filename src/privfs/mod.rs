@@ -317,8 +317,19 @@ pub enum Links {
     Any,
 }
 
+/// The effective uid, read once: tenure never changes its own (only a child does, before it
+/// execs), and every checked open compares against it.
 fn euid() -> u32 {
-    rustix::process::geteuid().as_raw()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static EUID: AtomicU32 = AtomicU32::new(u32::MAX);
+    match EUID.load(Ordering::Relaxed) {
+        u32::MAX => {
+            let e = rustix::process::geteuid().as_raw();
+            EUID.store(e, Ordering::Relaxed);
+            e
+        }
+        e => e,
+    }
 }
 
 /// Checks that `name` is one plain path component, so `openat` cannot escape its directory.
@@ -808,7 +819,13 @@ impl Dir {
     /// Opens a file for reading and checks it after opening: a regular file owned by the
     /// effective uid, no group/other bits, and (for [`Links::Single`]) no second hard link.
     pub fn open_file_with(&self, name: impl AsRef<OsStr>, links: Links) -> Result<File, FsError> {
-        let name = self.name(name.as_ref())?;
+        self.open_file_stat(name.as_ref(), links).map(|(f, _)| f)
+    }
+
+    /// [`Dir::open_file_with`], also returning the size the post-open check saw (a reader
+    /// sizes its buffer with it).
+    fn open_file_stat(&self, name: &OsStr, links: Links) -> Result<(File, u64), FsError> {
+        let name = self.name(name)?;
         let path = self.child_path(name);
         // Classify before opening so that a FIFO or a device is never opened at all (opening
         // some devices has side effects); the post-open fstat below is the check that counts.
@@ -823,7 +840,7 @@ impl Dir {
         )?;
         let st = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
         check_file_stat(&path, &st, links)?;
-        Ok(File::from(fd))
+        Ok((File::from(fd), st.st_size as u64))
     }
 
     /// `openat` relative to this directory with the caller's flags plus `O_NOFOLLOW`; a
@@ -899,11 +916,15 @@ impl Dir {
         max: u64,
     ) -> Result<Option<Vec<u8>>, FsError> {
         let name = name.as_ref();
-        let Some(file) = self.open_file_optional(name)? else {
-            return Ok(None);
+        let (file, size) = match self.open_file_stat(name, Links::Single) {
+            Ok(f) => f,
+            Err(FsError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
         };
         let path = self.child_path(name);
-        let mut buf = Vec::new();
+        // Sized from the check's fstat (one byte more, so the end is seen at once): one read
+        // for the bytes and one for the end, instead of a doubling buffer's many.
+        let mut buf = Vec::with_capacity(size.min(max) as usize + 1);
         // Read one byte past the bound so an oversized file is detected without reading it all.
         file.take(max + 1)
             .read_to_end(&mut buf)

@@ -20,8 +20,8 @@
 //!   dies of them), print `PROBE ready`, and exit 0 when stdin closes.
 //! - `raw DIR`: the floor for the handoff benchmark: open `DIR/.tenure/lock`, block in a plain
 //!   `flock(LOCK_EX)` (after printing `PROBE blocking`), print `PROBE acquired 0`, then release
-//!   when stdin closes. `rawdurable DIR` also writes two files durably by hand (temp, write,
-//!   fsync, rename, one dir fsync) before it says `acquired`: the durable floor.
+//!   when stdin closes. `rawdurable DIR` also writes the epoch by hand as tenure does (16 bytes
+//!   in place, one `fdatasync`) before it says `acquired`: the durable floor.
 
 use std::io::{BufRead, Write};
 use std::os::fd::AsFd;
@@ -211,27 +211,19 @@ fn sigwatch(file: &Path) -> ! {
     std::process::exit(0)
 }
 
-/// Writes `name` durably by hand (temp, write, fsync, rename); the caller fsyncs the dir.
-pub fn hand_replace(dir: &Path, name: &str) {
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = dir.join(format!(".tmp-hand-{name}"));
-    let mut f = std::fs::OpenOptions::new()
+/// Writes an epoch by hand the way tenure's acquisition makes it durable: 16 bytes in place in
+/// `dir/name` (created if missing), one `fdatasync`.
+pub fn hand_epoch(dir: &Path, name: &str) {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
         .write(true)
-        .create_new(true)
+        .create(true)
+        .truncate(false)
         .mode(0o600)
-        .open(&tmp)
-        .expect("create temp");
-    f.write_all(b"{\"version\":1,\"epoch\":1,\"phase\":\"recovering\"}\n")
-        .expect("write");
-    f.sync_all().expect("fsync");
-    std::fs::rename(&tmp, dir.join(name)).expect("rename");
-}
-
-/// fsyncs a directory.
-pub fn sync_dir(dir: &Path) {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .expect("fsync dir");
+        .open(dir.join(name))
+        .expect("open epoch");
+    f.write_all_at(&[7u8; 16], 4096).expect("write");
+    f.sync_data().expect("fdatasync");
 }
 
 fn raw(dir: &Path, durable: bool) -> ! {
@@ -243,11 +235,8 @@ fn raw(dir: &Path, durable: bool) -> ! {
     say("blocking");
     rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).expect("flock");
     if durable {
-        // The same durable writes as a tenure acquisition: two fsynced files, one dir fsync.
-        let ctl = dir.join(".tenure");
-        hand_replace(&ctl, "epoch");
-        hand_replace(&ctl, "owner.json");
-        sync_dir(&ctl);
+        // The same durable write as a tenure acquisition: the epoch in place, one fdatasync.
+        hand_epoch(&dir.join(".tenure"), "epoch");
     }
     say("acquired 0");
     while read_line().is_some() {}
