@@ -453,7 +453,8 @@ impl CheckpointState {
             if mutated {
                 self.check_gc_step(reorder);
             }
-            let before_load = matches!(self.stage, Stage::Loading(_)).then(|| self.fs.tree());
+            // A clone shares every inode: cheap, and compared only if the load refuses.
+            let before_load = matches!(self.stage, Stage::Loading(_)).then(|| self.fs.clone());
             let finished = self.one_step(before_load);
             if mutated || finished {
                 return;
@@ -462,10 +463,7 @@ impl CheckpointState {
     }
 
     /// One step of the plan; `true` when the plan ended (and the machine was answered).
-    fn one_step(
-        &mut self,
-        before_load: Option<std::collections::BTreeMap<String, Option<crate::fs::Content>>>,
-    ) -> bool {
+    fn one_step(&mut self, before_load: Option<SimFs>) -> bool {
         let stage = std::mem::replace(&mut self.stage, Stage::Idle);
         match stage {
             Stage::Opening(mut p) => match plan::step(p.as_mut(), &mut self.fs) {
@@ -493,7 +491,7 @@ impl CheckpointState {
                 }
                 Err(_) => {
                     // I14: a refusing load changed nothing.
-                    if before_load.is_some_and(|t| t != self.fs.tree()) {
+                    if before_load.is_some_and(|t| !t.same_tree(&self.fs)) {
                         self.violations |= V_REPAIR;
                     }
                     return self.recovered(false);
@@ -777,7 +775,7 @@ impl Model for CheckpointModel {
                 let before = std::mem::replace(&mut s.fs, *outcome);
                 let mut kept_all = before;
                 kept_all.crash_process();
-                if kept_all.tree() != s.fs.tree() {
+                if !kept_all.same_tree(&s.fs) {
                     s.seen |= S_LOST_UNSYNCED;
                 }
                 s.check_after_crash();
