@@ -46,6 +46,7 @@ use std::ops::{Deref, Index};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::shared::Shared;
 use sha2::Digest as _;
 use tenure::fsop::{Check, Done, Executor, Fd, Meta, Op, Step, Summary};
 use tenure::privfs::{FileKind, FsError};
@@ -271,7 +272,7 @@ impl fmt::Debug for Entries {
 /// unchanged: a clone of the table is one reference count per inode, and a change copies the
 /// one inode it changes.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-struct Nodes(Vec<Arc<Node>>);
+struct Nodes(Vec<Shared<Node>>);
 
 impl Nodes {
     fn get(&self, ino: &Ino) -> Option<&Node> {
@@ -280,16 +281,16 @@ impl Nodes {
 
     /// The inode, to change it (copied first if another state shares it).
     fn get_mut(&mut self, ino: &Ino) -> Option<&mut Node> {
-        self.0.get_mut(*ino as usize).map(Arc::make_mut)
+        self.0.get_mut(*ino as usize).map(Shared::make_mut)
     }
 
     /// Sets inode `ino`: an existing one, or the next number.
     fn insert(&mut self, ino: Ino, node: Node) {
         let i = ino as usize;
         if i == self.0.len() {
-            self.0.push(Arc::new(node));
+            self.0.push(Shared::new(node));
         } else {
-            self.0[i] = Arc::new(node);
+            self.0[i] = Shared::new(node);
         }
     }
 
@@ -305,7 +306,7 @@ impl Nodes {
     fn drop_pending_data(&mut self) {
         for n in &mut self.0 {
             if matches!(&**n, Node::File(f) if !f.pending.is_empty())
-                && let Node::File(f) = Arc::make_mut(n)
+                && let Node::File(f) = n.make_mut()
             {
                 f.pending.clear();
             }
@@ -316,7 +317,7 @@ impl Nodes {
     fn commit_all_data(&mut self) {
         for n in &mut self.0 {
             if matches!(&**n, Node::File(f) if !f.pending.is_empty())
-                && let Node::File(f) = Arc::make_mut(n)
+                && let Node::File(f) = n.make_mut()
             {
                 f.durable = f.data().clone();
                 f.pending.clear();
@@ -452,17 +453,19 @@ impl EntryOp {
         }
     }
 
-    fn inos(&self) -> Vec<Ino> {
+    fn inos(&self) -> impl Iterator<Item = Ino> {
         match self {
-            EntryOp::Add { dir, ino, .. } => vec![*dir, *ino],
-            EntryOp::Remove { dir, .. } => vec![*dir],
+            EntryOp::Add { dir, ino, .. } => [Some(*dir), Some(*ino), None],
+            EntryOp::Remove { dir, .. } => [Some(*dir), None, None],
             EntryOp::Rename {
                 from_dir,
                 to_dir,
                 ino,
                 ..
-            } => vec![*from_dir, *to_dir, *ino],
+            } => [Some(*from_dir), Some(*to_dir), Some(*ino)],
         }
+        .into_iter()
+        .flatten()
     }
 
     fn renumber(&mut self, map: &[Ino]) {
@@ -584,7 +587,7 @@ impl SimFs {
     /// An empty, durable state dir.
     pub fn new() -> SimFs {
         SimFs {
-            nodes: Nodes(vec![Arc::new(Node::Dir(DirNode::default()))]),
+            nodes: Nodes(vec![Shared::new(Node::Dir(DirNode::default()))]),
             pending: Vec::new(),
             handles: BTreeMap::new(),
         }
@@ -802,7 +805,7 @@ impl SimFs {
             };
             for node in &mut base.nodes.0 {
                 if matches!(&**node, Node::Dir(d) if d.live != d.durable)
-                    && let Node::Dir(d) = Arc::make_mut(node)
+                    && let Node::Dir(d) = node.make_mut()
                 {
                     d.live = d.durable.clone();
                 }
@@ -867,6 +870,9 @@ impl SimFs {
     /// pending ops and handles name) and drops the ones nothing names, so that equal
     /// filesystems are equal values.
     pub fn normalize(&mut self) {
+        if self.is_canonical() {
+            return;
+        }
         let n = self.nodes.len();
         let mut order: Vec<Ino> = Vec::with_capacity(n);
         let mut seen = vec![false; n];
@@ -925,7 +931,7 @@ impl SimFs {
         for (new, old) in order.iter().enumerate() {
             map[*old as usize] = new as Ino;
         }
-        let mut old: Vec<Option<Arc<Node>>> = std::mem::take(&mut self.nodes.0)
+        let mut old: Vec<Option<Shared<Node>>> = std::mem::take(&mut self.nodes.0)
             .into_iter()
             .map(Some)
             .collect();
@@ -939,7 +945,7 @@ impl SimFs {
                     .any(|v| map[*v as usize] != *v)
             };
             if matches!(&*node, Node::Dir(d) if moves(d))
-                && let Node::Dir(d) = Arc::make_mut(&mut node)
+                && let Node::Dir(d) = node.make_mut()
             {
                 for v in d.live.values_mut().chain(d.durable.values_mut()) {
                     *v = map[*v as usize];
@@ -960,6 +966,67 @@ impl SimFs {
                 Handle::List { dir, .. } => *dir = map[*dir as usize],
             }
         }
+    }
+
+    /// Whether [`SimFs::normalize`] would leave every inode where it is: the same walk, without
+    /// building the order, on the premise that the order is the identity so far (then an inode
+    /// was seen iff its number is below the count visited, and the next new one must be the
+    /// count).
+    fn is_canonical(&self) -> bool {
+        let n = self.nodes.len() as Ino;
+        let mut count: Ino = 1;
+        let visit = |i: Ino, count: &mut Ino| -> bool {
+            if i < *count {
+                true
+            } else if i == *count {
+                *count += 1;
+                true
+            } else {
+                false
+            }
+        };
+        for durable in [false, true] {
+            let mut k = 0;
+            while k < count {
+                if let Some(d) = self.dir_node(k) {
+                    let entries = if durable { &d.durable } else { &d.live };
+                    for child in entries.values() {
+                        if !visit(*child, &mut count) {
+                            return false;
+                        }
+                    }
+                }
+                k += 1;
+            }
+        }
+        for p in &self.pending {
+            for i in p.op.inos() {
+                if !visit(i, &mut count) {
+                    return false;
+                }
+            }
+        }
+        for h in self.handles.values() {
+            let i = match h {
+                Handle::File { ino, .. } | Handle::Dir { ino } => *ino,
+                Handle::List { dir, .. } => *dir,
+            };
+            if !visit(i, &mut count) {
+                return false;
+            }
+        }
+        let mut k = 0;
+        while k < count {
+            if let Some(d) = self.dir_node(k) {
+                for c in d.live.values().chain(d.durable.values()) {
+                    if !visit(*c, &mut count) {
+                        return false;
+                    }
+                }
+            }
+            k += 1;
+        }
+        count == n
     }
 
     /// The live tree: every path (relative, `/`-separated) with its content, or `None` for a
