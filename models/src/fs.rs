@@ -778,6 +778,8 @@ impl SimFs {
 
     /// Every disk power loss can leave now, deduplicated, normalised, sorted; each with no
     /// handle open.
+    // The inodes' cached hashes are interior mutability that order and equality never see.
+    #[allow(clippy::mutable_key_type)]
     pub fn power_loss(&self, reorder: Reorder) -> Vec<SimFs> {
         let n = self.pending.len();
         let choices: Vec<Vec<bool>> = match reorder {
