@@ -26,13 +26,15 @@
 //!   deterministically: the durable entries plus any subset of the pending entry ops (each
 //!   whole, in their order; or only a prefix of them, for [`Reorder::Prefix`]), and for each
 //!   file reachable in that state the durable content plus a prefix of its pending writes. The
-//!   outcomes are deduplicated and sorted (every map is a `BTreeMap`, contents compare by
-//!   sha256), and each is normalised, so equal disks are equal states.
+//!   outcomes are deduplicated and sorted (entries in name order, contents compared by their
+//!   bytes), and each is normalised, so equal disks are equal states.
 //!
-//! Contents are compared and hashed by their sha256 ([`Content`]); the bytes ride along so
-//! that the real parsers read them. Modes, owners and links are not modelled (every file is a
-//! private regular file with one name, every directory private): the checks privfs does on
-//! them are covered by its own tests.
+//! Contents ([`Content`]) are shared between states and compared and hashed by their bytes;
+//! inodes are shared between states until a step changes them, and each carries the hash of
+//! its value ([`crate::shared::Shared`]), so a state is cheap to clone and to fingerprint.
+//!
+//! Modes, owners and links are not modelled (every file is a private regular file with one
+//! name, every directory private): the checks privfs does on them are covered by its own tests.
 //!
 //! A scratch tree removed with `RemoveTree` disappears as one entry op (the real removal
 //! unlinks its entries one by one; a crash in the middle leaves a partial scratch tree, which
@@ -57,10 +59,10 @@ pub type Ino = u32;
 /// The inode of the root directory (the state dir).
 pub const ROOT_INO: Ino = 0;
 
-/// A file's content: compared, ordered and hashed by its sha256; the bytes are kept for reads.
+/// A file's content: shared between the states and inodes that hold it (a clone is a
+/// reference count), compared, ordered and hashed by its bytes.
 #[derive(Clone)]
 pub struct Content {
-    sha256: [u8; 32],
     bytes: Arc<[u8]>,
 }
 
@@ -68,7 +70,6 @@ impl Content {
     /// The content `bytes`.
     pub fn new(bytes: &[u8]) -> Content {
         Content {
-            sha256: sha2::Sha256::digest(bytes).into(),
             bytes: Arc::from(bytes),
         }
     }
@@ -85,13 +86,13 @@ impl Content {
 
     /// Their sha256.
     pub fn sha256(&self) -> [u8; 32] {
-        self.sha256
+        sha2::Sha256::digest(&self.bytes).into()
     }
 }
 
 impl PartialEq for Content {
     fn eq(&self, other: &Content) -> bool {
-        self.sha256 == other.sha256
+        Arc::ptr_eq(&self.bytes, &other.bytes) || self.bytes == other.bytes
     }
 }
 
@@ -99,7 +100,7 @@ impl Eq for Content {}
 
 impl std::hash::Hash for Content {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.sha256.hash(state);
+        self.bytes.hash(state);
     }
 }
 
@@ -111,7 +112,7 @@ impl PartialOrd for Content {
 
 impl Ord for Content {
     fn cmp(&self, other: &Content) -> std::cmp::Ordering {
-        self.sha256.cmp(&other.sha256)
+        self.bytes.cmp(&other.bytes)
     }
 }
 
@@ -121,14 +122,15 @@ impl fmt::Debug for Content {
         if b.len() <= 48 && b.iter().all(|c| c.is_ascii_graphic() || *c == b' ') {
             write!(f, "{:?}", String::from_utf8_lossy(b))
         } else {
+            let sha = self.sha256();
             write!(
                 f,
                 "<{} bytes, sha256 {:02x}{:02x}{:02x}{:02x}…>",
                 b.len(),
-                self.sha256[0],
-                self.sha256[1],
-                self.sha256[2],
-                self.sha256[3]
+                sha[0],
+                sha[1],
+                sha[2],
+                sha[3]
             )
         }
     }
@@ -619,25 +621,31 @@ impl SimFs {
         if ino == ROOT_INO {
             return String::new();
         }
-        let mut stack = vec![(ROOT_INO, String::new())];
-        while let Some((dir, prefix)) = stack.pop() {
-            if let Some(d) = self.dir_node(dir) {
-                for (name, child) in &d.live {
-                    let p = if prefix.is_empty() {
-                        name.to_string_lossy().into_owned()
-                    } else {
-                        format!("{prefix}/{}", name.to_string_lossy())
-                    };
-                    if *child == ino {
-                        return p;
-                    }
-                    if self.dir_node(*child).is_some() {
-                        stack.push((*child, p));
-                    }
+        // The names are collected first and spelled once the inode is found: error messages
+        // of expected misses (a record not there yet) ask for paths often.
+        fn find<'a>(fs: &'a SimFs, dir: Ino, ino: Ino, chain: &mut Vec<&'a Name>) -> bool {
+            let Some(d) = fs.dir_node(dir) else {
+                return false;
+            };
+            for (name, child) in &d.live {
+                chain.push(name);
+                if *child == ino || find(fs, *child, ino, chain) {
+                    return true;
                 }
+                chain.pop();
             }
+            false
         }
-        "?".to_owned()
+        let mut chain = Vec::new();
+        if find(self, ROOT_INO, ino, &mut chain) {
+            chain
+                .iter()
+                .map(|n| n.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/")
+        } else {
+            "?".to_owned()
+        }
     }
 
     fn child_path(&self, dir: Ino, name: &OsStr) -> PathBuf {

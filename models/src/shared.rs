@@ -11,7 +11,7 @@
 
 use std::cmp::Ordering;
 use std::fmt;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 use std::ops::Deref;
 use std::sync::{Arc, OnceLock};
 
@@ -68,11 +68,10 @@ impl<T: Clone> Shared<T> {
 impl<T: Hash> Shared<T> {
     /// The hash of the value (a fixed-key hasher: the same in every state and every run).
     fn value_hash(&self) -> u64 {
-        *self.0.hash.get_or_init(|| {
-            let mut h = DefaultHasher::new();
-            self.0.value.hash(&mut h);
-            h.finish()
-        })
+        *self
+            .0
+            .hash
+            .get_or_init(|| crate::run::fingerprint(&self.0.value))
     }
 }
 
@@ -133,9 +132,7 @@ mod tests {
     use super::*;
 
     fn hash_of<T: Hash>(v: &T) -> u64 {
-        let mut h = DefaultHasher::new();
-        v.hash(&mut h);
-        h.finish()
+        crate::run::fingerprint(v)
     }
 
     /// Equal values are equal and hash alike whether or not they share an allocation; a
