@@ -19,6 +19,7 @@
 
 use std::fs;
 use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -303,13 +304,23 @@ fn plant_history(dir: &Path, k: usize) {
             "{{\"format\":2,\"id\":\"{id:020}\",\"parent\":\"{:020}\",\"epoch\":1,\"created_at_ms\":{at_ms},\"files\":1}}\n{entry}\n",
             id - 1
         );
-        fs::write(manifests.join(format!("{id:020}.json")), text).unwrap();
+        // Private, as the store writes them (a manifest open to others is refused unread).
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(manifests.join(format!("{id:020}.json")))
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .unwrap();
     }
     // CURRENT keeps naming checkpoint 1 (its line carries that manifest's digest): the older
     // manifests are history the run path may list, never load.
     let failed = cps.join("failed");
     for n in 0..k {
-        fs::create_dir(failed.join(format!("1.{n}"))).unwrap();
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(failed.join(format!("1.{n}")))
+            .unwrap();
     }
 }
 
