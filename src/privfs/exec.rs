@@ -25,11 +25,10 @@ use crate::fsop::{Check, Done, Executor, Fd, Meta, Op, Step, Summary};
 const WRITEBACK_KICK: u64 = 8 << 20;
 
 /// The smallest copy whose tail is kicked into writeback when it ends. A smaller file is left
-/// to the publish's one `syncfs`: a `sync_file_range` per small file submits one tiny write
-/// each (a many-file checkpoint of 100-byte to 4 KiB files became 100,000 separate device
-/// requests, none merged with its neighbours), while the filesystem-wide flush writes them
-/// back together, adjacent blocks merged, which is what the plain writer + `sync -f`
-/// baseline does too.
+/// to the publish's one `syncfs`: a `sync_file_range` per small file submits that file's one
+/// small write on its own (for a checkpoint of 100,000 small files, 100,000 system calls that
+/// each allocate and submit), while the filesystem-wide flush writes them back in one sweep,
+/// as it does for the plain writer + `sync -f` baseline.
 const WRITEBACK_TAIL_MIN: u64 = 1 << 20;
 
 /// What a handle holds.
