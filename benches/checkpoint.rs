@@ -10,10 +10,11 @@
 //!   peak RSS of the publishing and the loading process. `TENURE_BENCH_MANY_ONLY=1`
 //!   runs only these.
 //!
-//! - issue 11's store rows: a child writing 100,000 small files under `tenure run` (published
-//!   when it exits 0) vs the same writer into a plain dir followed by `sync -f`; verify (a full
+//! - issue 11's store rows: a child writing 20,000 and 100,000 small files under `tenure run`
+//!   (published when it exits 0) vs the same writer into a plain dir followed by `sync -f`
+//!   (`TENURE_BENCH_MANY_RUNS`, default 3, interleaved repetitions; medians); verify (a full
 //!   `load`) of 8 × 32 MiB blobs and of one 256 MiB blob vs `openssl dgst -sha256` of the same
-//!   files. `TENURE_BENCH_ISSUE11_ONLY=1` runs only these.
+//!   files (7 interleaved repetitions). `TENURE_BENCH_ISSUE11_ONLY=1` runs only these.
 //!
 //! Default sizes run in about a minute (`cargo bench --bench checkpoint`); the issue's sizes
 //! (1 GiB verify, 256 MiB publish, 1 GiB incremental) with `TENURE_BENCH_FULL=1`;
@@ -605,52 +606,54 @@ fn write_many_child(dir: &str, n: usize) {
 }
 
 /// Issue 11: a child writing many small files under `tenure run` (then published) vs the same
-/// writer into a plain dir followed by `sync -f` (one flush of the filesystem).
-fn bench_many_under_run(tmp: &Path, n: usize) {
+/// writer into a plain dir followed by `sync -f` (one flush of the filesystem), `runs`
+/// interleaved repetitions of each (plain, run, plain, run, ...), medians and their ratio.
+fn bench_many_under_run(tmp: &Path, n: usize, runs: usize) {
     let me = std::env::current_exe().unwrap();
-    quiesce();
-    let plain = tmp.join("plain-many");
-    std::fs::create_dir_all(&plain).unwrap();
-    let t = Instant::now();
-    let st = Command::new(&me)
-        .args(["--write-many", plain.to_str().unwrap(), &n.to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let st = Command::new("sync").arg("-f").arg(&plain).status().unwrap();
-    assert!(st.success());
-    let t_plain = t.elapsed();
-    std::fs::remove_dir_all(&plain).unwrap();
-    quiesce();
-    let dir = tmp.join("run-many");
-    let t = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
-        .arg("run")
-        .arg("--dir")
-        .arg(&dir)
-        .arg("--")
-        .arg(&me)
-        .args(["--write-many", "-", &n.to_string()])
-        .output()
-        .unwrap();
-    let t_run = t.elapsed();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let events = std::fs::read_to_string(dir.join(".tenure/events.jsonl")).unwrap();
-    assert!(events.contains("checkpoint-published"), "nothing published");
-    std::fs::remove_dir_all(&dir).unwrap();
-    println!("a child writing {n} small files (issue 11):");
-    println!(
-        "  writer + sync -f           {:>8.2} s",
-        t_plain.as_secs_f64()
-    );
+    let (mut plain_t, mut run_t) = (Vec::new(), Vec::new());
+    for r in 0..runs {
+        quiesce();
+        let plain = tmp.join(format!("plain-many-{r}"));
+        std::fs::create_dir_all(&plain).unwrap();
+        let t = Instant::now();
+        let st = Command::new(&me)
+            .args(["--write-many", plain.to_str().unwrap(), &n.to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let st = Command::new("sync").arg("-f").arg(&plain).status().unwrap();
+        assert!(st.success());
+        plain_t.push(t.elapsed());
+        std::fs::remove_dir_all(&plain).unwrap();
+        quiesce();
+        let dir = tmp.join(format!("run-many-{r}"));
+        let t = Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
+            .arg("run")
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--")
+            .arg(&me)
+            .args(["--write-many", "-", &n.to_string()])
+            .output()
+            .unwrap();
+        run_t.push(t.elapsed());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let events = std::fs::read_to_string(dir.join(".tenure/events.jsonl")).unwrap();
+        assert!(events.contains("checkpoint-published"), "nothing published");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    let (p, r) = (median(plain_t), median(run_t));
+    println!("a child writing {n} small files (issue 11; median of {runs}, interleaved):");
+    println!("  writer + sync -f           {:>8.2} s", p.as_secs_f64());
     println!(
         "  under tenure run, published {:>7.2} s   ratio = {:.2} (target <= 2)",
-        t_run.as_secs_f64(),
-        t_run.as_secs_f64() / t_plain.as_secs_f64()
+        r.as_secs_f64(),
+        r.as_secs_f64() / p.as_secs_f64()
     );
 }
 
@@ -674,10 +677,14 @@ fn bench_verify_vs_openssl(tmp: &Path, count: usize, per: usize) {
                 .join(e.sha256.to_hex())
         })
         .collect();
-    let t_load = time(5, || {
+    // Interleaved (load, openssl, load, ...), both on the cached files, so a burst of other
+    // work on the machine hits both sides alike.
+    let (mut loads, mut ssls) = (Vec::new(), Vec::new());
+    for _ in 0..7 {
+        let t = Instant::now();
         assert_eq!(store.load().unwrap().unwrap().id, cp.id);
-    });
-    let t_ssl = time(5, || {
+        loads.push(t.elapsed());
+        let t = Instant::now();
         let st = Command::new("openssl")
             .args(["dgst", "-sha256"])
             .args(&blob_paths)
@@ -685,7 +692,9 @@ fn bench_verify_vs_openssl(tmp: &Path, count: usize, per: usize) {
             .status()
             .unwrap();
         assert!(st.success());
-    });
+        ssls.push(t.elapsed());
+    }
+    let (t_load, t_ssl) = (median(loads), median(ssls));
     drop(store);
     std::fs::remove_dir_all(&state).unwrap();
     println!(
@@ -744,7 +753,13 @@ fn main() {
     } else {
         println!("verify vs openssl: skipped (no `openssl` on this machine)");
     }
-    bench_many_under_run(tmp.path(), scale(100_000));
+    let many_runs = std::env::var("TENURE_BENCH_MANY_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(3);
+    bench_many_under_run(tmp.path(), scale(20_000), many_runs);
+    bench_many_under_run(tmp.path(), scale(100_000), many_runs);
     if std::env::var("TENURE_BENCH_ISSUE11_ONLY").is_ok_and(|v| v == "1") {
         return;
     }

@@ -142,8 +142,9 @@ pub enum Op<'a> {
     },
     /// Copies `from` (to its end, or to `limit` bytes) into `to` at its position while
     /// hashing the bytes ([`Done::Hashed`]). With `writeback`, writeback of the copy is started
-    /// as it goes (`sync_file_range(SYNC_FILE_RANGE_WRITE)`): advice that makes a later sync
-    /// cheaper, never a durability step.
+    /// as it goes (`sync_file_range(SYNC_FILE_RANGE_WRITE)`) for a large copy; a small one is
+    /// left to the later sync, which writes many small files back together. Advice that makes
+    /// a later sync cheaper, never a durability step.
     Copy {
         /// A file open for writing.
         to: Fd,

@@ -10,7 +10,7 @@ use crate::checkpoint::{self, CheckpointModel};
 use crate::lease::{self, LeaseModel, LeaseState};
 use crate::run::{self, Describe, Report, Search};
 use crate::signals::{self, SignalModel};
-use stateright::Representative;
+use stateright::{Expectation, Representative};
 use std::fmt;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
@@ -727,13 +727,13 @@ pub struct MutantReport {
     pub mutant: Mutant,
     /// Whether the checker found a counterexample to the property.
     pub killed: bool,
-    /// Distinct states the checker visited before it stopped.
+    /// Distinct states the search generated before it stopped.
     pub unique: usize,
     /// The shortest counterexample, told in words (one line per step).
     pub path: Vec<String>,
     /// Steps in the shortest counterexample.
     pub length: usize,
-    /// Time for both searches.
+    /// Time for the search.
     pub elapsed: Duration,
 }
 
@@ -744,18 +744,34 @@ where
     M::Action: Clone + PartialEq + fmt::Debug,
 {
     let started = Instant::now();
-    let report = run::check(model.clone(), Search::Bfs, 1, None, Some(mutant.breaks));
-    let killed = report.verdict(mutant.breaks).is_some_and(|v| !v.holds());
     let property = model.property(mutant.breaks);
-    let (path, length) =
-        match run::shortest(&model, 20_000_000, |s| !(property.condition)(&model, s)) {
-            Some(p) => (model.describe(&p), p.len() - 1),
-            None => (Vec::new(), 0),
-        };
+    // One breadth-first search that checks the property the mutant must break on every state
+    // it generates and stops at the first counterexample: it proves the kill (a VIOLATED
+    // `always`, by that property) and is the shortest counterexample at once. A `sometimes`
+    // is broken when no state has its example: that takes the complete search.
+    let (killed, path, length, unique) = match property.expectation {
+        Expectation::Always => {
+            let (path, unique) =
+                run::search(&model, 20_000_000, |s| !(property.condition)(&model, s));
+            match path {
+                Some(p) => (true, model.describe(&p), p.len() - 1, unique),
+                None => (false, Vec::new(), 0, unique),
+            }
+        }
+        Expectation::Sometimes => {
+            let (example, unique) =
+                run::search(&model, usize::MAX, |s| (property.condition)(&model, s));
+            (example.is_none(), Vec::new(), 0, unique)
+        }
+        Expectation::Eventually => panic!(
+            "mutant {} is killed by the eventually property {}, which a search cannot show",
+            mutant.name, mutant.breaks
+        ),
+    };
     MutantReport {
         mutant,
         killed,
-        unique: report.unique,
+        unique,
         path,
         length,
         elapsed: started.elapsed(),

@@ -36,6 +36,7 @@ use std::ffi::OsStr;
 
 use crate::driver::{Driver, Request};
 use crate::fs::{Reorder, SimFs};
+use crate::shared::Shared;
 use sha2::Digest as _;
 use stateright::{Model, Property};
 use tenure::checkpoint::format::{Current, ManifestReader};
@@ -102,11 +103,11 @@ pub enum Stage {
     /// No process runs.
     Idle,
     /// The owned open runs; the load follows.
-    Opening(Box<OpenPlan>),
+    Opening(Shared<OpenPlan>),
     /// The load runs.
-    Loading(Box<LoadPlan>),
+    Loading(Shared<LoadPlan>),
     /// A publish runs; `next` is the next staged file to hand it.
-    Publishing(Box<PublishPlan>, u8),
+    Publishing(Shared<PublishPlan>, u8),
     /// The last run refused the state: nothing runs again.
     Halted,
 }
@@ -360,7 +361,7 @@ impl CheckpointState {
             while let Some(a) = self.drv.pop() {
                 match a {
                     Action::Recover => {
-                        self.stage = Stage::Opening(Box::new(OpenPlan::new(true)));
+                        self.stage = Stage::Opening(Shared::new(OpenPlan::new(true)));
                     }
                     Action::Publish => self.start_publish(),
                     Action::Exit(_) => {
@@ -427,7 +428,7 @@ impl CheckpointState {
         }
         let fds = self.fds.expect("the owned open ran before the publish");
         self.stage = Stage::Publishing(
-            Box::new(PublishPlan::new(
+            Shared::new(PublishPlan::new(
                 store_path(),
                 fds,
                 Limits::DEFAULT,
@@ -445,15 +446,16 @@ impl CheckpointState {
     fn step(&mut self, reorder: Reorder) {
         loop {
             let mutated = match &self.stage {
-                Stage::Opening(p) => peek_mutates(p.as_ref()),
-                Stage::Loading(p) => peek_mutates(p.as_ref()),
-                Stage::Publishing(p, _) => peek_mutates(p.as_ref()),
+                Stage::Opening(p) => peek_mutates(&**p),
+                Stage::Loading(p) => peek_mutates(&**p),
+                Stage::Publishing(p, _) => peek_mutates(&**p),
                 Stage::Idle | Stage::Halted => return,
             };
             if mutated {
                 self.check_gc_step(reorder);
             }
-            let before_load = matches!(self.stage, Stage::Loading(_)).then(|| self.fs.tree());
+            // A clone shares every inode: cheap, and compared only if the load refuses.
+            let before_load = matches!(self.stage, Stage::Loading(_)).then(|| self.fs.clone());
             let finished = self.one_step(before_load);
             if mutated || finished {
                 return;
@@ -462,18 +464,15 @@ impl CheckpointState {
     }
 
     /// One step of the plan; `true` when the plan ended (and the machine was answered).
-    fn one_step(
-        &mut self,
-        before_load: Option<std::collections::BTreeMap<String, Option<crate::fs::Content>>>,
-    ) -> bool {
+    fn one_step(&mut self, before_load: Option<SimFs>) -> bool {
         let stage = std::mem::replace(&mut self.stage, Stage::Idle);
         match stage {
-            Stage::Opening(mut p) => match plan::step(p.as_mut(), &mut self.fs) {
+            Stage::Opening(mut p) => match plan::step(p.make_mut(), &mut self.fs) {
                 Ok(true) => self.stage = Stage::Opening(p),
                 Ok(false) => {
                     let fds = p.output().expect("a finished open names its directories");
                     self.fds = Some(fds);
-                    self.stage = Stage::Loading(Box::new(LoadPlan::current(
+                    self.stage = Stage::Loading(Shared::new(LoadPlan::current(
                         store_path(),
                         Some(fds.root),
                         Some(fds.manifests),
@@ -484,7 +483,7 @@ impl CheckpointState {
                 }
                 Err(_) => return self.recovered(false),
             },
-            Stage::Loading(mut p) => match plan::step(p.as_mut(), &mut self.fs) {
+            Stage::Loading(mut p) => match plan::step(p.make_mut(), &mut self.fs) {
                 Ok(true) => self.stage = Stage::Loading(p),
                 Ok(false) => {
                     let accepted =
@@ -493,7 +492,7 @@ impl CheckpointState {
                 }
                 Err(_) => {
                     // I14: a refusing load changed nothing.
-                    if before_load.is_some_and(|t| t != self.fs.tree()) {
+                    if before_load.is_some_and(|t| !t.same_tree(&self.fs)) {
                         self.violations |= V_REPAIR;
                     }
                     return self.recovered(false);
@@ -511,9 +510,9 @@ impl CheckpointState {
                                 src: Src::File { fd, size },
                             }
                         });
-                        p.give_input(input).map(|()| true)
+                        p.make_mut().give_input(input).map(|()| true)
                     }
-                    _ => plan::step(p.as_mut(), &mut self.fs),
+                    _ => plan::step(p.make_mut(), &mut self.fs),
                 };
                 let next = if was_input { next + 1 } else { next };
                 if self.new.is_none()
@@ -775,9 +774,9 @@ impl Model for CheckpointModel {
             CheckpointAction::PowerLoss(_, outcome) => {
                 s.power_left -= 1;
                 let before = std::mem::replace(&mut s.fs, *outcome);
-                let mut kept_all = before;
-                kept_all.crash_process();
-                if kept_all.tree() != s.fs.tree() {
+                // A process crash would have kept the live tree as it was (it only closes
+                // handles), so the power loss lost something iff the trees differ.
+                if s.seen & S_LOST_UNSYNCED == 0 && !before.same_tree(&s.fs) {
                     s.seen |= S_LOST_UNSYNCED;
                 }
                 s.check_after_crash();
@@ -903,9 +902,9 @@ impl crate::run::Describe for CheckpointModel {
                 CheckpointAction::Run => format!("run {} starts (epoch {})", s.run + 1, s.run + 1),
                 CheckpointAction::Step => {
                     let step = match &s.stage {
-                        Stage::Opening(p) => next_change(p.as_ref()),
-                        Stage::Loading(p) => next_change(p.as_ref()),
-                        Stage::Publishing(p, _) => next_change(p.as_ref()),
+                        Stage::Opening(p) => next_change(&**p),
+                        Stage::Loading(p) => next_change(&**p),
+                        Stage::Publishing(p, _) => next_change(&**p),
                         Stage::Idle | Stage::Halted => None,
                     };
                     match step {

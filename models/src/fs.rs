@@ -27,24 +27,29 @@
 //!   whole, in their order; or only a prefix of them, for [`Reorder::Prefix`]), and for each
 //!   file reachable in that state the durable content plus a prefix of its pending writes (an
 //!   in-place overwrite, `WriteAt`, adds one more: its range torn, see [`TORN`]). The
-//!   outcomes are deduplicated and sorted (every map is a `BTreeMap`, contents compare by
-//!   sha256), and each is normalised, so equal disks are equal states.
+//!   outcomes are deduplicated and sorted (entries in name order, contents compared by their
+//!   bytes), and each is normalised, so equal disks are equal states.
 //!
-//! Contents are compared and hashed by their sha256 ([`Content`]); the bytes ride along so
-//! that the real parsers read them. Modes, owners and links are not modelled (every file is a
-//! private regular file with one name, every directory private): the checks privfs does on
-//! them are covered by its own tests.
+//! Contents ([`Content`]) are shared between states and compared and hashed by their bytes;
+//! inodes are shared between states until a step changes them, and each carries the hash of
+//! its value ([`crate::shared::Shared`]), so a state is cheap to clone and to fingerprint.
+//!
+//! Modes, owners and links are not modelled (every file is a private regular file with one
+//! name, every directory private): the checks privfs does on them are covered by its own tests.
 //!
 //! A scratch tree removed with `RemoveTree` disappears as one entry op (the real removal
 //! unlinks its entries one by one; a crash in the middle leaves a partial scratch tree, which
 //! nothing durable refers to and the next owner removes again).
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
 use std::fmt;
+use std::ops::{Deref, Index};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::shared::Shared;
 use sha2::Digest as _;
 use tenure::fsop::{Check, Done, Executor, Fd, Meta, Op, Step, Summary};
 use tenure::privfs::{FileKind, FsError};
@@ -61,10 +66,10 @@ pub type Ino = u32;
 /// The inode of the root directory (the state dir).
 pub const ROOT_INO: Ino = 0;
 
-/// A file's content: compared, ordered and hashed by its sha256; the bytes are kept for reads.
+/// A file's content: shared between the states and inodes that hold it (a clone is a
+/// reference count), compared, ordered and hashed by its bytes.
 #[derive(Clone)]
 pub struct Content {
-    sha256: [u8; 32],
     bytes: Arc<[u8]>,
 }
 
@@ -72,7 +77,6 @@ impl Content {
     /// The content `bytes`.
     pub fn new(bytes: &[u8]) -> Content {
         Content {
-            sha256: sha2::Sha256::digest(bytes).into(),
             bytes: Arc::from(bytes),
         }
     }
@@ -89,13 +93,13 @@ impl Content {
 
     /// Their sha256.
     pub fn sha256(&self) -> [u8; 32] {
-        self.sha256
+        sha2::Sha256::digest(&self.bytes).into()
     }
 }
 
 impl PartialEq for Content {
     fn eq(&self, other: &Content) -> bool {
-        self.sha256 == other.sha256
+        Arc::ptr_eq(&self.bytes, &other.bytes) || self.bytes == other.bytes
     }
 }
 
@@ -103,7 +107,7 @@ impl Eq for Content {}
 
 impl std::hash::Hash for Content {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.sha256.hash(state);
+        self.bytes.hash(state);
     }
 }
 
@@ -115,7 +119,7 @@ impl PartialOrd for Content {
 
 impl Ord for Content {
     fn cmp(&self, other: &Content) -> std::cmp::Ordering {
-        self.sha256.cmp(&other.sha256)
+        self.bytes.cmp(&other.bytes)
     }
 }
 
@@ -125,16 +129,217 @@ impl fmt::Debug for Content {
         if b.len() <= 48 && b.iter().all(|c| c.is_ascii_graphic() || *c == b' ') {
             write!(f, "{:?}", String::from_utf8_lossy(b))
         } else {
+            let sha = self.sha256();
             write!(
                 f,
                 "<{} bytes, sha256 {:02x}{:02x}{:02x}{:02x}…>",
                 b.len(),
-                self.sha256[0],
-                self.sha256[1],
-                self.sha256[2],
-                self.sha256[3]
+                sha[0],
+                sha[1],
+                sha[2],
+                sha[3]
             )
         }
+    }
+}
+
+/// A name in a directory. Shared between the states that hold it (a clone is a reference
+/// count), compared, ordered and hashed by its bytes, as an `OsString` is.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Name(Arc<OsStr>);
+
+impl Name {
+    /// The name as an `OsStr`.
+    pub fn as_os_str(&self) -> &OsStr {
+        &self.0
+    }
+}
+
+impl Deref for Name {
+    type Target = OsStr;
+
+    fn deref(&self) -> &OsStr {
+        &self.0
+    }
+}
+
+impl Borrow<OsStr> for Name {
+    fn borrow(&self) -> &OsStr {
+        &self.0
+    }
+}
+
+impl From<&OsStr> for Name {
+    fn from(n: &OsStr) -> Name {
+        Name(Arc::from(n))
+    }
+}
+
+impl From<&str> for Name {
+    fn from(n: &str) -> Name {
+        Name::from(OsStr::new(n))
+    }
+}
+
+impl From<OsString> for Name {
+    fn from(n: OsString) -> Name {
+        Name(Arc::from(n))
+    }
+}
+
+impl fmt::Debug for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+/// A directory's entries, in name order (a sorted vector: directories here hold a handful of
+/// names, and a clone is one allocation).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Entries(Vec<(Name, Ino)>);
+
+impl Entries {
+    fn find(&self, name: &OsStr) -> Result<usize, usize> {
+        self.0.binary_search_by(|(n, _)| n.as_os_str().cmp(name))
+    }
+
+    /// The inode `name` names.
+    pub fn get(&self, name: &OsStr) -> Option<&Ino> {
+        self.find(name).ok().map(|i| &self.0[i].1)
+    }
+
+    /// Whether `name` is an entry.
+    pub fn contains_key(&self, name: &OsStr) -> bool {
+        self.find(name).is_ok()
+    }
+
+    /// Makes `name` name `ino`, replacing what it named.
+    pub fn insert(&mut self, name: Name, ino: Ino) {
+        match self.find(&name) {
+            Ok(i) => self.0[i].1 = ino,
+            Err(i) => self.0.insert(i, (name, ino)),
+        }
+    }
+
+    /// Removes `name`.
+    pub fn remove(&mut self, name: &OsStr) {
+        if let Ok(i) = self.find(name) {
+            self.0.remove(i);
+        }
+    }
+
+    /// The entries in name order.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&Name, &Ino)> {
+        self.0.iter().map(|(n, i)| (n, i))
+    }
+
+    /// The names in order.
+    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &Name> {
+        self.0.iter().map(|(n, _)| n)
+    }
+
+    /// The inodes, in name order.
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = &Ino> {
+        self.0.iter().map(|(_, i)| i)
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut Ino> {
+        self.0.iter_mut().map(|(_, i)| i)
+    }
+
+    /// Whether there is no entry.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The number of entries.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl<'a> IntoIterator for &'a Entries {
+    type Item = (&'a Name, &'a Ino);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (Name, Ino)>,
+        fn(&'a (Name, Ino)) -> (&'a Name, &'a Ino),
+    >;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|(n, i)| (n, i))
+    }
+}
+
+impl fmt::Debug for Entries {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+/// The inode table, indexed by inode number (dense: inodes are numbered from 0 and
+/// renumbered by [`SimFs::normalize`]). Each inode is shared between the states that hold it
+/// unchanged: a clone of the table is one reference count per inode, and a change copies the
+/// one inode it changes.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Nodes(Vec<Shared<Node>>);
+
+impl Nodes {
+    fn get(&self, ino: &Ino) -> Option<&Node> {
+        self.0.get(*ino as usize).map(|n| &**n)
+    }
+
+    /// The inode, to change it (copied first if another state shares it).
+    fn get_mut(&mut self, ino: &Ino) -> Option<&mut Node> {
+        self.0.get_mut(*ino as usize).map(Shared::make_mut)
+    }
+
+    /// Sets inode `ino`: an existing one, or the next number.
+    fn insert(&mut self, ino: Ino, node: Node) {
+        let i = ino as usize;
+        if i == self.0.len() {
+            self.0.push(Shared::new(node));
+        } else {
+            self.0[i] = Shared::new(node);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Node> {
+        self.0.iter().map(|n| &**n)
+    }
+
+    /// Forgets the pending writes of every file (copying only the files that have some).
+    fn drop_pending_data(&mut self) {
+        for n in &mut self.0 {
+            if matches!(&**n, Node::File(f) if !f.pending.is_empty())
+                && let Node::File(f) = n.make_mut()
+            {
+                f.pending.clear();
+            }
+        }
+    }
+
+    /// Commits the pending writes of every file (copying only the files that have some).
+    fn commit_all_data(&mut self) {
+        for n in &mut self.0 {
+            if matches!(&**n, Node::File(f) if !f.pending.is_empty())
+                && let Node::File(f) = n.make_mut()
+            {
+                f.durable = f.data().clone();
+                f.pending.clear();
+            }
+        }
+    }
+}
+
+impl Index<&Ino> for Nodes {
+    type Output = Node;
+
+    fn index(&self, ino: &Ino) -> &Node {
+        &self.0[*ino as usize]
     }
 }
 
@@ -158,9 +363,9 @@ impl FileNode {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct DirNode {
     /// The entries lookups see.
-    pub live: BTreeMap<OsString, Ino>,
+    pub live: Entries,
     /// The entries as of the ops committed so far.
-    pub durable: BTreeMap<OsString, Ino>,
+    pub durable: Entries,
 }
 
 /// An inode.
@@ -180,7 +385,7 @@ pub enum EntryOp {
         /// The directory.
         dir: Ino,
         /// The new name.
-        name: OsString,
+        name: Name,
         /// The inode it names.
         ino: Ino,
     },
@@ -189,18 +394,18 @@ pub enum EntryOp {
         /// The directory.
         dir: Ino,
         /// The name.
-        name: OsString,
+        name: Name,
     },
     /// `ino` moves from `from` in `from_dir` to `to` in `to_dir`, replacing what `to` named.
     Rename {
         /// Source directory.
         from_dir: Ino,
         /// Source name.
-        from: OsString,
+        from: Name,
         /// Target directory.
         to_dir: Ino,
         /// Target name.
-        to: OsString,
+        to: Name,
         /// The inode moved.
         ino: Ino,
     },
@@ -220,12 +425,8 @@ impl EntryOp {
     }
 
     /// Applies the op to entry maps chosen by `map` (live or durable).
-    fn apply(&self, nodes: &mut BTreeMap<Ino, Node>, durable: bool) {
-        fn entries(
-            nodes: &mut BTreeMap<Ino, Node>,
-            dir: Ino,
-            durable: bool,
-        ) -> Option<&mut BTreeMap<OsString, Ino>> {
+    fn apply(&self, nodes: &mut Nodes, durable: bool) {
+        fn entries(nodes: &mut Nodes, dir: Ino, durable: bool) -> Option<&mut Entries> {
             match nodes.get_mut(&dir) {
                 Some(Node::Dir(d)) => Some(if durable { &mut d.durable } else { &mut d.live }),
                 Some(Node::File(_)) | None => None,
@@ -261,21 +462,23 @@ impl EntryOp {
         }
     }
 
-    fn inos(&self) -> Vec<Ino> {
+    fn inos(&self) -> impl Iterator<Item = Ino> {
         match self {
-            EntryOp::Add { dir, ino, .. } => vec![*dir, *ino],
-            EntryOp::Remove { dir, .. } => vec![*dir],
+            EntryOp::Add { dir, ino, .. } => [Some(*dir), Some(*ino), None],
+            EntryOp::Remove { dir, .. } => [Some(*dir), None, None],
             EntryOp::Rename {
                 from_dir,
                 to_dir,
                 ino,
                 ..
-            } => vec![*from_dir, *to_dir, *ino],
+            } => [Some(*from_dir), Some(*to_dir), Some(*ino)],
         }
+        .into_iter()
+        .flatten()
     }
 
-    fn renumber(&mut self, map: &BTreeMap<Ino, Ino>) {
-        let m = |i: &mut Ino| *i = map[i];
+    fn renumber(&mut self, map: &[Ino]) {
+        let m = |i: &mut Ino| *i = map[*i as usize];
         match self {
             EntryOp::Add { dir, ino, .. } => {
                 m(dir);
@@ -325,7 +528,7 @@ pub enum Handle {
         /// The directory.
         dir: Ino,
         /// The last name returned.
-        after: Option<OsString>,
+        after: Option<Name>,
     },
 }
 
@@ -341,7 +544,7 @@ pub enum Reorder {
 /// The simulated filesystem and the handles of the process that uses it.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SimFs {
-    nodes: BTreeMap<Ino, Node>,
+    nodes: Nodes,
     pending: Vec<Pending>,
     handles: BTreeMap<u32, Handle>,
 }
@@ -393,7 +596,7 @@ impl SimFs {
     /// An empty, durable state dir.
     pub fn new() -> SimFs {
         SimFs {
-            nodes: BTreeMap::from([(ROOT_INO, Node::Dir(DirNode::default()))]),
+            nodes: Nodes(vec![Shared::new(Node::Dir(DirNode::default()))]),
             pending: Vec::new(),
             handles: BTreeMap::new(),
         }
@@ -425,25 +628,31 @@ impl SimFs {
         if ino == ROOT_INO {
             return String::new();
         }
-        let mut stack = vec![(ROOT_INO, String::new())];
-        while let Some((dir, prefix)) = stack.pop() {
-            if let Some(d) = self.dir_node(dir) {
-                for (name, child) in &d.live {
-                    let p = if prefix.is_empty() {
-                        name.to_string_lossy().into_owned()
-                    } else {
-                        format!("{prefix}/{}", name.to_string_lossy())
-                    };
-                    if *child == ino {
-                        return p;
-                    }
-                    if self.dir_node(*child).is_some() {
-                        stack.push((*child, p));
-                    }
+        // The names are collected first and spelled once the inode is found: error messages
+        // of expected misses (a record not there yet) ask for paths often.
+        fn find<'a>(fs: &'a SimFs, dir: Ino, ino: Ino, chain: &mut Vec<&'a Name>) -> bool {
+            let Some(d) = fs.dir_node(dir) else {
+                return false;
+            };
+            for (name, child) in &d.live {
+                chain.push(name);
+                if *child == ino || find(fs, *child, ino, chain) {
+                    return true;
                 }
+                chain.pop();
             }
+            false
         }
-        "?".to_owned()
+        let mut chain = Vec::new();
+        if find(self, ROOT_INO, ino, &mut chain) {
+            chain
+                .iter()
+                .map(|n| n.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/")
+        } else {
+            "?".to_owned()
+        }
     }
 
     fn child_path(&self, dir: Ino, name: &OsStr) -> PathBuf {
@@ -456,7 +665,7 @@ impl SimFs {
     }
 
     fn fresh_ino(&self) -> Ino {
-        self.nodes.keys().next_back().map_or(0, |i| i + 1)
+        self.nodes.len() as Ino
     }
 
     fn put_handle(&mut self, h: Handle) -> Fd {
@@ -535,7 +744,11 @@ impl SimFs {
                 pending: Vec::new(),
             }),
         );
-        self.push_entry_op(EntryOp::Add { dir, name, ino });
+        self.push_entry_op(EntryOp::Add {
+            dir,
+            name: name.into(),
+            ino,
+        });
         self.put_handle(Handle::File { ino, pos: 0 })
     }
 
@@ -580,6 +793,8 @@ impl SimFs {
 
     /// Every disk power loss can leave now, deduplicated, normalised, sorted; each with no
     /// handle open.
+    // The inodes' cached hashes are interior mutability that order and equality never see.
+    #[allow(clippy::mutable_key_type)]
     pub fn power_loss(&self, reorder: Reorder) -> Vec<SimFs> {
         let n = self.pending.len();
         let choices: Vec<Vec<bool>> = match reorder {
@@ -605,8 +820,10 @@ impl SimFs {
                 pending: Vec::new(),
                 handles: BTreeMap::new(),
             };
-            for node in base.nodes.values_mut() {
-                if let Node::Dir(d) = node {
+            for node in &mut base.nodes.0 {
+                if matches!(&**node, Node::Dir(d) if d.live != d.durable)
+                    && let Node::Dir(d) = node.make_mut()
+                {
                     d.live = d.durable.clone();
                 }
             }
@@ -617,18 +834,21 @@ impl SimFs {
                 .collect();
             let mut states = vec![base];
             for ino in files {
-                let f = self.file_node(ino).expect("a file").clone();
-                let options: Vec<Content> = std::iter::once(f.durable.clone())
-                    .chain(f.pending.iter().cloned())
+                let f = self.file_node(ino).expect("a file");
+                let options: Vec<&Content> = std::iter::once(&f.durable)
+                    .chain(f.pending.iter())
                     .collect();
                 let mut next = Vec::with_capacity(states.len() * options.len());
                 for s in &states {
                     for c in &options {
                         let mut s = s.clone();
-                        *s.file_mut(ino).expect("a file") = FileNode {
-                            durable: c.clone(),
-                            pending: Vec::new(),
-                        };
+                        s.nodes.insert(
+                            ino,
+                            Node::File(FileNode {
+                                durable: (*c).clone(),
+                                pending: Vec::new(),
+                            }),
+                        );
                         next.push(s);
                     }
                 }
@@ -636,11 +856,7 @@ impl SimFs {
             }
             for mut s in states {
                 // Unreachable files keep whatever; they are dropped by normalisation.
-                for node in s.nodes.values_mut() {
-                    if let Node::File(f) = node {
-                        f.pending.clear();
-                    }
-                }
+                s.nodes.drop_pending_data();
                 s.normalize();
                 out.insert(s);
             }
@@ -651,11 +867,13 @@ impl SimFs {
     /// Inodes reachable from the root through live entries.
     fn reachable(&self) -> Vec<Ino> {
         let mut out = vec![ROOT_INO];
+        let mut seen = vec![false; self.nodes.len()];
+        seen[ROOT_INO as usize] = true;
         let mut i = 0;
         while i < out.len() {
             if let Some(d) = self.dir_node(out[i]) {
                 for child in d.live.values() {
-                    if !out.contains(child) {
+                    if !std::mem::replace(&mut seen[*child as usize], true) {
                         out.push(*child);
                     }
                 }
@@ -669,10 +887,14 @@ impl SimFs {
     /// pending ops and handles name) and drops the ones nothing names, so that equal
     /// filesystems are equal values.
     pub fn normalize(&mut self) {
-        let mut order: Vec<Ino> = Vec::with_capacity(self.nodes.len());
-        let mut seen: BTreeSet<Ino> = BTreeSet::new();
+        if self.is_canonical() {
+            return;
+        }
+        let n = self.nodes.len();
+        let mut order: Vec<Ino> = Vec::with_capacity(n);
+        let mut seen = vec![false; n];
         let mut visit = |i: Ino, order: &mut Vec<Ino>| {
-            if seen.insert(i) {
+            if !std::mem::replace(&mut seen[i as usize], true) {
                 order.push(i);
             }
         };
@@ -708,45 +930,120 @@ impl SimFs {
         let mut k = 0;
         while k < order.len() {
             if let Some(d) = self.dir_node(order[k]) {
-                let children: Vec<Ino> =
-                    d.live.values().chain(d.durable.values()).copied().collect();
-                for c in children {
-                    visit(c, &mut order);
+                for c in d.live.values().chain(d.durable.values()) {
+                    visit(*c, &mut order);
                 }
             }
             k += 1;
         }
-        let map: BTreeMap<Ino, Ino> = order
-            .iter()
-            .enumerate()
-            .map(|(new, old)| (*old, new as Ino))
-            .collect();
-        if map.iter().all(|(a, b)| a == b) && map.len() == self.nodes.len() {
+        if order.len() == n
+            && order
+                .iter()
+                .enumerate()
+                .all(|(new, old)| *old as usize == new)
+        {
             return;
         }
-        let mut nodes = BTreeMap::new();
-        for (old, new) in &map {
-            let mut n = self.nodes.remove(old).expect("visited inodes exist");
-            if let Node::Dir(d) = &mut n {
+        let mut map: Vec<Ino> = vec![Ino::MAX; n];
+        for (new, old) in order.iter().enumerate() {
+            map[*old as usize] = new as Ino;
+        }
+        let mut old: Vec<Option<Shared<Node>>> = std::mem::take(&mut self.nodes.0)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut nodes = Vec::with_capacity(order.len());
+        for o in &order {
+            let mut node = old[*o as usize].take().expect("visited inodes exist");
+            let moves = |d: &DirNode| {
+                d.live
+                    .values()
+                    .chain(d.durable.values())
+                    .any(|v| map[*v as usize] != *v)
+            };
+            if matches!(&*node, Node::Dir(d) if moves(d))
+                && let Node::Dir(d) = node.make_mut()
+            {
                 for v in d.live.values_mut().chain(d.durable.values_mut()) {
-                    *v = map[v];
+                    *v = map[*v as usize];
                 }
             }
-            nodes.insert(*new, n);
+            nodes.push(node);
         }
-        self.nodes = nodes;
+        self.nodes = Nodes(nodes);
         for p in &mut self.pending {
             p.op.renumber(&map);
             for w in &mut p.waiting {
-                *w = map[w];
+                *w = map[*w as usize];
             }
         }
         for h in self.handles.values_mut() {
             match h {
-                Handle::File { ino, .. } | Handle::Dir { ino } => *ino = map[ino],
-                Handle::List { dir, .. } => *dir = map[dir],
+                Handle::File { ino, .. } | Handle::Dir { ino } => *ino = map[*ino as usize],
+                Handle::List { dir, .. } => *dir = map[*dir as usize],
             }
         }
+    }
+
+    /// Whether [`SimFs::normalize`] would leave every inode where it is: the same walk, without
+    /// building the order, on the premise that the order is the identity so far (then an inode
+    /// was seen iff its number is below the count visited, and the next new one must be the
+    /// count).
+    fn is_canonical(&self) -> bool {
+        let n = self.nodes.len() as Ino;
+        let mut count: Ino = 1;
+        let visit = |i: Ino, count: &mut Ino| -> bool {
+            if i < *count {
+                true
+            } else if i == *count {
+                *count += 1;
+                true
+            } else {
+                false
+            }
+        };
+        for durable in [false, true] {
+            let mut k = 0;
+            while k < count {
+                if let Some(d) = self.dir_node(k) {
+                    let entries = if durable { &d.durable } else { &d.live };
+                    for child in entries.values() {
+                        if !visit(*child, &mut count) {
+                            return false;
+                        }
+                    }
+                }
+                k += 1;
+            }
+        }
+        for p in &self.pending {
+            for i in p.op.inos() {
+                if !visit(i, &mut count) {
+                    return false;
+                }
+            }
+        }
+        for h in self.handles.values() {
+            let i = match h {
+                Handle::File { ino, .. } | Handle::Dir { ino } => *ino,
+                Handle::List { dir, .. } => *dir,
+            };
+            if !visit(i, &mut count) {
+                return false;
+            }
+        }
+        let mut k = 0;
+        while k < count {
+            if let Some(d) = self.dir_node(k) {
+                for c in d.live.values().chain(d.durable.values()) {
+                    if !visit(*c, &mut count) {
+                        return false;
+                    }
+                }
+            }
+            k += 1;
+        }
+        count == n
     }
 
     /// The live tree: every path (relative, `/`-separated) with its content, or `None` for a
@@ -777,6 +1074,35 @@ impl SimFs {
             }
         }
         out
+    }
+
+    /// Whether the live trees of `self` and `other` are equal: the same paths, the same
+    /// contents (what [`SimFs::tree`] returns for each, compared without building it).
+    pub fn same_tree(&self, other: &SimFs) -> bool {
+        fn same(a: &SimFs, ai: Ino, b: &SimFs, bi: Ino) -> bool {
+            match (a.nodes.get(&ai), b.nodes.get(&bi)) {
+                (Some(Node::File(x)), Some(Node::File(y))) => x.data() == y.data(),
+                (Some(Node::Dir(x)), Some(Node::Dir(y))) => {
+                    // Entries naming no inode are not in the tree.
+                    let mut xs = x.live.iter().filter(|(_, i)| a.nodes.get(i).is_some());
+                    let mut ys = y.live.iter().filter(|(_, i)| b.nodes.get(i).is_some());
+                    loop {
+                        match (xs.next(), ys.next()) {
+                            (None, None) => return true,
+                            (Some((xn, xi)), Some((yn, yi))) => {
+                                if xn != yn || !same(a, *xi, b, *yi) {
+                                    return false;
+                                }
+                            }
+                            (Some(_), None) | (None, Some(_)) => return false,
+                        }
+                    }
+                }
+                (None, None) => true,
+                _ => false,
+            }
+        }
+        same(self, ROOT_INO, other, ROOT_INO)
     }
 
     /// The inode a live path (relative, `/`-separated) names.
@@ -922,7 +1248,7 @@ impl Executor for SimFs {
                 self.nodes.insert(ino, Node::Dir(DirNode::default()));
                 self.push_entry_op(EntryOp::Add {
                     dir: d,
-                    name: name.to_owned(),
+                    name: name.into(),
                     ino,
                 });
                 Ok(Done::Ok)
@@ -1122,9 +1448,9 @@ impl Executor for SimFs {
                 }
                 self.push_entry_op(EntryOp::Rename {
                     from_dir: fd_,
-                    from: from.to_owned(),
+                    from: from.into(),
                     to_dir: td,
-                    to: to.to_owned(),
+                    to: to.into(),
                     ino,
                 });
                 Ok(Done::Ok)
@@ -1141,7 +1467,7 @@ impl Executor for SimFs {
                     Some(_) => {
                         self.push_entry_op(EntryOp::Remove {
                             dir: d,
-                            name: name.to_owned(),
+                            name: name.into(),
                         });
                         Ok(Done::Ok)
                     }
@@ -1162,7 +1488,7 @@ impl Executor for SimFs {
                     Some(Some(_)) => {
                         self.push_entry_op(EntryOp::Remove {
                             dir: d,
-                            name: name.to_owned(),
+                            name: name.into(),
                         });
                         Ok(Done::Ok)
                     }
@@ -1173,7 +1499,7 @@ impl Executor for SimFs {
                 if self.lookup(d, name).is_some() {
                     self.push_entry_op(EntryOp::Remove {
                         dir: d,
-                        name: name.to_owned(),
+                        name: name.into(),
                     });
                 }
                 Ok(Done::Ok)
@@ -1188,12 +1514,7 @@ impl Executor for SimFs {
             }
             Op::SyncFs { dir } => {
                 self.dir_of(dir)?;
-                for n in self.nodes.values_mut() {
-                    if let Node::File(f) = n {
-                        f.durable = f.data().clone();
-                        f.pending.clear();
-                    }
-                }
+                self.nodes.commit_all_data();
                 for p in &mut self.pending {
                     p.waiting.clear();
                 }
@@ -1244,10 +1565,13 @@ impl Executor for SimFs {
                             Some(Node::Dir(_)) => FileKind::Directory,
                             Some(Node::File(_)) | None => FileKind::Regular,
                         };
-                        (n.clone(), kind)
+                        (n.to_os_string(), kind)
                     })
                     .collect();
-                let after = entries.last().map(|(n, _)| n.clone()).or(after);
+                let after = entries
+                    .last()
+                    .map(|(n, _)| Name::from(n.as_os_str()))
+                    .or(after);
                 self.handles.insert(list.0, Handle::List { dir, after });
                 Ok(Done::Entries(entries))
             }

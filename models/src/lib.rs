@@ -12,6 +12,8 @@
 //! - [`fs`]: the simulated crash filesystem the models execute the real store and lease plans
 //!   on (inode-based; power loss enumerates what unsynced writes and entry ops can leave).
 //! - [`trace`]: replays a JSONL trace of a real run through the single-process step relation.
+//! - [`shared`]: the copy-on-write, hash-once cell that keeps model states cheap to clone and to
+//!   fingerprint.
 //! - [`run`]: runs a model's checker and reports what it found (used by the CLI and the tests).
 //! - [`catalog`]: the CI configurations, the invariant id of each property, the mutants (of the
 //!   worlds, and the bugs planted in src/), and the configurations with pinned state counts.
@@ -23,6 +25,7 @@ pub mod driver;
 pub mod fs;
 pub mod lease;
 pub mod run;
+pub mod shared;
 pub mod signals;
 pub mod spec;
 pub mod trace;

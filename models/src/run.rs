@@ -198,9 +198,48 @@ where
     }
 }
 
+/// A fingerprint of a state: a fixed-key 64-bit hash (as stateright's checker keeps).
+pub fn fingerprint<T: Hash>(value: &T) -> u64 {
+    // Fixed seeds: the same value has the same fingerprint in every run and every thread.
+    ahash::RandomState::with_seeds(
+        0x243f_6a88_85a3_08d3,
+        0x1319_8a2e_0370_7344,
+        0xa409_3822_299f_31d0,
+        0x082e_fa98_ec4e_6c89,
+    )
+    .hash_one(value)
+}
+
+/// A `u64` fingerprint is its own hash.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
 /// Breadth-first search for the shortest path from an initial state to a state where `found`
 /// holds, exploring at most `limit` distinct states. Used for minimal counterexamples: the
 /// checker's own discovery may be longer, as it keeps the last path it saw.
+///
+/// `found` is checked on every state as it is generated, so the search stops at the first
+/// state where it holds: every state of a smaller depth was generated (and checked) before,
+/// so the path is a shortest one (and, as states are expanded in the order they were
+/// generated, the first of the shortest in that order). The search keeps a fingerprint and
+/// the way back (parent, action index) per state and the states of the frontier only; the
+/// path is rebuilt by replaying its actions.
 #[allow(clippy::type_complexity)]
 pub fn shortest<M>(
     model: &M,
@@ -212,39 +251,88 @@ where
     M::State: Hash + Eq + Clone,
     M::Action: Clone,
 {
-    use std::collections::{HashMap, VecDeque};
-    let mut parent: HashMap<M::State, Option<(M::State, M::Action)>> = HashMap::new();
-    let mut queue = VecDeque::new();
-    for s in model.init_states() {
-        if parent.insert(s.clone(), None).is_none() {
-            queue.push_back(s);
+    search(model, limit, found).0
+}
+
+/// [`shortest`], and the number of distinct states the search generated.
+#[allow(clippy::type_complexity)]
+pub fn search<M>(
+    model: &M,
+    limit: usize,
+    found: impl Fn(&M::State) -> bool,
+) -> (Option<Vec<(M::State, Option<M::Action>)>>, usize)
+where
+    M: Model,
+    M::State: Hash + Eq + Clone,
+    M::Action: Clone,
+{
+    use std::collections::{HashSet, VecDeque};
+    const ROOT: u32 = u32::MAX;
+    let mut seen: HashSet<u64, std::hash::BuildHasherDefault<IdHasher>> = HashSet::default();
+    // Per state: its parent's index (`ROOT` for an initial state) and the index of the action
+    // that led to it (of the initial state, for an initial state).
+    let mut back: Vec<(u32, u32)> = Vec::new();
+    let mut queue: VecDeque<(M::State, u32)> = VecDeque::new();
+    for (i, s) in model.init_states().into_iter().enumerate() {
+        if seen.insert(fingerprint(&s)) {
+            let at = back.len() as u32;
+            back.push((ROOT, i as u32));
+            if found(&s) {
+                return (Some(replay(model, &back, at)), seen.len());
+            }
+            queue.push_back((s, at));
         }
     }
     let mut actions = Vec::new();
-    while let Some(s) = queue.pop_front() {
-        if found(&s) {
-            let mut path = vec![(s.clone(), None)];
-            let mut at = s;
-            while let Some(Some((prev, a))) = parent.get(&at) {
-                path.push((prev.clone(), Some(a.clone())));
-                at = prev.clone();
-            }
-            // Each entry pairs a state with the action taken from it, as stateright's paths do.
-            path.reverse();
-            return Some(path);
-        }
-        if parent.len() >= limit {
+    while let Some((s, at)) = queue.pop_front() {
+        if seen.len() >= limit {
             continue;
         }
         model.actions(&s, &mut actions);
-        for a in actions.drain(..) {
-            if let Some(n) = model.next_state(&s, a.clone())
-                && !parent.contains_key(&n)
+        for (k, a) in actions.drain(..).enumerate() {
+            if let Some(n) = model.next_state(&s, a)
+                && seen.insert(fingerprint(&n))
             {
-                parent.insert(n.clone(), Some((s.clone(), a)));
-                queue.push_back(n);
+                let next = back.len() as u32;
+                back.push((at, k as u32));
+                if found(&n) {
+                    return (Some(replay(model, &back, next)), seen.len());
+                }
+                queue.push_back((n, next));
             }
         }
     }
-    None
+    (None, seen.len())
+}
+
+/// The path to state `at` of a [`shortest`] search, rebuilt by replaying its actions.
+#[allow(clippy::type_complexity)]
+fn replay<M>(model: &M, back: &[(u32, u32)], at: u32) -> Vec<(M::State, Option<M::Action>)>
+where
+    M: Model,
+    M::State: Clone,
+    M::Action: Clone,
+{
+    let mut steps = Vec::new();
+    let mut i = at;
+    while back[i as usize].0 != u32::MAX {
+        steps.push(back[i as usize].1 as usize);
+        i = back[i as usize].0;
+    }
+    steps.reverse();
+    let mut state = model.init_states()[back[i as usize].1 as usize].clone();
+    let mut path = Vec::with_capacity(steps.len() + 1);
+    let mut actions = Vec::new();
+    for k in steps {
+        model.actions(&state, &mut actions);
+        let a = actions.swap_remove(k);
+        actions.clear();
+        let next = model
+            .next_state(&state, a.clone())
+            .expect("a replayed action has a successor");
+        path.push((state, Some(a)));
+        state = next;
+    }
+    path.push((state, None));
+    path
 }

@@ -528,6 +528,12 @@ impl<'s> CheckpointStore<'s> {
         let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<(u64, OsString, Option<u64>)>();
         let jobs_rx = std::sync::Mutex::new(jobs_rx);
         let (done_tx, done_rx) = std::sync::mpsc::channel();
+        // Blob checks sent and not yet answered. A worker whose check is the only one in
+        // flight hashes a large blob on a helper thread (one big blob at the reader's speed);
+        // with several in flight every worker already has a core's worth of work, and a helper
+        // each would put twice as many threads as cores on them, with a hand-off per buffer.
+        let in_flight = std::sync::atomic::AtomicUsize::new(0);
+        let in_flight = &in_flight;
         std::thread::scope(|scope| {
             for _ in 0..threads {
                 let (jobs_rx, done_tx) = (&jobs_rx, done_tx.clone());
@@ -539,7 +545,8 @@ impl<'s> CheckpointStore<'s> {
                             .unwrap_or_else(std::sync::PoisonError::into_inner)
                             .recv();
                         let Ok((token, name, limit)) = job else { break };
-                        let r = crate::privfs::hash_file_at(blobs, &name, limit, &mut buf)
+                        let alone = in_flight.load(std::sync::atomic::Ordering::Relaxed) <= 1;
+                        let r = crate::privfs::hash_file_at(blobs, &name, limit, &mut buf, alone)
                             .map(Done::Hashed);
                         if done_tx.send((token, r)).is_err() {
                             break;
@@ -551,6 +558,7 @@ impl<'s> CheckpointStore<'s> {
             let res = (|| loop {
                 // Results that are in are taken first, so the window keeps moving.
                 while let Ok((token, r)) = done_rx.try_recv() {
+                    in_flight.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                     plan.verified(token, r)?;
                 }
                 match plan.poll() {
@@ -565,6 +573,7 @@ impl<'s> CheckpointStore<'s> {
                         if let Some(e) = plan.ready_entry() {
                             each(e);
                         }
+                        in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         jobs_tx
                             .send((token, name.to_owned(), limit))
                             .expect("the workers run until the jobs end");
@@ -572,6 +581,7 @@ impl<'s> CheckpointStore<'s> {
                     }
                     Poll::Wait => {
                         let (token, r) = done_rx.recv().expect("a worker answers every job");
+                        in_flight.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                         plan.verified(token, r)?;
                     }
                     Poll::Done => return Ok(()),
