@@ -63,7 +63,19 @@ fn within(limits: &Limits, names: &[String]) -> bool {
         })
 }
 
+/// The descriptor count in `a_format1_checkpoint_1500_deep_still_loads_and_materialises` is
+/// the whole process's: the other tests of this binary run on other threads and open files
+/// meanwhile (it failed that way once under load), so every test here holds this lock.
+static FD_QUIET: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn fd_quiet() -> std::sync::MutexGuard<'static, ()> {
+    FD_QUIET
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn round_trip(limits: Limits, names: Vec<String>) -> Result<(), TestCaseError> {
+    let _quiet = fd_quiet();
     let fx = Fixture::new(1);
     let sd = fx.open();
     let store = CheckpointStore::open_owned(&sd, opts())
@@ -165,6 +177,7 @@ fn p2_manifest_size_at_and_one_past_the_limit() {
 #[test]
 fn a_format1_checkpoint_1500_deep_still_loads_and_materialises() {
     use sha2::Digest as _;
+    let _quiet = fd_quiet();
     let fx = Fixture::new(1);
     let sd = fx.open();
     // Let the owned open create the store's directories.

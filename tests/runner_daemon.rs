@@ -369,8 +369,15 @@ fn d7_stop_escalates_to_kill_after_its_grace() {
         "{}",
         stop.stdout
     );
+    // Stop kills the child first, then the owner: the owner is either SIGKILLed, or (on a
+    // loaded machine) it sees its child die first and ends by itself with the killed child's
+    // 137 — stop said 137 either way (above).
     let f = r.wait();
-    assert_eq!(f.status.signal(), Some(9));
+    assert!(
+        f.status.signal() == Some(9) || f.status.code() == Some(137),
+        "the owner ended with {:?}",
+        f.status
+    );
     wait_for(
         "the child to die with its runner",
         DEADLINE,

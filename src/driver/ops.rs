@@ -583,7 +583,8 @@ fn wait_end(d: &StateDir, owner: &lease::OwnerRecord, deadline: Instant) -> End 
 /// holder (an owner between taking the lock and writing its record), it waits up to `grace`
 /// for that record and stops the owner it names, or exits [`EXIT_STOP_STARTING`] saying the
 /// owner is starting. Exit 0 only when no owner holds the lease or after an orderly release;
-/// [`EXIT_STOP_KILLED`] when the owner had to be SIGKILLed (or ended without releasing), 70
+/// [`EXIT_STOP_KILLED`] when the owner or its workload had to be SIGKILLed (or it ended
+/// without releasing; an owner that releases after stop killed its child is no orderly drain), 70
 /// when it still holds the lease after SIGKILL, 65 for a refused dir.
 pub fn stop(dir: &Path, grace: Duration) -> u8 {
     let d = match StateDir::open(dir, false) {
@@ -679,6 +680,9 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
         id.pid,
         grace.as_secs_f64()
     );
+    // Whether anything of the owner's was SIGKILLed: an owner that releases after its workload
+    // was killed under it did not drain in order either (card P5: stop says it had to kill).
+    let mut killed_any = false;
     // The processes the owner runs go first: killing the owner drops the lock at once, and its
     // child would otherwise still run (until its parent-death signal lands) while a successor
     // already owns the dir. Each is signalled only if its identity still matches and its entry
@@ -696,6 +700,7 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
                 && let Ok(SignalOutcome::Delivered) =
                     lease::signal_owner(&rec.identity, rustix::process::Signal::KILL)
             {
+                killed_any = true;
                 println!(
                     "sent SIGKILL to the owner's {} pid {}",
                     rec.name, rec.identity.pid
@@ -714,11 +719,14 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
             owner.epoch,
             Duration::from_secs(10),
         ) {
-            Ok(lease::cgroup::EndedCgroup::Ended { killed }) if !killed.is_empty() => println!(
-                "sent SIGKILL to the {} process(es) of the owner's workload (cgroup {})",
-                killed.len(),
-                rec.path.display()
-            ),
+            Ok(lease::cgroup::EndedCgroup::Ended { killed }) if !killed.is_empty() => {
+                killed_any = true;
+                println!(
+                    "sent SIGKILL to the {} process(es) of the owner's workload (cgroup {})",
+                    killed.len(),
+                    rec.path.display()
+                );
+            }
             Ok(lease::cgroup::EndedCgroup::Survived { pids }) => log::error!(
                 "processes {pids:?} of the owner's workload survived SIGKILL in {}",
                 rec.path.display()
@@ -728,7 +736,7 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
         }
     }
     match lease::signal_owner(&id, rustix::process::Signal::KILL) {
-        Ok(SignalOutcome::Delivered) => {}
+        Ok(SignalOutcome::Delivered) => killed_any = true,
         Ok(_) => {}
         Err(e) => log::error!("{e}"),
     }
@@ -740,6 +748,7 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
         let lock = d.path().join(lease::CONTROL_DIR).join(lease::LOCK_FILE);
         let killed = crate::driver::tree::kill_lock_holders(&lock);
         if !killed.is_empty() {
+            killed_any = true;
             println!(
                 "sent SIGKILL to {} process(es) of the owner's workload still holding the lock: {killed:?}",
                 killed.len()
@@ -748,6 +757,16 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
     }
     // The kernel drops the lock when the owner (and, without a cgroup, its workload) is dead.
     match wait_end(&d, &owner, Instant::now() + Duration::from_secs(10)) {
+        // Its workload was killed under it and it then released: not an orderly drain, and
+        // nothing was published (a killed child never exits 0).
+        End::Orderly if killed_any => {
+            log::error!(
+                "the workload of owner pid {} was killed with SIGKILL mid-drain; the owner released {} after it, so the lease is free, but its last checkpoint was not published",
+                id.pid,
+                d.path().display()
+            );
+            EXIT_STOP_KILLED
+        }
         End::Orderly => {
             println!(
                 "owner pid {} released {} just before SIGKILL",
