@@ -76,6 +76,8 @@ pub fn invariant(property: &str) -> &'static str {
         signals::PUBLISH_AFTER_CLEAN_EXIT => "G4",
         signals::STRAY_RELAYED => "T3",
         signals::HOOK_BEFORE_DRAINING => "H2",
+        // Issue 14: a lost lease fences the owner like a stale epoch does.
+        signals::LEASE_LOST_STOPS => "I3",
         checkpoint::CURRENT_VALID_AFTER_CRASH | checkpoint::PUBLISHED_VALID => "I12",
         checkpoint::GC_KEEPS_CURRENT => "I13",
         checkpoint::NO_REPAIR | checkpoint::CORRUPTION_REFUSED => "I14",
@@ -245,6 +247,13 @@ pub fn src_mutants() -> Vec<SrcMutant> {
             "a drain releases when the main process exits, while its tree runs",
             Signals,
             signals::LEASE_OUTLIVES_WORKLOAD,
+        ),
+        m(
+            "publish-after-lease-lost",
+            "src/machine/rules.rs `drain_stopping`",
+            "a drain whose lease was lost publishes what the killed workload staged",
+            Signals,
+            signals::LEASE_LOST_STOPS,
         ),
         m(
             "core-spawn-not-synchronous",

@@ -1200,6 +1200,7 @@ impl LeaseState {
             ]),
             phase: PhaseKind::Recovering,
             cgroup: m.contain() == Some(Contain::Cgroup),
+            fence: None,
         }
     }
 

@@ -64,6 +64,8 @@ pub struct GcPlan {
     page: Vec<OsString>,
     page_pos: usize,
     report: GcReport,
+    /// A store shared by the machines of a cluster (issue 14).
+    shared: bool,
 }
 
 impl GcPlan {
@@ -91,7 +93,16 @@ impl GcPlan {
             page: Vec::new(),
             page_pos: 0,
             report: GcReport::default(),
+            shared: false,
         }
+    }
+
+    /// The GC of a store shared by the machines of a cluster (issue 14): manifests above
+    /// `current` may be a newer owner's (this one may have lost its lease since), and any blob
+    /// may be about to be named by one, so only older manifests go and blobs stay.
+    pub fn shared(mut self) -> GcPlan {
+        self.shared = true;
+        self
     }
 
     /// What the GC did, once [`Poll::Done`].
@@ -131,6 +142,11 @@ impl GcPlan {
     /// Every header is read: what to keep and what to delete.
     fn decide(&mut self) {
         self.policy = gc::plan(self.current, &self.seen, self.keep);
+        if self.shared {
+            let current = self.current;
+            self.policy.manifests.retain(|id| *id < current);
+            self.policy.blobs_skipped = true;
+        }
         self.report.kept = self.policy.kept.clone();
         self.report.blobs_skipped = self.policy.blobs_skipped;
         if self.policy.blobs_skipped || self.policy.kept.is_empty() {
