@@ -508,10 +508,24 @@ fn acquire_with(
     let (mut waiting, mut announced) = (false, false);
     // Renewals of our own lease while we wait (the waiter key lives under it).
     let mut next_renewal = Instant::now() + spec.ttl / 3;
+    // A member restart or a leader election leaves the cluster without a member that can serve
+    // for a moment (every call answers "no leader" or fails to connect). A waiter that saw the
+    // cluster (its lease was granted) waits through that instead of giving up: the outage ends
+    // with the election, well within the TTL, and its renewals below keep its lease meanwhile.
+    let outage =
+        |e: &EtcdError| etcd::unavailable(e) && deadline.is_none_or(|d| Instant::now() < d);
     loop {
-        let r = plan::claim(spec, value.clone(), lease.id)
-            .run(etcd)
-            .map_err(|e| spec.etcd_error(e))?;
+        let r = match plan::claim(spec, value.clone(), lease.id).run(etcd) {
+            Ok(r) => r,
+            Err(e) if outage(&e) => {
+                pause_for_outage(cancel, spec)?;
+                if renew_while_waiting(spec, etcd, lease, &mut next_renewal)? {
+                    waiting = false;
+                }
+                continue;
+            }
+            Err(e) => return Err(spec.etcd_error(e)),
+        };
         let holder = match plan::claimed(&r, lease.id) {
             plan::Claim::Owned { epoch } => {
                 if waiting {
@@ -530,24 +544,40 @@ fn acquire_with(
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(busy());
         }
+        if !announced {
+            announced = true;
+            on_wait(Some(&holder), r.kvs[0].create_revision as u64);
+        }
         if !waiting {
-            waiting = true;
-            if !announced {
-                announced = true;
-                on_wait(Some(&holder), r.kvs[0].create_revision as u64);
-            }
-            etcd.put(
+            match etcd.put(
                 &waiter_key(spec, me),
                 &serde_json::to_vec(me).expect("a holder serialises"),
                 lease.id,
-            )
-            .map_err(|e| spec.etcd_error(e))?;
+            ) {
+                Ok(_) => waiting = true,
+                Err(e) if outage(&e) => {
+                    pause_for_outage(cancel, spec)?;
+                    if renew_while_waiting(spec, etcd, lease, &mut next_renewal)? {
+                        waiting = false;
+                    }
+                    continue;
+                }
+                Err(e) => return Err(spec.etcd_error(e)),
+            }
         }
         // Watch the owner key from just after what we read: its deletion (release or expiry)
         // sends us back to the transaction; a broken watch too.
-        let mut watch = etcd
-            .watch(&owner_key, r.revision + 1)
-            .map_err(|e| spec.etcd_error(e))?;
+        let mut watch = match etcd.watch(&owner_key, r.revision + 1) {
+            Ok(w) => w,
+            Err(e) if outage(&e) => {
+                pause_for_outage(cancel, spec)?;
+                if renew_while_waiting(spec, etcd, lease, &mut next_renewal)? {
+                    waiting = false;
+                }
+                continue;
+            }
+            Err(e) => return Err(spec.etcd_error(e)),
+        };
         'watch: loop {
             if cancel.is_some_and(readable) {
                 return Err(ClusterError::Cancelled { url: spec.url() });
@@ -556,23 +586,9 @@ fn acquire_with(
             if deadline.is_some_and(|d| now >= d) {
                 return Err(busy());
             }
-            if now >= next_renewal {
-                next_renewal = now + spec.ttl / 3;
-                match etcd.keep_alive(lease.id) {
-                    Ok(Some(ttl)) => {
-                        lease.valid_until = now + Duration::from_secs(ttl.max(0) as u64);
-                    }
-                    // No member answered: the next renewal tries again.
-                    Err(_) => {}
-                    // Our own lease expired while we waited (the process was paused, or the
-                    // cluster was out of reach for a TTL): the waiter entry went with it. A
-                    // waiter owns nothing, so it takes a fresh lease and waits on.
-                    Ok(None) => {
-                        *lease = Granted::new(spec, etcd)?;
-                        waiting = false;
-                        break 'watch;
-                    }
-                }
+            if renew_while_waiting(spec, etcd, lease, &mut next_renewal)? {
+                waiting = false;
+                break 'watch;
             }
             let slice = Instant::now() + Duration::from_millis(100);
             match watch.next(slice) {
@@ -585,6 +601,64 @@ fn acquire_with(
             }
         }
     }
+}
+
+/// Renews a waiting process's own lease when a third of the TTL has passed. `true` when the
+/// lease had expired and a fresh one was granted: the waiter entry went with the old one.
+fn renew_while_waiting(
+    spec: &ClusterSpec,
+    etcd: &Etcd,
+    lease: &mut Granted,
+    next_renewal: &mut Instant,
+) -> Result<bool, ClusterError> {
+    let now = Instant::now();
+    if now < *next_renewal {
+        return Ok(false);
+    }
+    *next_renewal = now + spec.ttl / 3;
+    match etcd.keep_alive(lease.id) {
+        Ok(Some(ttl)) => {
+            lease.valid_until = now + Duration::from_secs(ttl.max(0) as u64);
+            Ok(false)
+        }
+        // No member answered: the next renewal tries again.
+        Err(_) => Ok(false),
+        // Our own lease expired while we waited (the process was paused, or the cluster was
+        // out of reach for a TTL): the waiter entry went with it. A waiter owns nothing, so it
+        // takes a fresh lease and waits on.
+        Ok(None) => {
+            *lease = Granted::new(spec, etcd)?;
+            Ok(true)
+        }
+    }
+}
+
+/// Waits a tenth of a second while no etcd member can serve, returning early (as a
+/// cancellation) when `cancel` becomes readable.
+fn pause_for_outage(
+    cancel: Option<BorrowedFd<'_>>,
+    spec: &ClusterSpec,
+) -> Result<(), ClusterError> {
+    let pause = Duration::from_millis(100);
+    match cancel {
+        Some(fd) => {
+            let mut fds = [rustix::event::PollFd::new(
+                &fd,
+                rustix::event::PollFlags::IN,
+            )];
+            let timeout = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: pause.as_nanos() as _,
+            };
+            // An interrupted poll just ends the pause early.
+            let _ = rustix::event::poll(&mut fds, Some(&timeout));
+            if readable(fd) {
+                return Err(ClusterError::Cancelled { url: spec.url() });
+            }
+        }
+        None => std::thread::sleep(pause),
+    }
+    Ok(())
 }
 
 fn waiter_key(spec: &ClusterSpec, me: &Holder) -> Vec<u8> {
