@@ -73,7 +73,7 @@ fn main() {
     let remote: Vec<Duration> = (0..n)
         .map(|_| {
             let t = Instant::now();
-            let l = cluster::acquire(&spec, &me, Wait::Try, None, &mut |_, _| {}).unwrap();
+            let l = cluster::acquire(&spec, &me, Wait::Try, None, &mut |_| {}).unwrap();
             assert!(l.release().unwrap());
             t.elapsed()
         })
@@ -88,15 +88,17 @@ fn main() {
 
     // 2. Handoff through the watch; 3. failover after a crash, against the TTL.
     let handoff = |crash: bool| -> Duration {
-        let mut owner = cluster::acquire(&spec, &me, Wait::Try, None, &mut |_, _| {}).unwrap();
+        let mut owner = cluster::acquire(&spec, &me, Wait::Try, None, &mut |_| {}).unwrap();
         // Renewed every third of the TTL, as a runner's lease is.
         let (_wake, w) = cluster::wake_pair().unwrap();
         owner.keep_alive(w);
         let (tx, rx) = channel();
         let (spec2, me2) = (spec.clone(), me.clone());
         let waiter = std::thread::spawn(move || {
-            let l = cluster::acquire(&spec2, &me2, Wait::Forever, None, &mut |_, _| {
-                tx.send(()).unwrap();
+            let l = cluster::acquire(&spec2, &me2, Wait::Forever, None, &mut |p| {
+                if matches!(p, cluster::Progress::Waiting { .. }) {
+                    tx.send(()).unwrap();
+                }
             })
             .unwrap();
             let at = Instant::now();

@@ -207,12 +207,31 @@ impl Etcd {
     }
 
     /// One unary call: the first member that answers decides; a member that cannot be reached
-    /// or cannot serve now hands the call to the next. Every member is tried at most once.
+    /// or cannot serve now hands the call to the next. Every member is tried at most once, each
+    /// for at most [`Etcd::timeout`].
     pub fn call(&self, path: &str, body: &Value) -> Result<Value, EtcdError> {
+        self.call_by(path, body, None)
+    }
+
+    /// [`Etcd::call`], ending by `overall` at the latest however many members are left to try
+    /// (the keep-alive must know by its lease's end whether the renewal came through).
+    pub fn call_by(
+        &self,
+        path: &str,
+        body: &Value,
+        overall: Option<Instant>,
+    ) -> Result<Value, EtcdError> {
         let body = serde_json::to_vec(body).expect("JSON values serialise");
         let mut last = String::from("no member configured");
         for (i, ep) in self.order() {
-            let deadline = Instant::now() + self.timeout;
+            let mut deadline = Instant::now() + self.timeout;
+            if let Some(o) = overall {
+                if Instant::now() >= o {
+                    last = format!("{last}; the call's deadline passed");
+                    break;
+                }
+                deadline = deadline.min(o);
+            }
             let answer = http::post(ep, path, &body, deadline).and_then(|r| {
                 let status = r.status;
                 r.body(deadline).map(|b| (status, b))
@@ -265,7 +284,20 @@ impl Etcd {
     /// Renews the lease once: `Some(ttl)` while it lives (the TTL it was renewed to), `None`
     /// once it expired or was revoked.
     pub fn keep_alive(&self, id: i64) -> Result<Option<i64>, EtcdError> {
-        let v = self.call("/v3/lease/keepalive", &json!({ "ID": id.to_string() }))?;
+        self.keep_alive_by(id, None)
+    }
+
+    /// [`Etcd::keep_alive`], given up by `overall` at the latest.
+    pub fn keep_alive_by(
+        &self,
+        id: i64,
+        overall: Option<Instant>,
+    ) -> Result<Option<i64>, EtcdError> {
+        let v = self.call_by(
+            "/v3/lease/keepalive",
+            &json!({ "ID": id.to_string() }),
+            overall,
+        )?;
         let ttl = num(&v["result"]["TTL"]);
         Ok((ttl > 0).then_some(ttl))
     }

@@ -64,6 +64,19 @@ fn left(deadline: Instant) -> io::Result<Duration> {
     Ok((deadline - now).max(Duration::from_millis(1)))
 }
 
+/// A read or write timeout reads as `EAGAIN` ("Resource temporarily unavailable") on Linux,
+/// which says nothing to an operator: it is a member that did not answer within `waited`
+/// (busy, without a leader, or paused), told as such.
+fn quiet(e: io::Error, waited: Duration) -> io::Error {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no answer within {} ms", waited.as_millis()),
+        ),
+        _ => e,
+    }
+}
+
 /// An open response: the status, and the body being read.
 pub struct Response {
     endpoint: String,
@@ -97,8 +110,8 @@ pub fn post(
         source,
     };
     let addr = resolve(endpoint).map_err(unreachable)?;
-    let stream = TcpStream::connect_timeout(&addr, left(deadline).map_err(unreachable)?)
-        .map_err(unreachable)?;
+    let t = left(deadline).map_err(unreachable)?;
+    let stream = TcpStream::connect_timeout(&addr, t).map_err(|e| unreachable(quiet(e, t)))?;
     let _ = stream.set_nodelay(true);
     let mut r = Response {
         endpoint: endpoint.to_string(),
@@ -114,10 +127,11 @@ pub fn post(
     );
     let mut req = head.into_bytes();
     req.extend_from_slice(body);
+    let t = left(deadline).map_err(unreachable)?;
+    r.stream.set_write_timeout(Some(t)).map_err(unreachable)?;
     r.stream
-        .set_write_timeout(Some(left(deadline).map_err(unreachable)?))
-        .map_err(unreachable)?;
-    r.stream.write_all(&req).map_err(unreachable)?;
+        .write_all(&req)
+        .map_err(|e| unreachable(quiet(e, t)))?;
     r.read_head(deadline)?;
     Ok(r)
 }
@@ -148,7 +162,7 @@ impl Response {
                     return Ok(true);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(self.unreachable(e)),
+                Err(e) => return Err(self.unreachable(quiet(e, t))),
             }
         }
     }
@@ -254,8 +268,8 @@ impl Response {
     }
 
     /// The next JSON message of a streamed body, waiting until `deadline`: `Ok(None)` when the
-    /// stream ended; an error of kind `TimedOut`/`WouldBlock` (as [`HttpError::Unreachable`])
-    /// when nothing came in time — the stream stays usable then.
+    /// stream ended; an error of kind `TimedOut` (as [`HttpError::Unreachable`], see
+    /// [`timed_out`]) when nothing came in time — the stream stays usable then.
     pub fn next_message(
         &mut self,
         deadline: Instant,
@@ -358,6 +372,8 @@ mod tests {
             .err()
             .unwrap();
         assert!(timed_out(&e), "{e}");
+        // Not the OS's "Resource temporarily unavailable" of an expired socket timeout.
+        assert!(e.to_string().contains("no answer within"), "{e}");
         drop(l);
     }
 }

@@ -436,21 +436,67 @@ fn readable(fd: BorrowedFd<'_>) -> bool {
     )
 }
 
+/// What an acquisition tells its caller while it waits, as it happens.
+#[derive(Debug)]
+pub enum Progress<'a> {
+    /// Another process owns the prefix: this one waits (told once per acquisition).
+    Waiting {
+        /// The owner's record.
+        owner: &'a Holder,
+        /// Its epoch.
+        epoch: u64,
+    },
+    /// No member could serve a call (all unreachable, none answering in time, or none with a
+    /// leader): the acquisition retries until the cluster answers, the wait bound expires or
+    /// the wait is cancelled (told once per outage).
+    Unavailable {
+        /// The last failure.
+        error: &'a EtcdError,
+    },
+    /// The cluster answered again after an outage.
+    Reachable {
+        /// How long the outage lasted.
+        outage: Duration,
+    },
+}
+
 /// Takes the cluster lease of `spec` for `me`: grants an etcd lease, then creates the owner
-/// key under it if it is absent; while another owner holds it, waits as a visible waiter
-/// (calling `on_wait` once with the owner), watching the key, within `wait`, cancelled by
-/// `cancel`. On any failure the granted lease is revoked, so nothing of this process remains.
+/// key under it if it is absent; while another owner holds it, waits as a visible waiter,
+/// watching the key, within `wait`, cancelled by `cancel`, telling `progress` that it waits and
+/// when the cluster cannot be reached. A cluster that cannot serve (a member restarting, an
+/// election, an overloaded machine) is waited through like an owner is, within the same bound:
+/// `Wait::Try` gives up on the first unavailable call, `Wait::For` at its bound. Every call has
+/// a deadline. On any failure the granted lease is revoked, so nothing of this process remains.
 pub fn acquire(
     spec: &ClusterSpec,
     me: &Holder,
     wait: Wait,
     cancel: Option<BorrowedFd<'_>>,
-    on_wait: &mut dyn FnMut(Option<&Holder>, u64),
+    progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<ClusterLease, ClusterError> {
     let etcd = spec.client();
-    let mut lease = Granted::new(spec, &etcd)?;
-    match acquire_with(spec, &etcd, &mut lease, me, wait, cancel, on_wait) {
-        Ok(epoch) => Ok(ClusterLease {
+    let started = Instant::now();
+    let mut a = Acquisition {
+        spec,
+        etcd: &etcd,
+        me,
+        owner_value: serde_json::to_vec(me).expect("a holder serialises"),
+        deadline: match wait {
+            Wait::Try => Some(started),
+            Wait::For(d) => Some(started + d),
+            Wait::Forever => None,
+        },
+        cancel,
+        lease: None,
+        next_renewal: started,
+        waiting: false,
+        owner: None,
+        outage: None,
+    };
+    let result = a.run(progress);
+    let lease = a.lease.take();
+    match (result, lease) {
+        (Ok(epoch), Some(lease)) => Ok(ClusterLease {
             spec: spec.clone(),
             etcd,
             lease: lease.id,
@@ -459,8 +505,11 @@ pub fn acquire(
             keeper: None,
             lost: Arc::new(LostFlag::default()),
         }),
-        Err(e) => {
-            let _ = etcd.revoke(lease.id);
+        (Ok(_), None) => unreachable!("an ownership is claimed under a granted lease"),
+        (Err(e), lease) => {
+            if let Some(l) = lease {
+                let _ = etcd.revoke(l.id);
+            }
             Err(e)
         }
     }
@@ -473,173 +522,229 @@ struct Granted {
     valid_until: Instant,
 }
 
-impl Granted {
-    fn new(spec: &ClusterSpec, etcd: &Etcd) -> Result<Granted, ClusterError> {
-        let sent = Instant::now();
-        let (id, ttl) = etcd
-            .grant(spec.ttl.as_secs())
-            .map_err(|e| spec.etcd_error(e))?;
-        Ok(Granted {
-            id,
-            valid_until: sent + Duration::from_secs(ttl.max(0) as u64),
-        })
+/// The state of one [`acquire`].
+struct Acquisition<'a, 'f> {
+    spec: &'a ClusterSpec,
+    etcd: &'a Etcd,
+    me: &'a Holder,
+    /// What the owner key will hold.
+    owner_value: Vec<u8>,
+    /// The wait bound (`None`: forever).
+    deadline: Option<Instant>,
+    cancel: Option<BorrowedFd<'f>>,
+    /// This process's etcd lease; `None` before the grant, and after it expired while waiting
+    /// (a waiter paused past its TTL, or cut off from the cluster for that long).
+    lease: Option<Granted>,
+    /// When the lease is renewed next (a third of the TTL after the last renewal).
+    next_renewal: Instant,
+    /// The waiter key is in place, under the current lease.
+    waiting: bool,
+    /// The owner last seen (told to the caller once, and named by a busy answer).
+    owner: Option<Holder>,
+    /// When the current outage began, if the last call found no member that could serve.
+    outage: Option<Instant>,
+}
+
+/// Why one pass of an acquisition ended without the lease.
+enum Stop {
+    /// A call found no member that could serve.
+    Unavailable(EtcdError),
+    /// The acquisition is over.
+    Failed(ClusterError),
+}
+
+impl From<ClusterError> for Stop {
+    fn from(e: ClusterError) -> Stop {
+        Stop::Failed(e)
     }
 }
 
-fn acquire_with(
-    spec: &ClusterSpec,
-    etcd: &Etcd,
-    lease: &mut Granted,
-    me: &Holder,
-    wait: Wait,
-    cancel: Option<BorrowedFd<'_>>,
-    on_wait: &mut dyn FnMut(Option<&Holder>, u64),
-) -> Result<u64, ClusterError> {
-    let owner_key = spec.owner_key();
-    let value = serde_json::to_vec(me).expect("a holder serialises");
-    let started = Instant::now();
-    let deadline = match wait {
-        Wait::Try => Some(started),
-        Wait::For(d) => Some(started + d),
-        Wait::Forever => None,
-    };
-    // `waiting`: the waiter key is in place (under the current lease); `announced`: the caller
-    // was told once that we wait.
-    let (mut waiting, mut announced) = (false, false);
-    // Renewals of our own lease while we wait (the waiter key lives under it).
-    let mut next_renewal = Instant::now() + spec.ttl / 3;
-    // A member restart or a leader election leaves the cluster without a member that can serve
-    // for a moment (every call answers "no leader" or fails to connect). A waiter that saw the
-    // cluster (its lease was granted) waits through that instead of giving up: the outage ends
-    // with the election, well within the TTL, and its renewals below keep its lease meanwhile.
-    let outage =
-        |e: &EtcdError| etcd::unavailable(e) && deadline.is_none_or(|d| Instant::now() < d);
-    loop {
-        let r = match plan::claim(spec, value.clone(), lease.id).run(etcd) {
-            Ok(r) => r,
-            Err(e) if outage(&e) => {
-                pause_for_outage(cancel, spec)?;
-                if renew_while_waiting(spec, etcd, lease, &mut next_renewal)? {
-                    waiting = false;
-                }
-                continue;
-            }
-            Err(e) => return Err(spec.etcd_error(e)),
-        };
-        let holder = match plan::claimed(&r, lease.id) {
-            plan::Claim::Owned { epoch } => {
-                if waiting {
-                    let _ = etcd.txn(&[], &[Op::Delete(waiter_key(spec, me))], &[]);
-                }
-                return Ok(epoch);
-            }
-            // The key was deleted between the compare and the read: try again at once.
-            plan::Claim::Vanished => continue,
-            plan::Claim::Held(kv) => holder_of(spec, &kv)?,
-        };
-        let busy = || ClusterError::Busy {
-            url: spec.url(),
-            owner: format!("owner {holder}"),
-        };
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(busy());
+impl Acquisition<'_, '_> {
+    /// A call's failure: an outage, or an answer that ends the acquisition.
+    fn failed(&self, e: EtcdError) -> Stop {
+        if etcd::unavailable(&e) {
+            Stop::Unavailable(e)
+        } else {
+            Stop::Failed(self.spec.etcd_error(e))
         }
-        if !announced {
-            announced = true;
-            on_wait(Some(&holder), r.kvs[0].create_revision as u64);
-        }
-        if !waiting {
-            match etcd.put(
-                &waiter_key(spec, me),
-                &serde_json::to_vec(me).expect("a holder serialises"),
-                lease.id,
-            ) {
-                Ok(_) => waiting = true,
-                Err(e) if outage(&e) => {
-                    pause_for_outage(cancel, spec)?;
-                    if renew_while_waiting(spec, etcd, lease, &mut next_renewal)? {
-                        waiting = false;
+    }
+
+    fn run(&mut self, progress: &mut dyn FnMut(Progress<'_>)) -> Result<u64, ClusterError> {
+        // The pause between attempts while the cluster cannot serve: from a tenth of a second,
+        // doubling to a second, so a long outage is not made worse by a crowd of waiters.
+        let mut pause = OUTAGE_PAUSE;
+        loop {
+            if self.cancel.is_some_and(readable) {
+                return Err(ClusterError::Cancelled {
+                    url: self.spec.url(),
+                });
+            }
+            let e = match self.pass(progress) {
+                Ok(Some(epoch)) => {
+                    if self.waiting {
+                        // Best effort: the key goes with our lease anyway once we release.
+                        let _ =
+                            self.etcd
+                                .txn(&[], &[Op::Delete(waiter_key(self.spec, self.me))], &[]);
                     }
+                    return Ok(epoch);
+                }
+                Ok(None) => {
+                    pause = OUTAGE_PAUSE;
                     continue;
                 }
-                Err(e) => return Err(spec.etcd_error(e)),
+                Err(Stop::Failed(e)) => return Err(e),
+                Err(Stop::Unavailable(e)) => e,
+            };
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(self.spec.etcd_error(e));
             }
+            if self.outage.is_none() {
+                self.outage = Some(Instant::now());
+                progress(Progress::Unavailable { error: &e });
+            }
+            pause_for_outage(self.cancel, self.spec, pause)?;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// Notes that a call was answered, ending an outage.
+    fn reachable(&mut self, progress: &mut dyn FnMut(Progress<'_>)) {
+        if let Some(since) = self.outage.take() {
+            progress(Progress::Reachable {
+                outage: since.elapsed(),
+            });
+        }
+    }
+
+    /// One pass: (re)grant or renew the lease as due, claim, and if the prefix is held, wait
+    /// for the owner key's deletion (or the next renewal, whichever is first). `Some(epoch)`
+    /// when it is ours; `None` to go round again.
+    fn pass(&mut self, progress: &mut dyn FnMut(Progress<'_>)) -> Result<Option<u64>, Stop> {
+        let spec = self.spec;
+        let period = spec.ttl / 3;
+        match &mut self.lease {
+            None => {
+                let sent = Instant::now();
+                let (id, ttl) = self
+                    .etcd
+                    .grant(spec.ttl.as_secs())
+                    .map_err(|e| self.failed(e))?;
+                self.lease = Some(Granted {
+                    id,
+                    valid_until: sent + Duration::from_secs(ttl.max(0) as u64),
+                });
+                self.next_renewal = sent + period;
+                self.waiting = false;
+            }
+            Some(lease) if Instant::now() >= self.next_renewal => {
+                let sent = Instant::now();
+                let id = lease.id;
+                match self.etcd.keep_alive(id) {
+                    Ok(Some(ttl)) => {
+                        lease.valid_until = sent + Duration::from_secs(ttl.max(0) as u64);
+                        self.next_renewal = sent + period;
+                    }
+                    // Our own lease expired while we waited (the process was paused, or the
+                    // cluster was out of reach for a TTL): the waiter entry went with it. A
+                    // waiter owns nothing, so it takes a fresh lease and waits on.
+                    Ok(None) => {
+                        self.lease = None;
+                        self.reachable(progress);
+                        return Ok(None);
+                    }
+                    // `next_renewal` stays due: the next pass renews first.
+                    Err(e) => return Err(self.failed(e)),
+                }
+            }
+            Some(_) => {}
+        }
+        let lease = self.lease.as_ref().map_or(0, |l| l.id);
+        let r = plan::claim(spec, self.owner_value.clone(), lease)
+            .run(self.etcd)
+            .map_err(|e| self.failed(e))?;
+        self.reachable(progress);
+        let kv = match plan::claimed(&r, lease) {
+            plan::Claim::Owned { epoch } => return Ok(Some(epoch)),
+            // The key was deleted between the compare and the read: try again at once.
+            plan::Claim::Vanished => return Ok(None),
+            plan::Claim::Held(kv) => kv,
+        };
+        let holder = holder_of(spec, &kv)?;
+        let first = self.owner.is_none();
+        self.owner = Some(holder);
+        // A try (`-n`) or an expired bound ends here, before it is told that it waits.
+        self.check_deadline()?;
+        if first && let Some(owner) = &self.owner {
+            progress(Progress::Waiting {
+                owner,
+                epoch: kv.create_revision as u64,
+            });
+        }
+        if !self.waiting {
+            self.etcd
+                .put(
+                    &waiter_key(spec, self.me),
+                    &serde_json::to_vec(self.me).expect("a holder serialises"),
+                    lease,
+                )
+                .map_err(|e| self.failed(e))?;
+            self.waiting = true;
         }
         // Watch the owner key from just after what we read: its deletion (release or expiry)
-        // sends us back to the transaction; a broken watch too.
-        let mut watch = match etcd.watch(&owner_key, r.revision + 1) {
-            Ok(w) => w,
-            Err(e) if outage(&e) => {
-                pause_for_outage(cancel, spec)?;
-                if renew_while_waiting(spec, etcd, lease, &mut next_renewal)? {
-                    waiting = false;
-                }
-                continue;
+        // sends us back to the claim. The watch is given up at the next renewal, so the claim
+        // is tried again at least every third of the TTL even if the member serving the watch
+        // fell behind the cluster without closing the stream.
+        let mut watch = self
+            .etcd
+            .watch(&spec.owner_key(), r.revision + 1)
+            .map_err(|e| self.failed(e))?;
+        loop {
+            if self.cancel.is_some_and(readable) {
+                return Err(Stop::Failed(ClusterError::Cancelled { url: spec.url() }));
             }
-            Err(e) => return Err(spec.etcd_error(e)),
-        };
-        'watch: loop {
-            if cancel.is_some_and(readable) {
-                return Err(ClusterError::Cancelled { url: spec.url() });
-            }
+            self.check_deadline()?;
             let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                return Err(busy());
+            if now >= self.next_renewal {
+                return Ok(None);
             }
-            if renew_while_waiting(spec, etcd, lease, &mut next_renewal)? {
-                waiting = false;
-                break 'watch;
-            }
-            let slice = Instant::now() + Duration::from_millis(100);
+            let slice = (now + Duration::from_millis(100)).min(self.next_renewal);
             match watch.next(slice) {
-                Ok(evs) => {
-                    if evs.iter().any(|e| matches!(e, WatchEvent::Delete { .. })) {
-                        break 'watch;
-                    }
+                Ok(evs) if evs.iter().any(|e| matches!(e, WatchEvent::Delete { .. })) => {
+                    return Ok(None);
                 }
-                Err(_) => break 'watch,
+                Ok(_) => {}
+                // A broken watch (the member went away): claim again, through another member.
+                Err(_) => return Ok(None),
             }
         }
     }
-}
 
-/// Renews a waiting process's own lease when a third of the TTL has passed. `true` when the
-/// lease had expired and a fresh one was granted: the waiter entry went with the old one.
-fn renew_while_waiting(
-    spec: &ClusterSpec,
-    etcd: &Etcd,
-    lease: &mut Granted,
-    next_renewal: &mut Instant,
-) -> Result<bool, ClusterError> {
-    let now = Instant::now();
-    if now < *next_renewal {
-        return Ok(false);
-    }
-    *next_renewal = now + spec.ttl / 3;
-    match etcd.keep_alive(lease.id) {
-        Ok(Some(ttl)) => {
-            lease.valid_until = now + Duration::from_secs(ttl.max(0) as u64);
-            Ok(false)
+    /// A busy answer once the wait bound expired.
+    fn check_deadline(&self) -> Result<(), ClusterError> {
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(ClusterError::Busy {
+                url: self.spec.url(),
+                owner: self
+                    .owner
+                    .as_ref()
+                    .map_or_else(|| "owner unknown".into(), |h| format!("owner {h}")),
+            });
         }
-        // No member answered: the next renewal tries again.
-        Err(_) => Ok(false),
-        // Our own lease expired while we waited (the process was paused, or the cluster was
-        // out of reach for a TTL): the waiter entry went with it. A waiter owns nothing, so it
-        // takes a fresh lease and waits on.
-        Ok(None) => {
-            *lease = Granted::new(spec, etcd)?;
-            Ok(true)
-        }
+        Ok(())
     }
 }
 
-/// Waits a tenth of a second while no etcd member can serve, returning early (as a
-/// cancellation) when `cancel` becomes readable.
+/// The first pause between attempts while the cluster cannot serve.
+const OUTAGE_PAUSE: Duration = Duration::from_millis(100);
+
+/// Waits `pause` while no etcd member can serve, returning early (as a cancellation) when
+/// `cancel` becomes readable.
 fn pause_for_outage(
     cancel: Option<BorrowedFd<'_>>,
     spec: &ClusterSpec,
+    pause: Duration,
 ) -> Result<(), ClusterError> {
-    let pause = Duration::from_millis(100);
     match cancel {
         Some(fd) => {
             let mut fds = [rustix::event::PollFd::new(
@@ -647,8 +752,8 @@ fn pause_for_outage(
                 rustix::event::PollFlags::IN,
             )];
             let timeout = rustix::time::Timespec {
-                tv_sec: 0,
-                tv_nsec: pause.as_nanos() as _,
+                tv_sec: pause.as_secs() as _,
+                tv_nsec: pause.subsec_nanos() as _,
             };
             // An interrupted poll just ends the pause early.
             let _ = rustix::event::poll(&mut fds, Some(&timeout));
@@ -760,6 +865,8 @@ fn keep(
         let _ = (&wake).write_all(b"!");
     };
     let mut next = Instant::now() + period;
+    // When renewals began to fail (told once per outage).
+    let mut outage: Option<Instant> = None;
     while !stop.load(Ordering::SeqCst) {
         let now = Instant::now();
         // Checked first: a process paused past its TTL finds it out here on resuming.
@@ -775,17 +882,38 @@ fn keep(
             continue;
         }
         let sent = Instant::now();
-        match etcd.keep_alive(lease) {
+        // A renewal that has not come through by the lease's end is no use: the call gives up
+        // then (whatever members are left to try), and the check above calls the lease lost.
+        match etcd.keep_alive_by(lease, Some(valid_until)) {
             Ok(Some(granted)) => {
                 valid_until = sent + Duration::from_secs(granted as u64);
                 next = sent + period;
+                if let Some(since) = outage.take() {
+                    log::info!(
+                        "{}: the cluster renews the lease again after {} ms",
+                        ttl_spec.url(),
+                        since.elapsed().as_millis()
+                    );
+                }
             }
             Ok(None) => {
                 lose("the cluster says it expired".into());
                 return;
             }
             // No member answered in time: try again soon; the TTL decides.
-            Err(_) => next = Instant::now() + Duration::from_millis(100).min(period),
+            Err(e) => {
+                if outage.is_none() {
+                    outage = Some(sent);
+                    log::warn!(
+                        "{}: cluster unavailable, retrying the renewal ({} ms of the lease left): {e}",
+                        ttl_spec.url(),
+                        valid_until
+                            .saturating_duration_since(Instant::now())
+                            .as_millis()
+                    );
+                }
+                next = Instant::now() + Duration::from_millis(100).min(period);
+            }
         }
     }
 }

@@ -626,7 +626,7 @@ impl<'a> Runner<'a> {
         dir: &StateDir,
         spec: &crate::cluster::ClusterSpec,
     ) -> (Option<u64>, bool) {
-        use crate::cluster::{self, ClusterError, Holder, Wait};
+        use crate::cluster::{self, ClusterError, Holder, Progress, Wait};
         let me = Holder::me(dir.path());
         let wait = match self.opts.wait {
             WaitBound::Try => Wait::Try,
@@ -636,25 +636,53 @@ impl<'a> Runner<'a> {
         let mut contended = false;
         let mut log = None;
         let url = spec.url();
-        let result = cluster::acquire(spec, &me, wait, Some(self.intake.fd()), &mut |owner, e| {
-            let who = owner.map_or_else(|| "unknown".to_string(), |h| h.to_string());
-            log::info!("waiting for {url} (owner {who}, epoch {e})");
-            contended = true;
-            // The local dir was only inspected by opening it; the event log says we wait.
-            log = EventLog::open(dir);
-            if let Some(l) = &mut log {
-                l.write(
-                    "waiting",
-                    None,
-                    json!({"owner_pid": owner.map(|h| h.pid), "owner_node": owner.map(|h| &h.node),
-                           "owner_epoch": e, "lease": url}),
-                );
+        // The local dir was only inspected by opening it; the event log is opened once there is
+        // something to say while the acquisition goes on (that we wait, or that the cluster
+        // cannot be reached), so an operator sees it then, not once the wait is over.
+        let result = cluster::acquire(spec, &me, wait, Some(self.intake.fd()), &mut |p| {
+            let l = log.get_or_insert_with(|| EventLog::open(dir));
+            match p {
+                Progress::Waiting { owner, epoch } => {
+                    log::info!("waiting for {url} (owner {owner}, epoch {epoch})");
+                    contended = true;
+                    if let Some(l) = l {
+                        l.write(
+                            "waiting",
+                            None,
+                            json!({"owner_pid": owner.pid, "owner_node": &owner.node,
+                                   "owner_epoch": epoch, "lease": url}),
+                        );
+                    }
+                }
+                Progress::Unavailable { error } => {
+                    log::warn!("{url}: cluster unavailable, retrying: {error}");
+                    if let Some(l) = l {
+                        l.write(
+                            "cluster-unavailable",
+                            None,
+                            json!({"lease": url, "error": error.to_string(), "retrying": true}),
+                        );
+                    }
+                }
+                Progress::Reachable { outage } => {
+                    let ms = outage.as_millis() as u64;
+                    log::info!("{url}: the cluster answers again after {ms} ms");
+                    if let Some(l) = l {
+                        l.write(
+                            "cluster-reachable",
+                            None,
+                            json!({"lease": url, "outage_ms": ms}),
+                        );
+                    }
+                }
             }
         });
-        self.log = log;
-        if contended {
-            self.queue.push_back(Event::LeaseBusy);
-        }
+        // A failed acquisition leaves its end record too (the dir itself was not refused).
+        self.log = match log {
+            Some(l) => l,
+            None if result.is_err() => EventLog::open(dir),
+            None => None,
+        };
         let mut lease = match result {
             Ok(l) => l,
             Err(ClusterError::Busy { .. }) => {

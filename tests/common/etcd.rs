@@ -5,11 +5,25 @@
 //!
 //! Elections are tuned for tests (50 ms heartbeats, 500 ms election timeout), so that killing
 //! the leader costs well under the lease TTLs the tests use.
+//!
+//! The machine these tests run on has two cores shared with compilers and other tests. Three
+//! things keep the clusters' timing within the TTLs the tests use there, without loosening what
+//! the tests assert:
+//! - **One cluster at a time:** [`Cluster::start`] takes a lock of this test binary that the
+//!   cluster holds until it is dropped, so the tests of a file run their clusters one after the
+//!   other instead of a dozen etcd members (and their runners) fighting for two cores at once.
+//! - **Data dirs on tmpfs** (`/dev/shm`, where it exists): a member fsyncs its WAL on every
+//!   write, and on a disk shared with compilers an fsync can take seconds; the cluster lease
+//!   is not what is tested by the disk under etcd. A member killed by the test is a process
+//!   crash (its page cache survives), which is what the tests mean by it.
+//! - **Generous TTLs** where a test asserts that a fault does *not* cost the owner its lease
+//!   (each says so).
 
 use std::fs::{self, File};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tenure::cluster::etcd::Etcd;
@@ -29,6 +43,25 @@ pub struct Cluster {
     _dir: tempfile::TempDir,
     members: Vec<Member>,
     token: String,
+    /// Held while the cluster lives: one cluster of this test binary at a time. Declared last,
+    /// so it is released after the members were killed (in `drop`) and their dirs removed.
+    _one_at_a_time: MutexGuard<'static, ()>,
+}
+
+/// See the module docs: the clusters of one test binary run one at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// A temp dir for the members' data: on tmpfs where there is one (see the module docs).
+fn data_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir()
+        && let Ok(d) = tempfile::Builder::new()
+            .prefix("tenure-etcd-")
+            .tempdir_in(shm)
+    {
+        return d;
+    }
+    tempfile::tempdir().unwrap()
 }
 
 /// The `etcd` binary, if installed.
@@ -59,7 +92,11 @@ impl Cluster {
             );
             return None;
         };
-        let dir = tempfile::tempdir().unwrap();
+        // A test that failed while holding the lock poisoned it; the next one may still run.
+        let one_at_a_time = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let dir = data_dir();
         let ports = free_ports(6);
         let members: Vec<Member> = (0..3)
             .map(|i| Member {
@@ -80,6 +117,7 @@ impl Cluster {
             _dir: dir,
             members,
             token,
+            _one_at_a_time: one_at_a_time,
         };
         for i in 0..3 {
             c.spawn(&bin, i, "new");
