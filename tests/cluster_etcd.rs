@@ -232,7 +232,7 @@ fn two_machines_contend_and_the_waiter_takes_over_with_a_higher_epoch() {
     // Staged, and its trap set.
     a.workload_pid();
     let rb = b.run(r#"test "$(cat "$TENURE_CHECKPOINT/f")" = from-a && echo from-b > "$TENURE_CHECKPOINT_OUT/f""#);
-    // B's local dir is new (no event log yet): its wait shows on the cluster, as a waiter.
+    // B's wait shows on the cluster, as a waiter, and in its own (new) dir's event log.
     let st = wait_for(
         "B to wait on the cluster",
         DEADLINE,
@@ -249,6 +249,11 @@ fn two_machines_contend_and_the_waiter_takes_over_with_a_higher_epoch() {
     assert_eq!(
         st.waiters.iter().map(|w| w.pid).collect::<Vec<_>>(),
         [rb.pid()]
+    );
+    let waiting = b.env.wait_event("waiting", Some(rb.pid()));
+    assert_eq!(
+        (&waiting["owner_pid"], &waiting["owner_epoch"]),
+        (&ra.pid().into(), &ea.into())
     );
     // `status --lease` shows the cluster owner and the waiter beside the local view.
     let f = b.env.tool("status", &["--lease", &url, "--json"]);
@@ -425,6 +430,55 @@ fn losing_the_quorum_stops_the_workload_within_the_ttl() {
             .is_none(),
         "nothing was published"
     );
+}
+
+/// Issue 14 (the silent waiter of the failover checker): a runner started while the cluster
+/// cannot serve — here two of three members are down, so no call can succeed — neither exits
+/// nor waits silently: it logs `cluster-unavailable` (and a warning on stderr) and retries; once
+/// the members are back it logs `cluster-reachable`, owns and runs as usual. With `-n` the same
+/// runner gives up at once (74), naming the cluster, and its end record says so.
+#[test]
+fn a_runner_started_without_quorum_waits_visibly_and_owns_once_it_returns() {
+    let Some(mut cluster) =
+        Cluster::start("a_runner_started_without_quorum_waits_visibly_and_owns_once_it_returns")
+    else {
+        return;
+    };
+    let shared = shared_store();
+    let url = cluster.url("svc");
+    let a = Machine::new(&url, "2", shared.path());
+    cluster.kill(0);
+    cluster.kill(1);
+    let store = shared.path().to_str().unwrap();
+    let f = a.env.run_to_end(
+        &["--lease", &url, "--lease-ttl", "2", "--store", store, "-n"],
+        &["true"],
+    );
+    f.expect_code(74);
+    assert!(f.stderr.contains("no etcd member answered"), "{}", f.stderr);
+    assert_eq!(f.end()["summary"], "refused/io");
+    let ra = a.run(&serving(&a, "from-a"));
+    let ev = a.env.wait_event("cluster-unavailable", Some(ra.pid()));
+    assert_eq!(ev["lease"], url.as_str());
+    assert_eq!(ev["retrying"], true);
+    // Several times what one round of calls on every member may take: still waiting.
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(alive(ra.pid()), "{}", ra.stderr());
+    assert!(
+        ra.stderr().contains("cluster unavailable, retrying"),
+        "{}",
+        ra.stderr()
+    );
+    cluster.restart(0);
+    cluster.restart(1);
+    cluster.wait_leader(Duration::from_secs(30));
+    a.env.wait_event("cluster-reachable", Some(ra.pid()));
+    a.env.wait_event("owned", Some(ra.pid()));
+    a.workload_pid();
+    ra.signal(Signal::TERM);
+    ra.wait().expect_code(143);
+    let (_, f) = current_f(&spec(&cluster, "svc"), shared.path()).unwrap();
+    assert_eq!(f, "from-a\n");
 }
 
 impl Machine<'_> {

@@ -636,11 +636,12 @@ impl<'a> Runner<'a> {
         let mut contended = false;
         let mut log = None;
         let url = spec.url();
-        // The local dir was only inspected by opening it; the event log is opened once there is
-        // something to say while the acquisition goes on (that we wait, or that the cluster
-        // cannot be reached), so an operator sees it then, not once the wait is over.
+        // The local dir was only inspected by opening it; the event log is opened (with its
+        // control folder, as a local waiter's lock creates it) once there is something to say
+        // while the acquisition goes on — that we wait, or that the cluster cannot be reached —
+        // so an operator sees it then, not once the wait is over.
         let result = cluster::acquire(spec, &me, wait, Some(self.intake.fd()), &mut |p| {
-            let l = log.get_or_insert_with(|| EventLog::open(dir));
+            let l = log.get_or_insert_with(|| EventLog::open_creating(dir));
             match p {
                 Progress::Waiting { owner, epoch } => {
                     log::info!("waiting for {url} (owner {owner}, epoch {epoch})");
@@ -680,7 +681,7 @@ impl<'a> Runner<'a> {
         // A failed acquisition leaves its end record too (the dir itself was not refused).
         self.log = match log {
             Some(l) => l,
-            None if result.is_err() => EventLog::open(dir),
+            None if result.is_err() => EventLog::open_creating(dir),
             None => None,
         };
         let mut lease = match result {
