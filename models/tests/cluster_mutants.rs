@@ -5,7 +5,29 @@
 
 use stateright::{Checker, HasDiscoveries, Model};
 use std::collections::BTreeSet;
+use tenure_models::catalog::{self, Which};
 use tenure_models::cluster::{ClusterModel, SRC_MUTANTS};
+
+/// The mutation table (models/src/catalog.rs) lists the cluster world's mutants as this test
+/// runs them: every catalogued cluster mutant is one of `SRC_MUTANTS`, and every one of those
+/// is catalogued (`publish-after-lease-lost` as the signal model's row).
+#[test]
+fn the_catalogue_lists_the_cluster_mutants() {
+    let all = catalog::src_mutants();
+    for m in all.iter().filter(|m| m.model == Which::Cluster) {
+        assert!(
+            SRC_MUTANTS.contains(&(m.name, m.place, m.breaks)),
+            "{} is catalogued but not run here",
+            m.name
+        );
+    }
+    for (name, _, _) in SRC_MUTANTS {
+        assert!(
+            all.iter().any(|m| m.name == *name),
+            "{name} is not catalogued"
+        );
+    }
+}
 
 /// Issue 14: CURRENT written with a plain put, the epoch taken from a local counter, and a
 /// publish after the lease was lost — each planted in src/ — are each found.

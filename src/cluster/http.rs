@@ -45,14 +45,33 @@ impl HttpError {
     }
 }
 
-/// Resolves `host:port` (the first address).
-fn resolve(endpoint: &str) -> io::Result<SocketAddr> {
-    endpoint.to_socket_addrs()?.next().ok_or_else(|| {
-        io::Error::new(
+/// Resolves `host:port` (the first address) within `deadline`: an IP address at once; a host
+/// name on a helper thread, since the system's resolver has no deadline of its own (a thread
+/// left waiting on a dead DNS server ends when the resolver gives up).
+fn resolve(endpoint: &str, deadline: Instant) -> io::Result<SocketAddr> {
+    if let Ok(addr) = endpoint.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let name = endpoint.to_string();
+    std::thread::Builder::new()
+        .name("tenure-resolve".into())
+        .spawn(move || {
+            let _ = tx.send(name.to_socket_addrs().map(|mut a| a.next()));
+        })?;
+    let t = left(deadline)?;
+    match rx.recv_timeout(t) {
+        Ok(Ok(Some(addr))) => Ok(addr),
+        Ok(Ok(None)) => Err(io::Error::new(
             io::ErrorKind::NotFound,
             format!("{endpoint} resolves to no address"),
-        )
-    })
+        )),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("the name did not resolve within {} ms", t.as_millis()),
+        )),
+    }
 }
 
 /// What remains of `deadline`, at least a millisecond (a zero timeout means "none" to std).
@@ -109,7 +128,7 @@ pub fn post(
         endpoint: endpoint.to_string(),
         source,
     };
-    let addr = resolve(endpoint).map_err(unreachable)?;
+    let addr = resolve(endpoint, deadline).map_err(unreachable)?;
     let t = left(deadline).map_err(unreachable)?;
     let stream = TcpStream::connect_timeout(&addr, t).map_err(|e| unreachable(quiet(e, t)))?;
     let _ = stream.set_nodelay(true);

@@ -647,7 +647,7 @@ impl PublishPlan {
         let id = self.id.expect("an id");
         let gc = GcPlan::new(self.path.clone(), self.dirs, self.limits, id, self.keep);
         self.at = At::Gc(Box::new(if self.shared.is_some() {
-            gc.shared()
+            gc.shared(self.epoch)
         } else {
             gc
         }));
