@@ -306,9 +306,7 @@ impl Etcd {
     pub fn revoke(&self, id: i64) -> Result<bool, EtcdError> {
         match self.call("/v3/lease/revoke", &json!({ "ID": id.to_string() })) {
             Ok(_) => Ok(true),
-            Err(EtcdError::Refused { message, .. }) if message.contains("lease not found") => {
-                Ok(false)
-            }
+            Err(e) if lease_not_found(&e) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -518,6 +516,11 @@ impl Watch {
 /// Whether an error of a call means that no member could answer (as opposed to an answer).
 pub fn unavailable(e: &EtcdError) -> bool {
     matches!(e, EtcdError::Unavailable { .. })
+}
+
+/// Whether the cluster refused a call because the lease it names is gone (expired or revoked).
+pub fn lease_not_found(e: &EtcdError) -> bool {
+    matches!(e, EtcdError::Refused { message, .. } if message.contains("lease not found"))
 }
 
 #[cfg(test)]

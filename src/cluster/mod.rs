@@ -549,6 +549,8 @@ struct Acquisition<'a, 'f> {
 enum Stop {
     /// A call found no member that could serve.
     Unavailable(EtcdError),
+    /// The cluster no longer knows our etcd lease: go round again with a fresh one.
+    LeaseGone,
     /// The acquisition is over.
     Failed(ClusterError),
 }
@@ -560,10 +562,16 @@ impl From<ClusterError> for Stop {
 }
 
 impl Acquisition<'_, '_> {
-    /// A call's failure: an outage, or an answer that ends the acquisition.
-    fn failed(&self, e: EtcdError) -> Stop {
+    /// A call's failure: an outage, our own lease gone, or an answer that ends the
+    /// acquisition.
+    fn failed(&mut self, e: EtcdError) -> Stop {
         if etcd::unavailable(&e) {
             Stop::Unavailable(e)
+        } else if etcd::lease_not_found(&e) {
+            // Our lease expired between its renewal and this call (the process was paused in
+            // between): a waiter owns nothing, so the next pass takes a fresh one.
+            self.lease = None;
+            Stop::LeaseGone
         } else {
             Stop::Failed(self.spec.etcd_error(e))
         }
@@ -594,6 +602,7 @@ impl Acquisition<'_, '_> {
                     continue;
                 }
                 Err(Stop::Failed(e)) => return Err(e),
+                Err(Stop::LeaseGone) => continue,
                 Err(Stop::Unavailable(e)) => e,
             };
             if self.deadline.is_some_and(|d| Instant::now() >= d) {
