@@ -1319,8 +1319,16 @@ impl Plan for PublishPlan {
                 self.at = At::RmIncoming;
             }
             At::RmIncoming => {
-                // Not empty would mean a blob was left out of `blobs/`: refused.
-                r.map_err(publish_failed)?;
+                match r {
+                    // In a shared store, a newer owner's GC removes the `incoming-EPOCH/` of a
+                    // lower epoch (spec/cluster.md): this owner lost its lease while paused
+                    // here, with every blob moved already; the pointer's fence refuses it next.
+                    Err(FsError::NotFound { .. }) if self.shared.is_some() => {}
+                    // Not empty would mean a blob was left out of `blobs/`: refused.
+                    r => {
+                        r.map_err(publish_failed)?;
+                    }
+                }
                 self.incoming = None;
                 self.at = self.before_current();
             }
