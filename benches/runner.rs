@@ -172,6 +172,7 @@ fn publish_alone(dir: &Path, data: &[u8]) -> Duration {
         wait: WaitBound::Try,
         cancel: None,
         phase: PhaseKind::Ready,
+        fence: None,
     };
     let l = lease::acquire(&sd, &opts, &mut |_| {}).unwrap();
     let store = CheckpointStore::open_owned(&sd, StoreOptions { keep: 2 }).unwrap();

@@ -10,6 +10,9 @@
 //! - `kill`: SIGKILL to the calling process, the harshest crash a process can have;
 //! - `eio`: `hit` returns an `EIO` error, which the caller treats exactly as if the step itself
 //!   had failed with it (for an fsync: the file is abandoned, never fsynced again);
+//! - `einval`: `hit` returns an `EINVAL` error — what NFS and many FUSE filesystems answer to
+//!   `renameat2(RENAME_NOREPLACE)`, which `privfs` asks the crash point `rename.noreplace`
+//!   before every no-replace rename (issue 14);
 //! - `gate:PATH`: `hit` blocks opening the FIFO `PATH` until the test opens it for writing, reads
 //!   to its end, then returns `Ok(())` — a handshake that holds a step for exactly as long as the
 //!   test wants (every hit blocks anew), so a race becomes an ordering the test chooses.
@@ -40,6 +43,8 @@ mod enabled {
         Kill,
         /// Return an `EIO` error from the step.
         Eio,
+        /// Return an `EINVAL` error from the step.
+        Einval,
         /// Block until the FIFO at this path is opened for writing and closed again.
         Gate(PathBuf),
     }
@@ -58,6 +63,7 @@ mod enabled {
                     "abort" => Action::Abort,
                     "kill" => Action::Kill,
                     "eio" => Action::Eio,
+                    "einval" => Action::Einval,
                     a => match a.strip_prefix("gate:") {
                         Some(path) if !path.is_empty() => Action::Gate(path.into()),
                         _ => return None,
@@ -111,6 +117,9 @@ mod enabled {
             None => Ok(()),
             Some(Action::Eio) => Err(io::Error::from_raw_os_error(
                 rustix::io::Errno::IO.raw_os_error(),
+            )),
+            Some(Action::Einval) => Err(io::Error::from_raw_os_error(
+                rustix::io::Errno::INVAL.raw_os_error(),
             )),
             Some(Action::Gate(path)) => {
                 // Opening a FIFO for reading blocks until a writer comes; its end of file is

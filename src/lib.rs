@@ -112,6 +112,8 @@ macro_rules! eprint {
 }
 
 pub mod checkpoint;
+#[cfg(feature = "etcd")]
+pub mod cluster;
 pub mod driver;
 #[doc(hidden)]
 pub mod failpoint;

@@ -489,6 +489,7 @@ impl Core {
                     wait,
                     cancel,
                     phase: PhaseKind::Recovering,
+                    fence: None,
                 };
                 match lease::acquire(&self.dir, &opts, &mut |_| {}) {
                     Ok(l) => {

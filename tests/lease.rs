@@ -753,6 +753,7 @@ fn cancel_fd_ends_wait_and_is_not_consumed() {
         wait: WaitBound::Forever,
         cancel: Some(r.as_fd()),
         phase: PhaseKind::Recovering,
+        fence: None,
     };
     let err = lease::acquire(&sd, &opts, &mut |c| {
         calls += 1;

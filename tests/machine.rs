@@ -235,6 +235,8 @@ struct World {
     begin_drains: u8,
     exits: u8,
     lease_held: bool,
+    /// The cluster lease was lost (`lease-lost`): nothing may be published or released after.
+    lost: bool,
 }
 
 /// Exhaustive check over every reachable (machine, world) pair of every profile: the
@@ -277,12 +279,18 @@ fn machine_invariants_hold_in_every_reachable_state() {
                         w2.publish_outstanding = false
                     }
                     Event::LeaseReleased => w2.lease_held = false,
+                    Event::LeaseLost => {
+                        w2.lease_held = false;
+                        w2.lost = true;
+                    }
                     _ => {}
                 }
                 for a in &h.actions {
                     match a {
                         // I7: never release while the child may run.
                         Action::ReleaseLease => {
+                            // A lost lease is never released: it is already gone.
+                            assert!(!w2.lost, "{name}: release after the lease was lost");
                             assert!(
                                 !w2.child_running,
                                 "{name}: release with child running, {e} in {}",
@@ -305,6 +313,7 @@ fn machine_invariants_hold_in_every_reachable_state() {
                             }
                             assert_ne!(n.kind(), PhaseKind::Refused);
                             assert!(!w2.child_running, "{name}: publish while the child runs");
+                            assert!(!w2.lost, "{name}: publish after the lease was lost");
                             w2.publish_outstanding = true;
                         }
                         Action::BeginDrain => w2.begin_drains += 1,
@@ -318,9 +327,19 @@ fn machine_invariants_hold_in_every_reachable_state() {
                 }
                 // I11: the drain begins at most once per ownership.
                 assert!(w2.begin_drains <= 1, "{name}: begin-drain twice via {e}");
-                // I9: a refused run never published.
-                if n.kind() == PhaseKind::Refused {
+                // I9: a refused run never published — unless the refusal is the lease's loss,
+                // which may follow a publish that the lease still fenced.
+                if n.kind() == PhaseKind::Refused && !w2.lost {
                     assert!(!w2.published);
+                }
+                // A run that lost its lease ends refused (lease lost), whatever it was doing.
+                if w2.lost && n.is_terminal() {
+                    assert_eq!(
+                        n.phase().outcome().and_then(|o| o.refusal),
+                        Some(tenure::machine::Refusal::LeaseLost),
+                        "{name}: {e} in {}",
+                        m.phase().label()
+                    );
                 }
                 if seen.insert((n, w2)) {
                     queue.push_back((n, w2));
@@ -565,4 +584,102 @@ fn extend_timeout_extends_the_running_bound() {
         &[Event::Stop(Signal::Term), Event::ChildExtendTimeout(d)],
     );
     assert_eq!(a.last(), Some(&Action::ExtendTimer(Timer::Grace, d)));
+}
+
+/// Issue 14: a cluster lease lost while ready kills the workload at once (no stop signal, no
+/// grace: another owner may be starting its own), publishes and releases nothing, and ends
+/// `refused/lease-lost` with exit 76 once the workload is gone — even a workload that staged a
+/// checkpoint and exits 0.
+#[test]
+fn lease_lost_while_ready_kills_at_once_and_publishes_nothing() {
+    let mut m = granted(Config::child(ReadyMode::Start));
+    let a = run(&mut m, &[Event::LeaseLost]);
+    assert!(a.contains(&Action::Kill), "{a:?}");
+    assert!(a.contains(&Action::Note(Note::LeaseLost)));
+    assert!(
+        !a.iter().any(|x| matches!(x, Action::Forward(..))),
+        "no stop signal and grace before the kill: {a:?}"
+    );
+    // A repeated loss changes nothing; a stop signal meanwhile neither.
+    assert!(m.handle(Event::LeaseLost).unwrap().ignored);
+    assert!(m.handle(Event::Stop(Signal::Term)).unwrap().ignored);
+    let a = run(&mut m, &[Event::ChildExited(ChildStatus::Exited(0))]);
+    assert!(!a.contains(&Action::Publish) && !a.contains(&Action::ReleaseLease));
+    let o = exit_of(&a);
+    assert_eq!(o.summary(), "refused/lease-lost");
+    assert_eq!(o.code(), tenure::machine::EXIT_LEASE_LOST);
+    assert_eq!(m.kind(), PhaseKind::Refused);
+}
+
+/// Issue 14: the loss while draining escalates a stop in its grace to SIGKILL; while
+/// verifying it ends the run at once (nothing of the workload runs); a publish already asked
+/// for keeps its answer, then the run ends without a release; a release in progress is
+/// answered by the loss.
+#[test]
+fn lease_lost_in_every_owning_step_ends_refused_without_release() {
+    // Draining: the stop signal was forwarded and the grace runs.
+    let mut m = granted(Config::child(ReadyMode::Start));
+    run(&mut m, &[Event::Stop(Signal::Term)]);
+    let a = run(&mut m, &[Event::LeaseLost]);
+    assert_eq!(
+        a,
+        [
+            Action::Note(Note::LeaseLost),
+            Action::DisarmTimer(Timer::Grace),
+            Action::Note(Note::Killed),
+            Action::Kill,
+            Action::ArmTimer(Timer::KillWait, Config::child(ReadyMode::Start).kill_wait),
+        ]
+    );
+    let o = exit_of(&run(
+        &mut m,
+        &[Event::ChildExited(ChildStatus::Signaled(9))],
+    ));
+    assert_eq!(
+        (o.summary().as_str(), o.killed),
+        ("refused/lease-lost", true)
+    );
+
+    // Verifying: nothing runs, so the run ends in the step.
+    let mut m = Machine::new(Config::child(ReadyMode::Start));
+    run(&mut m, &[Event::Start, Event::LeaseGranted { epoch: 3 }]);
+    let a = run(&mut m, &[Event::LeaseLost]);
+    assert!(!a.contains(&Action::ReleaseLease));
+    assert_eq!(exit_of(&a).code(), 76);
+
+    // Publishing: the publish's answer comes, then the end.
+    let mut m = granted(Config::child(ReadyMode::Start));
+    run(
+        &mut m,
+        &[
+            Event::Stop(Signal::Term),
+            Event::ChildExited(ChildStatus::Exited(0)),
+        ],
+    );
+    assert!(matches!(
+        m.phase(),
+        tenure::machine::Phase::Draining {
+            step: tenure::machine::DrainStep::Publishing,
+            ..
+        }
+    ));
+    let a = run(&mut m, &[Event::LeaseLost]);
+    assert_eq!(a, [Action::Note(Note::LeaseLost)]);
+    let a = run(&mut m, &[Event::CheckpointFailed]);
+    assert!(!a.contains(&Action::ReleaseLease));
+    assert_eq!(exit_of(&a).summary(), "refused/lease-lost");
+
+    // Releasing: the loss answers the release.
+    let mut m = granted(Config::child(ReadyMode::Start));
+    run(
+        &mut m,
+        &[
+            Event::Stop(Signal::Term),
+            Event::ChildExited(ChildStatus::Exited(0)),
+            Event::CheckpointPublished,
+        ],
+    );
+    let a = run(&mut m, &[Event::LeaseLost]);
+    assert_eq!(exit_of(&a).code(), 76);
+    assert!(m.step(Event::LeaseReleased).is_err());
 }

@@ -112,3 +112,41 @@ fn l5_crash_at_every_publish_step_then_takeover() {
         assert_eq!(env.checkpoint_file("a").as_deref(), Some(want), "{point}");
     }
 }
+
+/// Issue 14: on a filesystem that refuses `renameat2(RENAME_NOREPLACE)` with `EINVAL` (NFS,
+/// many FUSE filesystems; forced by the crash point `rename.noreplace=einval`), a first owner
+/// still writes the dir's identity marker and publishes its checkpoint (blobs are renamed into
+/// place without replacing), and a second owner recovers it — instead of exiting 74 with
+/// "cannot rename into …/identity.json: Invalid argument". The same with hard links refused
+/// too (the exclusive-copy fallback).
+#[test]
+fn a_filesystem_without_rename_noreplace_still_works() {
+    for spec in [
+        "rename.noreplace=einval",
+        "rename.noreplace=einval,rename.noreplace.link=einval",
+    ] {
+        let env = Env::new();
+        let run = |script: &str| {
+            let mut c = tenure();
+            c.arg("run")
+                .arg("--dir")
+                .arg(&env.dir)
+                .arg("--")
+                .args(sh(script, &[]))
+                .env("TENURE_FAILPOINTS", spec);
+            let mut r = env.start(c);
+            r.close_stdin();
+            r.wait()
+        };
+        run(r#"echo one > "$TENURE_CHECKPOINT_OUT/a""#).expect_code(0);
+        assert!(
+            env.dir.join(".tenure/identity.json").is_file(),
+            "{spec}: the marker"
+        );
+        assert_eq!(env.checkpoint_file("a").as_deref(), Some("one\n"), "{spec}");
+        run(r#"test "$(cat "$TENURE_CHECKPOINT/a")" = one && echo two > "$TENURE_CHECKPOINT_OUT/a""#)
+            .expect_code(0);
+        assert_eq!(env.checkpoint_file("a").as_deref(), Some("two\n"), "{spec}");
+        env.tool("verify", &[]).expect_code(0);
+    }
+}

@@ -7,6 +7,7 @@
 //! a model's state space is seen and re-pinned on purpose, never edited by hand.
 
 use crate::checkpoint::{self, CheckpointModel};
+use crate::cluster::{self, ClusterModel};
 use crate::lease::{self, LeaseModel, LeaseState};
 use crate::run::{self, Describe, Report, Search};
 use crate::signals::{self, SignalModel};
@@ -24,11 +25,18 @@ pub enum Which {
     Signals,
     /// [`crate::checkpoint`].
     Checkpoint,
+    /// [`crate::cluster`].
+    Cluster,
 }
 
 impl Which {
     /// Every model.
-    pub const ALL: [Which; 3] = [Which::Lease, Which::Signals, Which::Checkpoint];
+    pub const ALL: [Which; 4] = [
+        Which::Lease,
+        Which::Signals,
+        Which::Checkpoint,
+        Which::Cluster,
+    ];
 
     /// The name on the command line.
     pub const fn name(self) -> &'static str {
@@ -36,6 +44,7 @@ impl Which {
             Which::Lease => "lease",
             Which::Signals => "signals",
             Which::Checkpoint => "checkpoint",
+            Which::Cluster => "cluster",
         }
     }
 
@@ -76,11 +85,19 @@ pub fn invariant(property: &str) -> &'static str {
         signals::PUBLISH_AFTER_CLEAN_EXIT => "G4",
         signals::STRAY_RELAYED => "T3",
         signals::HOOK_BEFORE_DRAINING => "H2",
+        // Issue 14: a lost lease fences the owner like a stale epoch does.
+        signals::LEASE_LOST_STOPS => "I3",
         checkpoint::CURRENT_VALID_AFTER_CRASH | checkpoint::PUBLISHED_VALID => "I12",
         checkpoint::GC_KEEPS_CURRENT => "I13",
         checkpoint::NO_REPAIR | checkpoint::CORRUPTION_REFUSED => "I14",
         checkpoint::FENCED_PUBLISH => "I3",
         checkpoint::CLEAN_AFTER_POWER_LOSS => "I17",
+        // Issue 14: the cluster world's epochs and fence (I2, I3 across machines), and the
+        // outcome of a lost lease (I10).
+        cluster::EPOCHS_INCREASE => "I2",
+        // (`cluster::LOST_STOPS` is the signal model's `LEASE_LOST_STOPS`, I3 above.)
+        cluster::NO_LOWER_AFTER_HIGHER | cluster::NEVER_REPLACED_BY_LOWER => "I3",
+        cluster::LOST_ENDS_REFUSED => "I10",
         _ => "—",
     }
 }
@@ -144,7 +161,7 @@ pub fn src_mutants() -> Vec<SrcMutant> {
         model,
         breaks,
     };
-    use Which::{Checkpoint, Lease, Signals};
+    use Which::{Checkpoint, Cluster, Lease, Signals};
     vec![
         // ---- the machine's rules (src/machine/rules.rs) and the driver core
         // (src/driver/core.rs), run by the signal model ----
@@ -245,6 +262,13 @@ pub fn src_mutants() -> Vec<SrcMutant> {
             "a drain releases when the main process exits, while its tree runs",
             Signals,
             signals::LEASE_OUTLIVES_WORKLOAD,
+        ),
+        m(
+            "publish-after-lease-lost",
+            "src/machine/rules.rs `drain_stopping`",
+            "a drain whose lease was lost publishes what the killed workload staged",
+            Signals,
+            signals::LEASE_LOST_STOPS,
         ),
         m(
             "core-spawn-not-synchronous",
@@ -431,6 +455,24 @@ pub fn src_mutants() -> Vec<SrcMutant> {
             Checkpoint,
             checkpoint::FENCED_PUBLISH,
         ),
+        // ---- the cluster lease's transactions (src/cluster/mod.rs) and its epoch
+        // (src/lease/mod.rs), run by the cluster world (models/tests/cluster_mutants.rs; the
+        // third of `cluster::SRC_MUTANTS`, `publish-after-lease-lost`, is the signal model's
+        // row above) ----
+        m(
+            "cluster-current-plain-put",
+            "src/cluster/mod.rs `plan::move_current`",
+            "CURRENT is written with a plain put, without the compare on the owner key",
+            Cluster,
+            cluster::NO_LOWER_AFTER_HIGHER,
+        ),
+        m(
+            "cluster-epoch-local-counter",
+            "src/lease/mod.rs `fenced_epoch`",
+            "the epoch is taken from the local dir's counter instead of the cluster's revision",
+            Cluster,
+            cluster::EPOCHS_INCREASE,
+        ),
     ]
 }
 
@@ -448,6 +490,7 @@ pub fn run_src_mutant(mutant: SrcMutant) -> MutantReport {
         Which::Lease => kill(LeaseModel::for_src_mutant(mutant.name), as_row),
         Which::Signals => kill(SignalModel::ci(), as_row),
         Which::Checkpoint => kill(CheckpointModel::ci(), as_row),
+        Which::Cluster => kill(ClusterModel::ci(), as_row),
     }
 }
 
@@ -578,6 +621,12 @@ pub fn pinned() -> Vec<Pinned> {
             set: Set::Ci,
             what: "checkpoint (real store plans), 2 runs, 1 crash, 1 power loss (ordered), 1 corruption, 1 takeover, BFS",
             run: |t| run::check(CheckpointModel::ci(), Search::Bfs, t, None, None),
+        },
+        Pinned {
+            name: "cluster",
+            set: Set::Ci,
+            what: "cluster lease (issue 14), 2 runners, real claim/move/release transactions, 2 faults (TTL expiry, pause, partition, keep-alive loss), 1 SIGTERM, BFS",
+            run: |t| run::check(ClusterModel::ci(), Search::Bfs, t, None, None),
         },
         Pinned {
             name: "lease-n2-fine",
@@ -819,8 +868,9 @@ pub fn run_mutant(mutant: Mutant, processes: usize) -> MutantReport {
             mutant,
         ),
         // The checkpoint model runs the store's real plans: its mutants are all planted in
-        // `src/` (`src_mutants`).
+        // `src/` (`src_mutants`); so are the cluster world's.
         Which::Checkpoint => kill(CheckpointModel::ci(), mutant),
+        Which::Cluster => kill(ClusterModel::ci(), mutant),
     }
 }
 
@@ -837,6 +887,7 @@ pub fn check_ci(which: Which, processes: usize, search: Search, threads: usize) 
         ),
         Which::Signals => run::check(SignalModel::ci(), plain(search), threads, None, None),
         Which::Checkpoint => run::check(CheckpointModel::ci(), plain(search), threads, None, None),
+        Which::Cluster => run::check(ClusterModel::ci(), plain(search), threads, None, None),
     }
 }
 
@@ -892,6 +943,11 @@ mod tests {
                     .map(|p| p.name)
                     .collect(),
                 Which::Checkpoint => CheckpointModel::ci()
+                    .properties()
+                    .iter()
+                    .map(|p| p.name)
+                    .collect(),
+                Which::Cluster => ClusterModel::ci()
                     .properties()
                     .iter()
                     .map(|p| p.name)

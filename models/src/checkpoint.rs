@@ -673,7 +673,8 @@ impl CheckpointState {
 fn peek_mutates<P: Plan>(p: &P) -> bool {
     match p.poll() {
         Poll::Op(s) | Poll::Verify(_, s) => s.op.mutates(),
-        Poll::Input | Poll::Wait | Poll::Done => false,
+        // The model's store is a dir of its own: no cluster pointer is ever replaced.
+        Poll::Input | Poll::Wait | Poll::Done | Poll::Replace(_) => false,
     }
 }
 
@@ -938,7 +939,7 @@ fn next_change<P: Plan>(p: &P) -> Option<String> {
             describe_op(&s.op)
         )),
         Poll::Input => Some("the next staged file".into()),
-        Poll::Wait | Poll::Done => None,
+        Poll::Wait | Poll::Done | Poll::Replace(_) => None,
     }
 }
 

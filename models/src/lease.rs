@@ -1208,6 +1208,7 @@ impl LeaseState {
             ]),
             phase: PhaseKind::Recovering,
             cgroup: m.contain() == Some(Contain::Cgroup),
+            fence: None,
         }
     }
 

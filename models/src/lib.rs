@@ -7,6 +7,8 @@
 //! - [`lease`]: N processes contending for one state dir (I1–I6).
 //! - [`signals`]: one owner and its supervised child under every signal interleaving (I6–I11,
 //!   I16 and the obligations of the cards G1, G3, G4, G6, H2, T3).
+//! - [`cluster`]: two runners on two machines contending for an etcd prefix, CURRENT fenced by
+//!   revision (issue 14).
 //! - [`checkpoint`]: the publish protocol over a filesystem that loses what was not fsynced
 //!   (I12–I14).
 //! - [`fs`]: the simulated crash filesystem the models execute the real store and lease plans
@@ -21,6 +23,7 @@
 
 pub mod catalog;
 pub mod checkpoint;
+pub mod cluster;
 pub mod driver;
 pub mod fs;
 pub mod lease;

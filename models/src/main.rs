@@ -182,6 +182,11 @@ fn check(o: &Opts) -> Result<ExitCode, Usage> {
             Which::Checkpoint => {
                 CheckpointModel::ci().checker().serve(addr.as_str());
             }
+            Which::Cluster => {
+                tenure_models::cluster::ClusterModel::ci()
+                    .checker()
+                    .serve(addr.as_str());
+            }
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -244,7 +249,7 @@ fn check(o: &Opts) -> Result<ExitCode, Usage> {
     for &which in &o.models {
         let label = match which {
             Which::Lease => format!("lease, {processes} processes"),
-            Which::Signals | Which::Checkpoint => which.to_string(),
+            Which::Signals | Which::Checkpoint | Which::Cluster => which.to_string(),
         };
         println!("== {label} ({search:?}, {} thread(s))", o.threads.max(1));
         let r = catalog::check_ci(which, processes, search, o.threads);

@@ -20,7 +20,8 @@
 //! signals (USR1, ...) arrive like stop signals (card T3). A ready notify-mode workload may send
 //! `WATCHDOG=1`. Armed timers fire at any point. The in-process host can request a drain (also
 //! before recovery, card H2) and settles its residencies at any point of the drain; the root can
-//! be lost while owning (H7).
+//! be lost while owning (H7), and so can the lease itself (a cluster lease that expired or
+//! could not be kept alive: `lease-lost`), from the grant until the release is answered.
 //!
 //! Three workloads are checked in one run: the runner with `--type simple`, the runner with
 //! `--type notify --ready-timeout --watchdog`, and the in-process host.
@@ -33,9 +34,10 @@
 //! obligations): an event creates an obligation (`SignalState::owed`) and an action of the
 //! driver discharges it — a stop while cold is owed the cancellation, a stop while recovering
 //! the refusal with nothing published, a stop while ready the forward before any SIGKILL, a
-//! stray for a running workload its relay — and every publish must come after a clean exit,
-//! every drain after its hook. An obligation left undischarged when its step ends, or a
-//! forbidden action before it, is a violation.
+//! stray for a running workload its relay, a lost lease the SIGKILL of a running workload — and
+//! every publish must come after a clean exit, every drain after its hook, and nothing may be
+//! published or released once the lease is lost. An obligation left undischarged when its step
+//! ends, or a forbidden action before it, is a violation.
 
 use crate::driver::{ChildView, Driver, Request, Restart};
 use crate::spec::ExitTable;
@@ -131,7 +133,7 @@ impl Mutation {
 /// I7: the lease is never released while any process of the workload may still run.
 pub const LEASE_OUTLIVES_WORKLOAD: &str = "lease outlives the workload";
 /// T1: with `--kill-mode tree`, no process of the workload gets SIGKILL before it was sent the
-/// stop signal.
+/// stop signal (a lost lease excepted: it kills at once).
 pub const TERM_BEFORE_KILL: &str = "term before kill";
 /// T3: no stray signal ends the owner.
 pub const STRAYS_SURVIVED: &str = "stray signals never end the owner";
@@ -165,6 +167,9 @@ pub const PUBLISH_AFTER_CLEAN_EXIT: &str = "publish only after a clean exit";
 pub const STRAY_RELAYED: &str = "a stray reaches a running workload";
 /// H2, I11: the drain hook has run when the owner records that it drains.
 pub const HOOK_BEFORE_DRAINING: &str = "drain hook before draining";
+/// Issue 14: once the lease is lost, a running workload gets SIGKILL in the step the loss is
+/// fed, nothing is published or released afterwards, and the run ends `refused/lease-lost`.
+pub const LEASE_LOST_STOPS: &str = "a lost lease stops the workload and publishes nothing";
 
 const V_CHILD: u16 = 1;
 const V_DURABLE: u16 = 2;
@@ -178,6 +183,7 @@ const V_FORWARD: u16 = 256;
 const V_CLEAN: u16 = 512;
 const V_RELAY: u16 = 1024;
 const V_HOOK: u16 = 2048;
+const V_LOST: u16 = 4096;
 
 /// Obligations a fed event created and an action must discharge (the bits of
 /// `SignalState::owed`).
@@ -185,8 +191,10 @@ const OWE_CANCEL: u8 = 1;
 const OWE_REFUSE: u8 = 2;
 const OWE_FORWARD: u8 = 4;
 const OWE_RELAY: u8 = 8;
+/// A lost lease is owed the SIGKILL of the workload that runs.
+const OWE_KILL: u8 = 16;
 /// The obligations due by the end of the step that created them.
-const OWE_IN_STEP: u8 = OWE_CANCEL | OWE_FORWARD | OWE_RELAY;
+const OWE_IN_STEP: u8 = OWE_CANCEL | OWE_FORWARD | OWE_RELAY | OWE_KILL;
 
 /// The signal model and its bounds.
 #[derive(Debug, Clone)]
@@ -340,6 +348,9 @@ pub struct SignalState {
     pub root_lost_fed: bool,
     /// See `drain_fed`.
     pub settle_fed: bool,
+    /// The lease was lost (`lease-lost` fed): from then on nothing may be published or
+    /// released.
+    pub lost: bool,
     /// Whether the drain hook ran before the owner was ready (card H2).
     pub early_drain: bool,
     /// Times the drain hook ran in this run (a run has at most one ownership; a drain begun
@@ -400,6 +411,8 @@ pub enum SignalAction {
     RootLost,
     /// The host's residencies settle.
     Settle,
+    /// The cluster lease is lost (it expired, or was not kept alive in time).
+    LoseLease,
 }
 
 fn bit(s: Signal) -> u8 {
@@ -447,6 +460,7 @@ impl SignalState {
             (OWE_CANCEL, V_CANCEL),
             (OWE_FORWARD, V_FORWARD),
             (OWE_RELAY, V_RELAY),
+            (OWE_KILL, V_LOST),
         ] {
             if self.owed & owed != 0 {
                 self.violations |= violation;
@@ -559,6 +573,7 @@ impl Model for SignalModel {
                     drain_fed: false,
                     root_lost_fed: false,
                     settle_fed: false,
+                    lost: false,
                     early_drain: false,
                     drains_begun: 0,
                     end_records: 0,
@@ -695,6 +710,9 @@ impl Model for SignalModel {
         if !s.settle_fed && s.drv.admits(Event::ResidenciesSettled).is_ok() {
             out.push(SignalAction::Settle);
         }
+        if !s.lost && s.drv.admits(Event::LeaseLost).is_ok() {
+            out.push(SignalAction::LoseLease);
+        }
     }
 
     fn next_state(&self, s: &SignalState, action: SignalAction) -> Option<SignalState> {
@@ -809,6 +827,16 @@ impl Model for SignalModel {
                 s.settle_fed = true;
                 s.feed(Event::ResidenciesSettled);
             }
+            SignalAction::LoseLease => {
+                // Another owner may take the lease from now on: this one holds nothing.
+                s.lost = true;
+                s.lock = false;
+                // Its workload is owed SIGKILL in this step, unless it already got it.
+                if s.workload_running() && !s.kill_sent {
+                    s.owed |= OWE_KILL;
+                }
+                s.feed(Event::LeaseLost);
+            }
         }
         Some(s)
     }
@@ -864,14 +892,13 @@ impl Model for SignalModel {
             Property::sometimes("drain publishes, then releases", |_, s: &SignalState| {
                 s.current == Current::New && s.ended == Some(PhaseKind::Released)
             }),
-            // I9: a refused run never moves CURRENT.
+            // I9: a refused run never moves CURRENT (a lost lease may end a run after a publish
+            // its lease still fenced; `LEASE_LOST_STOPS` checks that nothing follows the loss).
             Property::always(REFUSED_KEEPS_CURRENT, |_, s: &SignalState| {
-                !s.drv
-                    .machine()
-                    .phase()
-                    .outcome()
-                    .is_some_and(|o| o.reason == Reason::Refused)
-                    || s.current == Current::Old
+                !s.drv.machine().phase().outcome().is_some_and(|o| {
+                    o.reason == Reason::Refused
+                        && o.refusal != Some(tenure::machine::Refusal::LeaseLost)
+                }) || s.current == Current::Old
             }),
             Property::sometimes(
                 "refused by a signal while recovering",
@@ -959,6 +986,17 @@ impl Model for SignalModel {
             Property::sometimes("an in-process drain runs its hook", |_, s: &SignalState| {
                 s.settle_fed && s.drains_begun == 1 && s.ended == Some(PhaseKind::Released)
             }),
+            Property::always(LEASE_LOST_STOPS, |_, s: &SignalState| {
+                s.violations & V_LOST == 0
+            }),
+            Property::sometimes(
+                "a lost lease kills the ready workload",
+                |_, s: &SignalState| {
+                    s.exit.is_some_and(|(o, _)| {
+                        o.refusal == Some(tenure::machine::Refusal::LeaseLost) && o.killed
+                    })
+                },
+            ),
             Property::sometimes(
                 "stop while spawning waits for the spawn",
                 |_, s: &SignalState| {
@@ -1021,8 +1059,9 @@ impl SignalModel {
                 if s.owed & OWE_FORWARD != 0 {
                     s.violations |= V_FORWARD;
                 }
-                // T1 (kill mode tree): every process that gets SIGKILL was asked to stop first.
-                if s.drv.machine().config().kill_mode == KillMode::Tree {
+                // T1 (kill mode tree): every process that gets SIGKILL was asked to stop first
+                // — unless the lease was lost, which kills at once (issue 14).
+                if s.drv.machine().config().kill_mode == KillMode::Tree && !s.lost {
                     let main_unasked = s.child_running() && !s.main_termed;
                     let desc_unasked = matches!(s.desc, Desc::Alive { termed: false, .. });
                     if main_unasked || desc_unasked {
@@ -1030,6 +1069,7 @@ impl SignalModel {
                     }
                 }
                 s.kill_sent = true;
+                s.owed &= !OWE_KILL;
                 if let Child::Running { ref mut killed, .. } = s.child {
                     *killed = true;
                 }
@@ -1055,6 +1095,10 @@ impl SignalModel {
                 if s.owed & OWE_REFUSE != 0 {
                     s.violations |= V_REFUSE;
                 }
+                // Issue 14: nothing is published once the lease is lost.
+                if s.lost {
+                    s.violations |= V_LOST;
+                }
                 if !s.clean_for_publish() {
                     s.violations |= V_CLEAN;
                 }
@@ -1065,6 +1109,10 @@ impl SignalModel {
                 s.publish_pending = true;
             }
             Action::ReleaseLease => {
+                // A lost lease is not released: there is nothing left to release.
+                if s.lost {
+                    s.violations |= V_LOST;
+                }
                 if self.is(Mutation::PublishOnRelease) {
                     s.current = Current::New;
                 }
@@ -1091,6 +1139,10 @@ impl SignalModel {
                         s.violations |= V_REFUSE;
                     }
                     s.owed &= !OWE_REFUSE;
+                }
+                // Issue 14: a run that lost its lease says so in its outcome and exit code.
+                if s.lost && o.refusal != Some(tenure::machine::Refusal::LeaseLost) {
+                    s.violations |= V_LOST;
                 }
                 let code = if self.is(Mutation::ExitCodeFromSignal) {
                     o.signal.map_or(o.code(), Signal::exit_code)
@@ -1136,6 +1188,7 @@ pub fn fed_event(s: &SignalState, a: SignalAction) -> Option<Event> {
         SignalAction::Drain => Some(Event::DrainRequested),
         SignalAction::RootLost => Some(Event::RootLost),
         SignalAction::Settle => Some(Event::ResidenciesSettled),
+        SignalAction::LoseLease => Some(Event::LeaseLost),
         SignalAction::Exec
         | SignalAction::Arrive(_)
         | SignalAction::ArriveStray
@@ -1171,6 +1224,7 @@ impl crate::run::Describe for SignalModel {
                 SignalAction::Drain => "host requests drain".into(),
                 SignalAction::RootLost => "state dir moved".into(),
                 SignalAction::Settle => "residencies settle".into(),
+                SignalAction::LoseLease => "the lease is lost".into(),
             });
         }
         lines

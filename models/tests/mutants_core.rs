@@ -73,6 +73,12 @@ fn refused_recovery_publishes() {
     killed("refused-recovery-publishes");
 }
 
+/// Issue 14, I3: a drain whose cluster lease was lost publishes what its killed workload staged.
+#[test]
+fn publish_after_lease_lost() {
+    killed("publish-after-lease-lost");
+}
+
 /// G1, L3: a stop while waiting for the lease that is ignored.
 #[test]
 fn stop_while_waiting_ignored() {

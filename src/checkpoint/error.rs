@@ -121,6 +121,27 @@ pub enum CheckpointError {
         /// The epoch persisted in the state dir.
         persisted: u64,
     },
+    /// A cluster CURRENT (issue 14) was not moved: the publisher's lease no longer holds the
+    /// owner key its epoch created (it expired, or a newer owner took over).
+    #[error(
+        "{pointer}: CURRENT was not moved: the lease of epoch {epoch} no longer holds ({reason}); the blobs and manifest written are garbage a later owner may collect"
+    )]
+    Fenced {
+        /// Where CURRENT lives (`etcd://…/PREFIX/current`).
+        pointer: String,
+        /// The epoch the publisher held.
+        epoch: u64,
+        /// What the cluster said.
+        reason: String,
+    },
+    /// A cluster CURRENT could not be read or written (no member answered).
+    #[error("{pointer}: {reason}")]
+    PointerFailed {
+        /// Where CURRENT lives.
+        pointer: String,
+        /// What went wrong, with the fix.
+        reason: String,
+    },
     /// The publisher's epoch is newer than any the state dir ever granted.
     #[error(
         "{path}: publish with epoch {epoch} refused: the state dir has granted only up to epoch {persisted}; publish with the epoch the lease returned"

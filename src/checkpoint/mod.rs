@@ -82,8 +82,8 @@ pub use format::{
 pub use hash::VerifyingReader;
 pub use limits::Limits;
 pub use store::{
-    Checkpoint, CheckpointStore, CheckpointSummary, GcReport, Listed, PublishFile, Published,
-    Source, Staging, StoreOptions, VerifyReport, View, failed_name, highest_epoch,
+    Checkpoint, CheckpointStore, CheckpointSummary, CurrentPointer, GcReport, Listed, PublishFile,
+    Published, Source, Staging, StoreOptions, VerifyReport, View, failed_name, highest_epoch,
 };
 
 /// The store's directory inside a state dir.

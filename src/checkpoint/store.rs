@@ -23,6 +23,21 @@ use super::{
 use crate::fsop::{Done, Executor, Fd, Op, Summary};
 use crate::privfs::{Dir, Exec, FileKind, FsError, Links, StateDir};
 
+/// Where CURRENT lives when it is not the store's own file: a cluster (issue 14, the etcd
+/// lease), whose pointer moves only while the publisher's lease holds. The store then lives in
+/// a directory several machines share, and its plans run in their shared variant
+/// ([`plan::PublishPlan::shared`], [`plan::OpenPlan::temps_only`]): the pointer is read
+/// before a publish or a load and moved by the publish's [`Poll::Replace`] step.
+pub trait CurrentPointer: std::fmt::Debug {
+    /// Reads CURRENT (linearizably); `None` when there is no checkpoint yet.
+    fn read(&self) -> Result<Option<Current>, CheckpointError>;
+    /// Moves CURRENT to `new`, only while the lease of `epoch` holds; otherwise
+    /// [`CheckpointError::Fenced`] and nothing changed.
+    fn replace(&self, new: &Current, epoch: u64) -> Result<(), CheckpointError>;
+    /// Where CURRENT lives, for messages.
+    fn describe(&self) -> String;
+}
+
 /// Options of a store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreOptions {
@@ -231,6 +246,21 @@ struct Dirs {
     blobs: Option<Dir>,
 }
 
+/// The load plan of what CURRENT names, and the pointer's value it was made from (a cluster's
+/// pointer read before the plan; `None` when the plan reads the `CURRENT` file itself).
+type CurrentLoad = (plan::LoadPlan, Option<Vec<u8>>);
+
+/// Which sweep the owner's open makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sweep {
+    /// The first open of an ownership of a dir of its own: everything scratch.
+    All,
+    /// The first open of an ownership of a shared store: temp files only.
+    TempsOnly,
+    /// A later open within one ownership.
+    None,
+}
+
 /// A checkpoint store inside a state dir.
 #[derive(Debug)]
 pub struct CheckpointStore<'s> {
@@ -239,6 +269,7 @@ pub struct CheckpointStore<'s> {
     owned: bool,
     keep: usize,
     limits: Limits,
+    pointer: Option<&'s dyn CurrentPointer>,
 }
 
 fn check_opts(opts: &StoreOptions) -> Result<(), CheckpointError> {
@@ -279,6 +310,7 @@ impl<'s> CheckpointStore<'s> {
             owned: false,
             keep: opts.keep,
             limits: Limits::DEFAULT,
+            pointer: None,
         })
     }
 
@@ -291,7 +323,19 @@ impl<'s> CheckpointStore<'s> {
         state: &'s StateDir,
         opts: StoreOptions,
     ) -> Result<CheckpointStore<'s>, CheckpointError> {
-        Self::owned(state, opts, true)
+        Self::owned(state, opts, Sweep::All)
+    }
+
+    /// Opens a store shared by the machines of a cluster (issue 14) for its owner: temp files
+    /// of crashed publishes are removed as [`CheckpointStore::open_owned`] does, but staging
+    /// areas and views are not ([`plan::OpenPlan::temps_only`]) — they may be a paused former
+    /// owner's, whose publish must be refused by the cluster's fence rather than find its
+    /// output gone.
+    pub fn open_owned_shared(
+        state: &'s StateDir,
+        opts: StoreOptions,
+    ) -> Result<CheckpointStore<'s>, CheckpointError> {
+        Self::owned(state, opts, Sweep::TempsOnly)
     }
 
     /// Opens the store for its owner *without* the sweep of [`CheckpointStore::open_owned`]:
@@ -301,17 +345,21 @@ impl<'s> CheckpointStore<'s> {
         state: &'s StateDir,
         opts: StoreOptions,
     ) -> Result<CheckpointStore<'s>, CheckpointError> {
-        Self::owned(state, opts, false)
+        Self::owned(state, opts, Sweep::None)
     }
 
     fn owned(
         state: &'s StateDir,
         opts: StoreOptions,
-        sweep: bool,
+        sweep: Sweep,
     ) -> Result<CheckpointStore<'s>, CheckpointError> {
         check_opts(&opts)?;
         let mut exec = Exec::new(state.root());
-        let mut open = plan::OpenPlan::new(sweep);
+        let mut open = match sweep {
+            Sweep::All => plan::OpenPlan::new(true),
+            Sweep::TempsOnly => plan::OpenPlan::new(true).temps_only(),
+            Sweep::None => plan::OpenPlan::new(false),
+        };
         plan::run(&mut open, &mut exec)?;
         let fds = open
             .output()
@@ -331,6 +379,7 @@ impl<'s> CheckpointStore<'s> {
             owned: true,
             keep: opts.keep,
             limits: Limits::DEFAULT,
+            pointer: None,
         })
     }
 
@@ -338,6 +387,13 @@ impl<'s> CheckpointStore<'s> {
     /// the limits at small sizes. Publish and load of one store always use the same limits.
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// The same store with CURRENT kept by `pointer` instead of its own file (a store shared
+    /// by the machines of a cluster, issue 14).
+    pub fn with_pointer(mut self, pointer: &'s dyn CurrentPointer) -> Self {
+        self.pointer = Some(pointer);
         self
     }
 
@@ -408,6 +464,12 @@ impl<'s> CheckpointStore<'s> {
     }
 
     fn read_current_raw(&self) -> Result<Option<(Current, Vec<u8>)>, CheckpointError> {
+        if let Some(p) = self.pointer {
+            return Ok(p.read()?.map(|c| {
+                let bytes = c.to_bytes();
+                (c, bytes)
+            }));
+        }
         let Some(dirs) = &self.dirs else {
             return Ok(None);
         };
@@ -520,7 +582,9 @@ impl<'s> CheckpointStore<'s> {
                         plan.verified(token, r)?;
                     }
                     Poll::Done => return Ok(()),
-                    Poll::Input | Poll::Wait => unreachable!("a load plan run in order"),
+                    Poll::Input | Poll::Wait | Poll::Replace(_) => {
+                        unreachable!("a load plan run in order")
+                    }
                 }
             }
         };
@@ -585,7 +649,7 @@ impl<'s> CheckpointStore<'s> {
                         plan.verified(token, r)?;
                     }
                     Poll::Done => return Ok(()),
-                    Poll::Input => unreachable!("a load takes no input"),
+                    Poll::Input | Poll::Replace(_) => unreachable!("a load takes no input"),
                 }
             })();
             // Ends the workers (after the jobs in flight) before the scope joins them.
@@ -624,6 +688,43 @@ impl<'s> CheckpointStore<'s> {
         }
     }
 
+    /// The load plan of what CURRENT names: the plan reads the store's `CURRENT` file, or,
+    /// with a cluster's pointer, the pointer is read first (the executor's step) and the plan
+    /// loads the checkpoint it names, the manifest's digest checked against it. `None`: no
+    /// checkpoint (the pointer is unset).
+    fn current_plan(
+        &self,
+        root: Option<Fd>,
+        manifests: Option<Fd>,
+        blobs: Option<Fd>,
+        window: usize,
+    ) -> Result<Option<CurrentLoad>, CheckpointError> {
+        let Some(p) = self.pointer else {
+            let plan = plan::LoadPlan::current(
+                self.store_path(),
+                root,
+                manifests,
+                blobs,
+                self.limits,
+                window,
+            );
+            return Ok(Some((plan, None)));
+        };
+        let Some(c) = p.read()? else {
+            return Ok(None);
+        };
+        let plan = plan::LoadPlan::checkpoint(
+            self.store_path(),
+            manifests,
+            blobs,
+            c.id,
+            Some(c.manifest_sha256),
+            self.limits,
+            window,
+        )?;
+        Ok(Some((plan, Some(c.to_bytes()))))
+    }
+
     fn load_inner(
         &self,
         collect: bool,
@@ -631,14 +732,11 @@ impl<'s> CheckpointStore<'s> {
         let mut attempts = 0;
         loop {
             let (mut exec, [root, manifests, blobs]) = self.exec()?;
-            let mut plan = plan::LoadPlan::current(
-                self.store_path(),
-                root,
-                manifests,
-                blobs,
-                self.limits,
-                verify_window(),
-            );
+            let Some((mut plan, read)) =
+                self.current_plan(root, manifests, blobs, verify_window())?
+            else {
+                return Ok(None);
+            };
             let mut entries = Vec::new();
             let res = self.run_load(&mut plan, &mut exec, blobs, &mut |e| {
                 if collect {
@@ -655,7 +753,7 @@ impl<'s> CheckpointStore<'s> {
                 Err(e) => {
                     // An owner may have published meanwhile: start over if CURRENT moved.
                     attempts += 1;
-                    let before = plan.current_bytes().map(<[u8]>::to_vec);
+                    let before = read.or_else(|| plan.current_bytes().map(<[u8]>::to_vec));
                     let moved = match self.read_current_raw() {
                         Ok(Some((_, now))) => before.is_some_and(|b| b != now),
                         Ok(None) | Err(_) => false,
@@ -1101,6 +1199,11 @@ impl<'s> CheckpointStore<'s> {
         if let Some((parent, id)) = over {
             p = p.over(parent, id);
         }
+        // A shared store (issue 14): the pointer is read and the manifests listed before the
+        // plan, which then moves the pointer through its `Replace` step.
+        if let Some(pointer) = self.pointer {
+            p = p.shared(pointer.read()?, self.manifest_ids()?.last().copied())?;
+        }
         let mut acked = false;
         let res = loop {
             let r = match p.poll() {
@@ -1109,6 +1212,11 @@ impl<'s> CheckpointStore<'s> {
                     p.handle(r)
                 }
                 Poll::Input => next(&mut exec).and_then(|input| p.give_input(input)),
+                Poll::Replace(current) => {
+                    let pointer = self.pointer.expect("only a shared publish replaces");
+                    let r = pointer.replace(&current, epoch);
+                    p.replaced(r)
+                }
                 Poll::Done => break Ok(()),
                 Poll::Verify(..) | Poll::Wait => unreachable!("a publish verifies in order"),
             };
@@ -1128,7 +1236,7 @@ impl<'s> CheckpointStore<'s> {
             // blobs this publish gathered in `incoming/` go with the directory.
             drop(exec);
             if !acked && let Ok((root, _, _)) = self.owned_dirs() {
-                let _ = root.remove_tree(plan::INCOMING_DIR, "publish.incoming");
+                let _ = root.remove_tree(p.incoming_dir(), "publish.incoming");
             }
             return Err(e);
         }
@@ -1166,8 +1274,9 @@ impl<'s> CheckpointStore<'s> {
         let path = top.path().to_path_buf();
         let res = (|| {
             let (mut exec, [root, manifests, blobs]) = self.exec()?;
-            let mut plan =
-                plan::LoadPlan::current(self.store_path(), root, manifests, blobs, self.limits, 1);
+            let Some((mut plan, _)) = self.current_plan(root, manifests, blobs, 1)? else {
+                return Ok(None);
+            };
             let mut w = tree::ViewWriter::new(&top);
             let mut buf = hash::buffer();
             loop {
@@ -1184,7 +1293,9 @@ impl<'s> CheckpointStore<'s> {
                         plan.verified(token, r.map(Done::Hashed))?;
                     }
                     Poll::Done => break,
-                    Poll::Input | Poll::Wait => unreachable!("a load plan run in order"),
+                    Poll::Input | Poll::Wait | Poll::Replace(_) => {
+                        unreachable!("a load plan run in order")
+                    }
                 }
             }
             w.finish()?;

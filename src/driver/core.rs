@@ -31,6 +31,10 @@
 //!   any time;
 //! - `ResidenciesSettled` needs an in-process workload that is draining and whose drain hook
 //!   ran (`BeginDrain`): the host waits for residencies only then;
+//! - `LeaseLost` needs a lease that is held (granted, not released, not lost already): from
+//!   the grant until the release is answered. It answers an outstanding `ReleaseLease` (there
+//!   is nothing left to release); a recovery still running is withdrawn by the exit that
+//!   follows;
 //! - `Start` is the first event, and nothing is fed after `Exit`.
 //!
 //! A driver feeds what it observed with [`Core::feed`] (which checks these rules, then asks the
@@ -250,6 +254,8 @@ pub enum NotAllowed {
     TimerNotArmed,
     /// `ResidenciesSettled` without an in-process workload whose drain began.
     NoResidencies,
+    /// `LeaseLost` without a lease held (before the grant, after the release, or lost already).
+    NoLease,
 }
 
 impl fmt::Display for NotAllowed {
@@ -268,6 +274,7 @@ impl fmt::Display for NotAllowed {
             NotAllowed::NoResidencies => {
                 "residencies settled without an in-process drain in progress"
             }
+            NotAllowed::NoLease => "a lease lost that is not held",
         })
     }
 }
@@ -303,6 +310,7 @@ pub struct Core {
     started: bool,
     exited: bool,
     drain_begun: bool,
+    lost: bool,
 }
 
 const fn timer_bit(t: Timer) -> u8 {
@@ -329,6 +337,7 @@ impl Core {
             started: false,
             exited: false,
             drain_begun: false,
+            lost: false,
         }
     }
 
@@ -376,6 +385,16 @@ impl Core {
     /// Whether `Start` was fed.
     pub const fn started(&self) -> bool {
         self.started
+    }
+
+    /// Whether `LeaseLost` was fed: the lease is gone.
+    pub const fn lost(&self) -> bool {
+        self.lost
+    }
+
+    /// Whether the lease is held: granted, and neither released nor lost.
+    pub fn holds_lease(&self) -> bool {
+        self.machine.kind().owns() && !self.lost
     }
 
     /// Whether the drain hook (`BeginDrain`) ran in this run.
@@ -489,6 +508,13 @@ impl Core {
                 wants(Request::Publish)
             }
             Event::LeaseReleased => wants(Request::Release),
+            Event::LeaseLost => {
+                if self.holds_lease() {
+                    Ok(())
+                } else {
+                    Err(NotAllowed::NoLease)
+                }
+            }
         }
     }
 
@@ -521,6 +547,10 @@ impl Core {
                 self.outstanding.remove(Request::Publish);
             }
             Event::LeaseReleased => self.outstanding.remove(Request::Release),
+            Event::LeaseLost => {
+                self.lost = true;
+                self.outstanding.remove(Request::Release);
+            }
             Event::ChildExited(_) | Event::TreeEmpty => self.child = ChildView::Reaped,
             Event::MainExited(_) => self.child = ChildView::Tree,
             Event::MainAdopted => self.child = ChildView::Running,

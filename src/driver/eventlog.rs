@@ -51,6 +51,17 @@ impl EventLog {
         })
     }
 
+    /// Opens the log of `dir`, creating its control folder first if needed: for a run that is
+    /// about to use the dir but waits elsewhere first (a cluster lease's waiter, which has no
+    /// local lock yet). The local lease's waiter creates the same folder for its lock, so the
+    /// `waiting` line is written in both cases. A refused folder is not written (the lease
+    /// refuses it later, with the message that names the fix).
+    #[cfg(feature = "etcd")]
+    pub fn open_creating(dir: &StateDir) -> Option<EventLog> {
+        dir.root().ensure_dir(CONTROL_DIR, "lease.control").ok()?;
+        EventLog::open(dir)
+    }
+
     /// Appends one line: `{"at_ms", "kind", "pid", "epoch"?, "identity", ...fields}`. Failures
     /// are reported on stderr and otherwise ignored: the log is evidence, not state.
     pub fn write(&mut self, kind: &str, epoch: Option<u64>, fields: Value) {

@@ -109,6 +109,15 @@ pub struct RunOptions {
     pub user: Option<user::RunAs>,
     /// The command and its arguments.
     pub command: Vec<OsString>,
+    /// The cluster lease (`--lease etcd://…`, issue 14): ownership and CURRENT live on etcd,
+    /// fenced by revision; the state dir keeps the local records. `None`: the kernel lock of
+    /// the state dir.
+    #[cfg(feature = "etcd")]
+    pub cluster: Option<crate::cluster::ClusterSpec>,
+    /// Where blobs and manifests go (`--store`, with a cluster lease): a directory the
+    /// cluster's machines share. `None`: the store inside the state dir.
+    #[cfg(feature = "etcd")]
+    pub store: Option<PathBuf>,
 }
 
 impl RunOptions {
@@ -244,6 +253,15 @@ struct Runner<'a> {
     /// The last pid-file problem reported (so a waiting owner says it once, not every 20 ms).
     pid_file_problem: Option<String>,
     next_pid_file_check: Instant,
+    /// The cluster lease, while held (issue 14).
+    #[cfg(feature = "etcd")]
+    cluster: Option<crate::cluster::ClusterLease>,
+    /// Readable when the keep-alive thread found the cluster lease lost.
+    #[cfg(feature = "etcd")]
+    cluster_wake: Option<UnixStream>,
+    /// The shared store's directory (`--store`), opened once the cluster lease is held.
+    #[cfg(feature = "etcd")]
+    shared: Option<StateDir>,
 }
 
 impl<'a> Runner<'a> {
@@ -306,6 +324,12 @@ impl<'a> Runner<'a> {
             terminal_handed: false,
             pid_file_problem: None,
             next_pid_file_check: Instant::now(),
+            #[cfg(feature = "etcd")]
+            cluster: None,
+            #[cfg(feature = "etcd")]
+            cluster_wake: None,
+            #[cfg(feature = "etcd")]
+            shared: None,
         })
     }
 
@@ -329,6 +353,13 @@ impl<'a> Runner<'a> {
         // armed or extended it again, has not expired for the machine.
         if let Event::TimerExpired(t) = ev
             && (!self.core.armed(t) || self.deadlines.get(&t).is_some_and(|d| *d > Instant::now()))
+        {
+            return Ok(None);
+        }
+        // A loss noticed twice (by the keep-alive and by the release), or after the run let go,
+        // is not news to the machine.
+        if let Event::LeaseLost = ev
+            && !self.core.holds_lease()
         {
             return Ok(None);
         }
@@ -439,10 +470,30 @@ impl<'a> Runner<'a> {
                 return;
             }
         };
+        // With a cluster lease, the cluster decides who owns (and waits); the local lock then
+        // only keeps this dir's records to one runner, and takes the cluster's epoch.
+        #[cfg(feature = "etcd")]
+        let (fence, cluster_contended) = match self.opts.cluster.clone() {
+            None => (None, false),
+            Some(spec) => match self.acquire_cluster(&dir, &spec) {
+                (Some(epoch), contended) => (Some(epoch), contended),
+                (None, _) => {
+                    self.dir = Some(dir);
+                    return;
+                }
+            },
+        };
+        #[cfg(not(feature = "etcd"))]
+        let (fence, cluster_contended) = (None, false);
         let opts = AcquireOptions {
-            wait: self.opts.wait,
+            wait: if fence.is_some() {
+                WaitBound::Try
+            } else {
+                self.opts.wait
+            },
             cancel: Some(self.intake.fd()),
             phase: PhaseKind::Recovering,
+            fence,
         };
         let mut contended = false;
         let mut log = None;
@@ -475,10 +526,17 @@ impl<'a> Runner<'a> {
             Some(l) => Some(l),
             // Already tried while waiting (and warned if the log file is refused).
             None if refused || contended => None,
+            None if self.log.is_some() => self.log.take(),
             None => EventLog::open(&dir),
         };
         if contended {
             self.queue.push_back(Event::LeaseBusy);
+        }
+        // Contention on the cluster was reported already; the local lock is tried once.
+        let contended = contended || cluster_contended;
+        #[cfg(feature = "etcd")]
+        if result.is_err() {
+            self.drop_cluster();
         }
         self.dir = Some(dir);
         match result {
@@ -558,6 +616,167 @@ impl<'a> Runner<'a> {
         }
     }
 
+    /// Takes the cluster lease (issue 14): waits visibly while another machine owns it, then
+    /// starts its keep-alive and opens the shared store. Returns the epoch (the owner key's
+    /// create revision) and whether contention was reported; `None` when the events that end
+    /// the acquisition were queued.
+    #[cfg(feature = "etcd")]
+    fn acquire_cluster(
+        &mut self,
+        dir: &StateDir,
+        spec: &crate::cluster::ClusterSpec,
+    ) -> (Option<u64>, bool) {
+        use crate::cluster::{self, ClusterError, Holder, Progress, Wait};
+        let me = Holder::me(dir.path());
+        let wait = match self.opts.wait {
+            WaitBound::Try => Wait::Try,
+            WaitBound::For(d) => Wait::For(d),
+            WaitBound::Forever => Wait::Forever,
+        };
+        let mut contended = false;
+        let mut log = None;
+        let url = spec.url();
+        // The local dir was only inspected by opening it; the event log is opened (with its
+        // control folder, as a local waiter's lock creates it) once there is something to say
+        // while the acquisition goes on — that we wait, or that the cluster cannot be reached —
+        // so an operator sees it then, not once the wait is over.
+        let result = cluster::acquire(spec, &me, wait, Some(self.intake.fd()), &mut |p| {
+            let l = log.get_or_insert_with(|| EventLog::open_creating(dir));
+            match p {
+                Progress::Waiting { owner, epoch } => {
+                    log::info!("waiting for {url} (owner {owner}, epoch {epoch})");
+                    contended = true;
+                    if let Some(l) = l {
+                        l.write(
+                            "waiting",
+                            None,
+                            json!({"owner_pid": owner.pid, "owner_node": &owner.node,
+                                   "owner_epoch": epoch, "lease": url}),
+                        );
+                    }
+                }
+                Progress::Unavailable { error } => {
+                    log::warn!("{url}: cluster unavailable, retrying: {error}");
+                    if let Some(l) = l {
+                        l.write(
+                            "cluster-unavailable",
+                            None,
+                            json!({"lease": url, "error": error.to_string(), "retrying": true}),
+                        );
+                    }
+                }
+                Progress::Reachable { outage } => {
+                    let ms = outage.as_millis() as u64;
+                    log::info!("{url}: the cluster answers again after {ms} ms");
+                    if let Some(l) = l {
+                        l.write(
+                            "cluster-reachable",
+                            None,
+                            json!({"lease": url, "outage_ms": ms}),
+                        );
+                    }
+                }
+            }
+        });
+        // A failed acquisition leaves its end record too (the dir itself was not refused).
+        self.log = match log {
+            Some(l) => l,
+            None if result.is_err() => EventLog::open_creating(dir),
+            None => None,
+        };
+        let mut lease = match result {
+            Ok(l) => l,
+            Err(ClusterError::Busy { .. }) => {
+                if let Err(e) = &result {
+                    self.failure = Some(e.to_string());
+                }
+                if !contended {
+                    self.queue.push_back(Event::LeaseBusy);
+                }
+                self.queue.push_back(Event::WaitExpired);
+                return (None, contended);
+            }
+            // The signal that cancelled the wait is read by the loop and fed as `stop`.
+            Err(ClusterError::Cancelled { .. }) => return (None, contended),
+            Err(e) => {
+                let fault = if e.is_refusal() {
+                    Fault::State
+                } else {
+                    Fault::Io
+                };
+                self.failure = Some(e.to_string());
+                self.queue.push_back(Event::LeaseFailed(fault));
+                return (None, contended);
+            }
+        };
+        match crate::cluster::wake_pair() {
+            Ok((r, w)) => {
+                lease.keep_alive(w);
+                self.cluster_wake = Some(r);
+            }
+            Err(e) => {
+                self.failure = Some(format!("cannot start the keep-alive of {url}: {e}"));
+                let _ = lease.release();
+                self.queue.push_back(Event::LeaseFailed(Fault::Io));
+                return (None, contended);
+            }
+        }
+        let epoch = lease.epoch();
+        self.cluster = Some(lease);
+        if let Some(store) = &self.opts.store {
+            match StateDir::open(store, true) {
+                Ok(d) => self.shared = Some(d),
+                Err(e) => {
+                    let fault = if e.is_refusal() {
+                        Fault::State
+                    } else {
+                        Fault::Io
+                    };
+                    self.failure = Some(format!("the shared store: {e}"));
+                    self.drop_cluster();
+                    self.queue.push_back(Event::LeaseFailed(fault));
+                    return (None, contended);
+                }
+            }
+        }
+        (Some(epoch), contended)
+    }
+
+    /// Lets the cluster lease go after a failed acquisition (nothing of this ownership ran).
+    #[cfg(feature = "etcd")]
+    fn drop_cluster(&mut self) {
+        self.cluster_wake = None;
+        if let Some(c) = self.cluster.take() {
+            let _ = c.release();
+        }
+    }
+
+    /// The directory the checkpoint store lives in: the shared store of a cluster lease, or
+    /// the state dir.
+    fn store_dir(&self) -> Option<&StateDir> {
+        #[cfg(feature = "etcd")]
+        if self.opts.store.is_some() {
+            return self.shared.as_ref();
+        }
+        self.dir.as_ref()
+    }
+
+    /// The store, attached for its owner; with a cluster lease, CURRENT is the cluster's.
+    fn attach(&self) -> Option<Result<CheckpointStore<'_>, CheckpointError>> {
+        let dir = self.store_dir()?;
+        let store = CheckpointStore::attach_owned(
+            dir,
+            StoreOptions {
+                keep: self.opts.keep,
+            },
+        );
+        #[cfg(feature = "etcd")]
+        if let Some(c) = &self.cluster {
+            return Some(store.map(|s| s.with_pointer(c)));
+        }
+        Some(store)
+    }
+
     fn start_recovery(&mut self) {
         if let Some(msg) = self.orphan_alive.take() {
             // An orphan of a crashed owner could not be stopped: refuse before any workload.
@@ -566,7 +785,7 @@ impl<'a> Runner<'a> {
             self.queue.push_back(Event::RecoveryFailed(Fault::Io));
             return;
         }
-        let dir = match self.dir.as_ref().map(StateDir::try_clone) {
+        let dir = match self.store_dir().map(StateDir::try_clone) {
             Some(Ok(d)) => d,
             Some(Err(e)) => {
                 self.failure = Some(e.to_string());
@@ -579,6 +798,14 @@ impl<'a> Runner<'a> {
             }
         };
         let keep = self.opts.keep;
+        #[cfg(feature = "etcd")]
+        let pointer = self
+            .opts
+            .cluster
+            .clone()
+            .map(|spec| crate::cluster::ReadPointer { spec });
+        #[cfg(not(feature = "etcd"))]
+        let pointer: Option<NoPointer> = None;
         let (wake, signal) = match UnixStream::pair() {
             Ok(p) => p,
             Err(e) => {
@@ -591,7 +818,14 @@ impl<'a> Runner<'a> {
         let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = cancel.clone();
         let handle = std::thread::spawn(move || {
-            let r = recover(&dir, keep, &flag);
+            let r = recover(
+                &dir,
+                keep,
+                &flag,
+                pointer
+                    .as_ref()
+                    .map(|p| p as &dyn crate::checkpoint::CurrentPointer),
+            );
             let _ = (&signal).write_all(b"x");
             r
         });
@@ -837,13 +1071,11 @@ impl<'a> Runner<'a> {
         {
             log::warn!("{e}");
         }
-        let result = CheckpointStore::attach_owned(
-            dir,
-            StoreOptions {
-                keep: self.opts.keep,
-            },
-        )
-        .and_then(|s| s.publish(epoch, &rec.staging));
+        let Some(store) = self.attach() else {
+            self.queue.push_back(Event::CheckpointSkipped);
+            return;
+        };
+        let result = store.and_then(|s| s.publish(epoch, &rec.staging));
         match result {
             Ok(Published::New {
                 checkpoint,
@@ -870,13 +1102,10 @@ impl<'a> Runner<'a> {
                 // Card P1: the child's output is never lost. The staging area (whatever its
                 // path names now) is kept under `checkpoints/failed/<epoch>`, and the error and
                 // the fix name that place, not the staging area that no longer exists.
-                let kept = CheckpointStore::attach_owned(
-                    dir,
-                    StoreOptions {
-                        keep: self.opts.keep,
-                    },
-                )
-                .and_then(|s| s.keep_failed(&rec.staging, epoch));
+                let kept = self
+                    .attach()
+                    .expect("attached above")
+                    .and_then(|s| s.keep_failed(&rec.staging, epoch));
                 let e = match &kept {
                     Ok(Some(k)) => e.relocate(rec.staging.path(), k),
                     _ => e,
@@ -906,15 +1135,12 @@ impl<'a> Runner<'a> {
                 // checkpoint current but not durable: read what CURRENT names now rather than
                 // claiming it is unchanged.
                 let before = rec.checkpoint.map(|(id, _, _)| id);
-                let now = CheckpointStore::attach_owned(
-                    dir,
-                    StoreOptions {
-                        keep: self.opts.keep,
-                    },
-                )
-                .and_then(|s| s.read_current())
-                .map(|c| c.map(|c| c.id))
-                .unwrap_or(before);
+                let now = self
+                    .attach()
+                    .expect("attached above")
+                    .and_then(|s| s.read_current())
+                    .map(|c| c.map(|c| c.id))
+                    .unwrap_or(before);
                 self.publish_failure = Some((before, now));
                 self.failure = Some(e.to_string());
                 self.log(
@@ -945,13 +1171,8 @@ impl<'a> Runner<'a> {
                 }
             }
         }
-        if let (Some(dir), Some(rec)) = (&self.dir, self.recovered.take())
-            && let Ok(store) = CheckpointStore::attach_owned(
-                dir,
-                StoreOptions {
-                    keep: self.opts.keep,
-                },
-            )
+        if let Some(rec) = self.recovered.take()
+            && let Some(Ok(store)) = self.attach()
         {
             if let Some(v) = rec.view {
                 let _ = store.remove_view(v);
@@ -970,6 +1191,27 @@ impl<'a> Runner<'a> {
             let _ = l.unregister_instance("child");
             if let Err(e) = l.release() {
                 log::error!("releasing {}: {e}", self.dir_display());
+            }
+        }
+        // The cluster lease goes last: its owner key is deleted only if it is still this
+        // epoch's. Finding it gone means the lease was lost before the release.
+        #[cfg(feature = "etcd")]
+        if let Some(c) = self.cluster.take() {
+            self.cluster_wake = None;
+            let url = c.spec().url();
+            match c.release() {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.failure = Some(format!(
+                        "{url}: the owner key was no longer this epoch's at the release"
+                    ));
+                    self.queue.push_back(Event::LeaseLost);
+                    return;
+                }
+                // The key expires with the lease within its TTL.
+                Err(e) => {
+                    log::warn!("releasing {url}: {e}; the lease expires by itself within its TTL")
+                }
             }
         }
         self.queue.push_back(Event::LeaseReleased);
@@ -1016,6 +1258,10 @@ impl<'a> Runner<'a> {
                 log::error!("readiness timed out: the child did not send READY=1 in time");
                 self.log("readiness-timed-out", json!({}));
             }
+            Note::Killed if self.core.lost() => {
+                log::warn!("the lease is lost; sending SIGKILL to the workload");
+                self.log("killed", json!({"cause": "lease-lost"}));
+            }
             Note::Killed => {
                 log::warn!("the workload did not stop within the grace period; sending SIGKILL");
                 self.log("killed", json!({}));
@@ -1032,10 +1278,42 @@ impl<'a> Runner<'a> {
             Note::Refused => self.log("refused", json!({"error": self.failure})),
             Note::Cancelled => self.log("cancelled", json!({})),
             Note::Busy => self.log("busy", json!({})),
+            Note::LeaseLost => {
+                let why = self
+                    .failure
+                    .clone()
+                    .unwrap_or_else(|| "it expired".to_string());
+                log::error!(
+                    "the lease of {dir} (epoch {epoch}) was lost: {why}; stopping the workload at once, nothing more will be published"
+                );
+                self.log("lease-lost", json!({"error": why}));
+            }
         }
     }
 
     fn finish(&mut self, o: &Outcome) {
+        // A lost lease released nothing: what this run still holds locally goes now (the
+        // workload is gone), a recovery still running is stopped first, and the cluster's owner
+        // key is deleted only if it is somehow still this epoch's.
+        if self.core.lost() {
+            if let Some(w) = self.worker.take() {
+                w.cancel.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = w.handle.join();
+            }
+            if let Some(t) = &self.tree {
+                t.remove_cgroup();
+            }
+            if let Some(mut l) = self.lease.take() {
+                let _ = l.unregister_instance("child");
+                if let Err(e) = l.release() {
+                    log::error!("releasing {}: {e}", self.dir_display());
+                }
+            }
+            #[cfg(feature = "etcd")]
+            if let Some(c) = self.cluster.take() {
+                let _ = c.release();
+            }
+        }
         let dir = self.dir_display();
         let epoch = self.epoch.unwrap_or(0);
         match o.reason {
@@ -1115,6 +1393,9 @@ impl<'a> Runner<'a> {
                     Some(Refusal::NoMainPid) => {
                         "the daemon's tree ended before its pid file named a main process".into()
                     }
+                    Some(Refusal::LeaseLost) => {
+                        "the lease was lost while owned; the workload was stopped and nothing was released".into()
+                    }
                     Some(Refusal::State) | Some(Refusal::Io) | None => self
                         .failure
                         .clone()
@@ -1187,6 +1468,13 @@ impl<'a> Runner<'a> {
                 Some(w) => push(w.wake.as_fd(), PollFlags::IN),
                 None => None,
             };
+            #[cfg(feature = "etcd")]
+            let lost_i = match &self.cluster_wake {
+                Some(w) => push(w.as_fd(), PollFlags::IN),
+                None => None,
+            };
+            #[cfg(not(feature = "etcd"))]
+            let lost_i: Option<usize> = None;
             // The cgroup's `populated` flag wakes POLLPRI when the tree empties.
             let tree_i = match self.tree.as_ref().and_then(Tree::events_fd) {
                 Some(fd) if self.tree_remains => push(fd, PollFlags::PRI),
@@ -1205,6 +1493,7 @@ impl<'a> Runner<'a> {
                 notify: ready(notify_i),
                 worker: ready(worker_i),
                 tree: ready(tree_i),
+                lost: ready(lost_i),
             }
         };
         if ready.stderr
@@ -1236,6 +1525,21 @@ impl<'a> Runner<'a> {
         }
         if ready.worker {
             self.finish_recovery();
+        }
+        #[cfg(feature = "etcd")]
+        if ready.lost {
+            if let Some(w) = &self.cluster_wake {
+                crate::cluster::drain_wake(w);
+            }
+            let why = self.cluster.as_ref().and_then(|c| c.lost());
+            if let Some(why) = why
+                && self.core.holds_lease()
+            {
+                self.failure = Some(why);
+                self.queue.push_back(Event::LeaseLost);
+                // Reported once: the descriptor is not polled again.
+                self.cluster_wake = None;
+            }
         }
         if ready.stop {
             for s in self.intake.take() {
@@ -1451,6 +1755,9 @@ impl<'a> Runner<'a> {
 
 /// Which descriptors `poll` found ready.
 struct Ready {
+    /// The cluster lease's keep-alive found it lost.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    lost: bool,
     stop: bool,
     other: bool,
     pidfd: bool,
@@ -1528,6 +1835,7 @@ fn recover(
     dir: &StateDir,
     keep: usize,
     cancel: &std::sync::atomic::AtomicBool,
+    pointer: Option<&dyn crate::checkpoint::CurrentPointer>,
 ) -> Result<Recovered, (Fault, String)> {
     let cancelled = || cancel.load(std::sync::atomic::Ordering::SeqCst);
     let abandoned = || (Fault::Io, "recovery was abandoned".to_string());
@@ -1539,18 +1847,23 @@ fn recover(
         };
         (fault, e.to_string())
     };
-    let store = match CheckpointStore::open_owned(dir, StoreOptions { keep }) {
+    let open = || match CheckpointStore::open_owned(dir, StoreOptions { keep }) {
         // Scratch that a child running as another user (`--user`) still owned when its runner
         // ended without cleaning up (a crash): taken back, so that the sweep removes it.
         Err(CheckpointError::Fs(crate::privfs::FsError::NotOwned { path, .. }))
             if user::is_scratch(dir, &path) =>
         {
             user::take_back_scratch(dir).map_err(|e| (Fault::Io, e.to_string()))?;
-            CheckpointStore::open_owned(dir, StoreOptions { keep })
+            Ok(CheckpointStore::open_owned(dir, StoreOptions { keep }))
         }
-        other => other,
-    }
-    .map_err(fail)?;
+        other => Ok(other),
+    };
+    let store = match pointer {
+        Some(p) => CheckpointStore::open_owned_shared(dir, StoreOptions { keep })
+            .map_err(fail)?
+            .with_pointer(p),
+        None => open()?.map_err(fail)?,
+    };
     // A named point before the checkpoint is read and verified: tests hold the worker here
     // (`gate`) to stop a run deterministically while it verifies, or fail it (`eio`).
     crate::failpoint::hit("recover.verify").map_err(|e| {
@@ -1585,6 +1898,28 @@ fn recover(
     })
 }
 
+/// Without the `etcd` feature no run has a cluster pointer; this type has no value.
+#[cfg(not(feature = "etcd"))]
+#[derive(Debug)]
+enum NoPointer {}
+
+#[cfg(not(feature = "etcd"))]
+impl crate::checkpoint::CurrentPointer for NoPointer {
+    fn read(&self) -> Result<Option<crate::checkpoint::format::Current>, CheckpointError> {
+        match *self {}
+    }
+    fn replace(
+        &self,
+        _: &crate::checkpoint::format::Current,
+        _: u64,
+    ) -> Result<(), CheckpointError> {
+        match *self {}
+    }
+    fn describe(&self) -> String {
+        match *self {}
+    }
+}
+
 fn to_rustix(s: Signal) -> rustix::process::Signal {
     match s {
         Signal::Term => rustix::process::Signal::TERM,
@@ -1601,5 +1936,6 @@ fn cause_name(c: DrainCause) -> String {
         DrainCause::ChildExited => "child-exited".into(),
         DrainCause::RootLost => "root-lost".into(),
         DrainCause::Watchdog => "watchdog".into(),
+        DrainCause::LeaseLost => "lease-lost".into(),
     }
 }

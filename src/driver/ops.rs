@@ -387,6 +387,138 @@ pub fn status(dir: &Path, json: bool) -> u8 {
     code
 }
 
+/// `tenure status --lease etcd://…` (issue 14): the cluster's owner (node, pid, epoch), its
+/// waiters and CURRENT, beside this machine's local view of its state dir. Exit codes follow
+/// LSB as for `status`: [`STATUS_OWNED`] when the prefix has an owner anywhere in the cluster,
+/// [`STATUS_NOT_RUNNING`] when it has none, [`STATUS_UNKNOWN`] when the cluster cannot be read
+/// or the local dir is refused.
+#[cfg(feature = "etcd")]
+pub fn cluster_status(dir: &Path, spec: &crate::cluster::ClusterSpec, json: bool) -> u8 {
+    let cluster = match crate::cluster::status(spec) {
+        Ok(c) => c,
+        Err(e) => {
+            log::error!("{e}");
+            return STATUS_UNKNOWN;
+        }
+    };
+    let local = match StateDir::open(dir, false).map(|d| collect(&d)) {
+        Ok(Ok(s)) => Some(s),
+        // A machine that never ran on this dir has no local view yet.
+        Err(crate::privfs::FsError::NotFound { .. }) => None,
+        Ok(Err(e)) => {
+            log::error!("{e}");
+            return STATUS_UNKNOWN;
+        }
+        Err(e) => {
+            log::error!("{e}");
+            return STATUS_UNKNOWN;
+        }
+    };
+    // LSB, as `status`: the prefix is owned (somewhere in the cluster), or not.
+    let code = if cluster.owner.is_some() {
+        STATUS_OWNED
+    } else {
+        STATUS_NOT_RUNNING
+    };
+    let owner = cluster.owner.as_ref().map(|(h, epoch)| {
+        serde_json::json!({"node": h.node, "pid": h.pid, "dir": h.dir, "epoch": epoch,
+                           "since_ms": h.since_ms})
+    });
+    let waiters: Vec<serde_json::Value> = cluster
+        .waiters
+        .iter()
+        .map(|w| serde_json::json!({"node": w.node, "pid": w.pid, "dir": w.dir, "since_ms": w.since_ms}))
+        .collect();
+    if json {
+        let mut v = match &local {
+            Some(s) => serde_json::to_value(s).unwrap_or_default(),
+            None => serde_json::json!({"dir": dir.display().to_string()}),
+        };
+        v["cluster"] = serde_json::json!({
+            "lease": cluster.url, "owner": owner, "waiters": waiters, "current": cluster.current,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return code;
+    }
+    println!("lease:      {}", cluster.url);
+    match &cluster.owner {
+        Some((h, e)) => println!(
+            "owner:      pid {} on {} ({}), epoch {e}, since {}",
+            h.pid,
+            h.node,
+            h.dir,
+            lease::format_unix_ms(h.since_ms)
+        ),
+        None => println!("owner:      none"),
+    }
+    for w in &cluster.waiters {
+        println!(
+            "waiter:     pid {} on {} ({}), since {}",
+            w.pid,
+            w.node,
+            w.dir,
+            lease::format_unix_ms(w.since_ms)
+        );
+    }
+    println!(
+        "current:    {}",
+        cluster.current.as_deref().unwrap_or("none")
+    );
+    match &local {
+        Some(s) => println!(
+            "local:      {} phase {}, epoch {}{}",
+            s.dir,
+            s.phase,
+            s.epoch,
+            s.owner
+                .as_ref()
+                .map_or_else(String::new, |o| format!(", owner pid {}", o.process.pid))
+        ),
+        None => println!("local:      {} (never used)", dir.display()),
+    }
+    code
+}
+
+/// `tenure verify --lease etcd://… --store DIR` (issue 14): the checkpoint CURRENT on the
+/// cluster names, verified in the shared store. Never changes anything.
+#[cfg(feature = "etcd")]
+pub fn cluster_verify(spec: &crate::cluster::ClusterSpec, store: &Path) -> u8 {
+    let d = match open_existing(store) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
+    let pointer = crate::cluster::ReadPointer { spec: spec.clone() };
+    let fail = |e: crate::checkpoint::CheckpointError| {
+        log::error!("{e}");
+        if e.is_corrupt_state() {
+            EXIT_REFUSED
+        } else {
+            EXIT_IO
+        }
+    };
+    let s = match CheckpointStore::open(&d, StoreOptions::default()) {
+        Ok(s) => s.with_pointer(&pointer),
+        Err(e) => return fail(e),
+    };
+    match s.load_summary() {
+        Ok(Some(c)) => {
+            println!(
+                "checkpoint {} is valid: {} files, {} bytes, published at epoch {}",
+                c.id.get(),
+                c.files,
+                c.bytes,
+                c.epoch
+            );
+            0
+        }
+        Ok(None) => {
+            println!("no checkpoint on {}", spec.url());
+            0
+        }
+        Err(e) => fail(e),
+    }
+}
+
 fn liveness_word(l: Liveness) -> &'static str {
     match l {
         Liveness::Live => "live",
@@ -483,6 +615,7 @@ pub fn init(dir: &Path, adopt: bool) -> u8 {
         wait: WaitBound::Try,
         cancel: None,
         phase: PhaseKind::Recovering,
+        fence: None,
     };
     match lease::acquire(&d, &opts, &mut |_| {}) {
         Ok(l) => {
@@ -1091,6 +1224,7 @@ pub fn rollback(
         wait,
         cancel: Some(intake.fd()),
         phase: PhaseKind::Recovering,
+        fence: None,
     };
     let lease = match lease::acquire(&d, &opts, &mut |c| log::info!("{c}")) {
         Ok(l) => l,

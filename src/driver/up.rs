@@ -114,6 +114,19 @@ pub fn run_args(opts: &RunOptions, dir: &std::path::Path, left: Duration) -> Vec
         a.extend(["--user".into(), format!("{}:{}", u.uid, u.gid).into()]);
     }
     a.extend(["--keep".into(), opts.keep.to_string().into()]);
+    #[cfg(feature = "etcd")]
+    if let Some(c) = &opts.cluster {
+        a.extend([
+            "--lease".into(),
+            c.url().into(),
+            "--lease-ttl".into(),
+            c.ttl.as_secs().to_string().into(),
+        ]);
+        if let Some(s) = &opts.store {
+            let abs = std::path::absolute(s).unwrap_or_else(|_| s.clone());
+            a.extend(["--store".into(), abs.into()]);
+        }
+    }
     a.extend(["-E".into(), opts.busy_code.to_string().into()]);
     if let Some(t) = &opts.trace {
         let abs = std::path::absolute(t).unwrap_or_else(|_| t.clone());

@@ -206,6 +206,18 @@ pub enum LeaseError {
         /// The epoch persisted now.
         current: u64,
     },
+    /// A cluster lease's epoch is not above what the local dir records (issue 14).
+    #[error(
+        "{dir} records epoch {recorded}, not below the cluster lease's epoch {cluster}: this dir was used with another lease (a local one, or another cluster); give the cluster lease a state dir of its own"
+    )]
+    EpochAhead {
+        /// The state dir.
+        dir: PathBuf,
+        /// The highest epoch the dir records.
+        recorded: u64,
+        /// The cluster's epoch for this ownership.
+        cluster: u64,
+    },
     /// A record (owner record, registry entry) cannot be parsed.
     #[error("{path} is corrupt ({reason}); nothing was changed: inspect it, then move it aside")]
     CorruptRecord {
@@ -290,6 +302,7 @@ impl LeaseError {
             | LeaseError::CorruptRecord { .. }
             | LeaseError::Moved { .. }
             | LeaseError::StaleEpoch { .. }
+            | LeaseError::EpochAhead { .. }
             | LeaseError::BadInstanceName { .. }
             | LeaseError::Epoch(_) => true,
             LeaseError::Fs(fs) => fs.is_refusal(),
@@ -360,6 +373,10 @@ pub struct AcquireOptions<'a> {
     pub cancel: Option<BorrowedFd<'a>>,
     /// The phase written into the owner record on acquisition (normally `Recovering`).
     pub phase: PhaseKind,
+    /// A cluster lease's epoch (issue 14): this ownership's epoch is exactly this value — the
+    /// cluster's fencing revision — instead of one above what the dir records; refused
+    /// ([`LeaseError::EpochAhead`]) if the dir records this epoch or a later one.
+    pub fence: Option<u64>,
 }
 
 impl Default for AcquireOptions<'_> {
@@ -368,6 +385,7 @@ impl Default for AcquireOptions<'_> {
             wait: WaitBound::Forever,
             cancel: None,
             phase: PhaseKind::Recovering,
+            fence: None,
         }
     }
 }
@@ -524,6 +542,7 @@ pub fn acquire_for_workload(
         fresh_root: Token(fresh_root),
         phase: opts.phase,
         cgroup,
+        fence: opts.fence,
     };
     let mut lock = exec::LockIo::default();
     let acquired = {
@@ -1039,4 +1058,21 @@ fn clear_foreign_records(control: &Dir, root_id: Token) -> Result<(), LeaseError
     }
     control.sync("lease.adopt")?;
     Ok(())
+}
+
+/// The epoch of an ownership under a cluster lease (issue 14): the cluster's fencing revision
+/// `cluster`, which must not be below `next_local`, the next epoch the local dir would grant
+/// (else `Err` with the epoch the dir records: the dir was used with another lease). The
+/// acquisition plan ([`plan::AcquireSteps`]) and the cluster model (models/src/cluster.rs)
+/// grant epochs through this function.
+pub fn fenced_epoch(next_local: u64, cluster: u64) -> Result<u64, u64> {
+    // Mutant: the epoch taken from the local dir's counter instead of the cluster's revision.
+    if crate::mutant::on("cluster-epoch-local-counter") {
+        return Ok(next_local);
+    }
+    if cluster >= next_local {
+        Ok(cluster)
+    } else {
+        Err(next_local - 1)
+    }
 }

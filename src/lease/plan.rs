@@ -1128,6 +1128,9 @@ pub struct AcquireInput {
     pub phase: PhaseKind,
     /// Whether to create a cgroup for the ownership's workload.
     pub cgroup: bool,
+    /// A cluster lease's epoch (issue 14, [`super::AcquireOptions::fence`]): the ownership's
+    /// epoch is exactly this, through [`super::fenced_epoch`].
+    pub fence: Option<u64>,
 }
 
 /// What a successful acquisition found and wrote.
@@ -1592,6 +1595,20 @@ impl AcquireSteps {
             // The bug: a takeover of a crashed owner continues its epoch.
             next -= 1;
         }
+        // A cluster lease's epoch is the cluster's revision; the dir must not have seen it yet.
+        let (next, rewound) = match self.input.fence {
+            None => (next, rewound),
+            Some(cluster) => match super::fenced_epoch(next, cluster) {
+                Ok(e) => (e, None),
+                Err(recorded) => {
+                    return Err(LeaseError::EpochAhead {
+                        dir: self.input.path.clone(),
+                        recorded,
+                        cluster,
+                    });
+                }
+            },
+        };
         self.rewound = rewound;
         let (marker, new_marker) = match &self.found.marker {
             Some(m) if !crate::mutant::on("lease-marker-every-acquisition") => (m.clone(), false),

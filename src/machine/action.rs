@@ -93,6 +93,9 @@ pub enum Note {
     Cancelled,
     /// The wait bound expired against a live owner.
     Busy,
+    /// The cluster lease was lost while owned: the workload is stopped at once, nothing is
+    /// published and nothing released.
+    LeaseLost,
 }
 
 /// Which processes of the workload a signal is for.
@@ -122,6 +125,8 @@ pub enum DrainCause {
     RootLost,
     /// The ready workload missed its `WATCHDOG=1` ping.
     Watchdog,
+    /// The cluster lease was lost: the workload is killed at once and nothing is published.
+    LeaseLost,
 }
 
 /// Why a run ended: the `reason` of the run's end record (card R1).
@@ -166,6 +171,10 @@ pub enum Refusal {
     RootLost,
     /// A forking daemon's tree ended before its pid file named a main process.
     NoMainPid,
+    /// The cluster lease was lost while owned (expired, or not kept alive in time): another
+    /// owner may hold it, so the workload was killed, nothing was published after the loss and
+    /// nothing was released.
+    LeaseLost,
 }
 
 /// How a run ended: the reason, the process exit code and the details behind them. The exit
@@ -200,6 +209,9 @@ pub const EXIT_DID_NOT_STOP: u8 = 70;
 pub const EXIT_IO: u8 = 74;
 /// Exit code: the lease is busy and the wait bound expired (sysexits EX_TEMPFAIL); configurable.
 pub const EXIT_BUSY: u8 = 75;
+/// Exit code: the cluster lease was lost while owned (sysexits EX_PROTOCOL: the cluster said
+/// the lease is gone, or could not say in time that it is not).
+pub const EXIT_LEASE_LOST: u8 = 76;
 /// Exit code: the executable was found but could not be run.
 pub const EXIT_NOT_EXECUTABLE: u8 = 126;
 /// Exit code: the executable was not found.
@@ -241,6 +253,7 @@ impl Outcome {
                 Some(Refusal::Io) => EXIT_IO,
                 Some(Refusal::ReadinessTimedOut) | Some(Refusal::NoMainPid) => EXIT_NOT_READY,
                 Some(Refusal::State) | Some(Refusal::RootLost) | None => EXIT_REFUSED,
+                Some(Refusal::LeaseLost) => EXIT_LEASE_LOST,
             },
             Reason::Cancelled => match self.signal {
                 Some(s) => s.exit_code(),
@@ -311,6 +324,7 @@ pub const fn refusal_name(r: Refusal) -> &'static str {
         Refusal::ReadinessTimedOut => "readiness-timed-out",
         Refusal::RootLost => "root-lost",
         Refusal::NoMainPid => "no-main-pid",
+        Refusal::LeaseLost => "lease-lost",
     }
 }
 
@@ -360,6 +374,7 @@ impl fmt::Display for Note {
             Note::Refused => f.write_str("refused"),
             Note::Cancelled => f.write_str("cancelled"),
             Note::Busy => f.write_str("busy"),
+            Note::LeaseLost => f.write_str("lease lost"),
         }
     }
 }
@@ -373,6 +388,7 @@ impl fmt::Display for DrainCause {
             DrainCause::ChildExited => f.write_str("child exited"),
             DrainCause::RootLost => f.write_str("root lost"),
             DrainCause::Watchdog => f.write_str("watchdog"),
+            DrainCause::LeaseLost => f.write_str("lease lost"),
         }
     }
 }

@@ -251,6 +251,11 @@ pub enum Event {
     CheckpointFailed,
     /// The lease was released: registry entries removed, lock dropped.
     LeaseReleased,
+    /// A cluster lease was lost while owned: it expired, or it could not be kept alive in time
+    /// (a partition, a lost quorum, the owner paused past its TTL), so another owner may hold
+    /// it now. It also answers an outstanding release: there is nothing left to release. A
+    /// kernel lock cannot be lost; only a cluster lease feeds this.
+    LeaseLost,
 }
 
 impl Event {
@@ -295,6 +300,7 @@ impl Event {
             Event::CheckpointSkipped,
             Event::CheckpointFailed,
             Event::LeaseReleased,
+            Event::LeaseLost,
         ]);
         v
     }
@@ -335,6 +341,7 @@ impl fmt::Display for Event {
             Event::CheckpointSkipped => f.write_str("checkpoint-skipped"),
             Event::CheckpointFailed => f.write_str("checkpoint-failed"),
             Event::LeaseReleased => f.write_str("lease-released"),
+            Event::LeaseLost => f.write_str("lease-lost"),
         }
     }
 }

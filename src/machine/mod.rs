@@ -24,9 +24,9 @@ pub mod table;
 pub mod trace;
 
 pub use action::{
-    Action, DrainCause, EXIT_BUSY, EXIT_DID_NOT_STOP, EXIT_IO, EXIT_KILLED, EXIT_NOT_EXECUTABLE,
-    EXIT_NOT_FOUND, EXIT_NOT_READY, EXIT_REFUSED, EXIT_USAGE, Note, Outcome, Reason, Refusal,
-    Target, reason_name, refusal_name,
+    Action, DrainCause, EXIT_BUSY, EXIT_DID_NOT_STOP, EXIT_IO, EXIT_KILLED, EXIT_LEASE_LOST,
+    EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_NOT_READY, EXIT_REFUSED, EXIT_USAGE, Note, Outcome,
+    Reason, Refusal, Target, reason_name, refusal_name,
 };
 pub use admission::{NotAdmitted, OpClass, admit};
 pub use event::{ChildStatus, Event, ExecFailure, Fault, Signal, Timer, signal_name};
@@ -409,15 +409,26 @@ impl Phase {
             Phase::Recovering {
                 step,
                 drain_pending,
+                outcome,
                 ..
             } => {
+                // A recovery abandoned because the lease was lost releases nothing once the
+                // workload is gone: a row of its own.
+                let lost = match outcome {
+                    Some(o) if o.refusal == Some(Refusal::LeaseLost) => ", lease lost",
+                    Some(_) | None => "",
+                };
                 let s = match step {
                     RecoveryStep::Verifying => "verifying".to_string(),
                     RecoveryStep::Spawning => "spawning".to_string(),
                     RecoveryStep::AwaitingReady => "awaiting ready".to_string(),
                     RecoveryStep::AwaitingMain => "awaiting main pid".to_string(),
                     RecoveryStep::Aborting(c, r) => {
-                        format!("aborting: {}{}", child_stop_name(*c), running_suffix(*r))
+                        format!(
+                            "aborting: {}{}{lost}",
+                            child_stop_name(*c),
+                            running_suffix(*r)
+                        )
                     }
                     RecoveryStep::Releasing => "releasing".to_string(),
                 };
@@ -465,16 +476,19 @@ impl Phase {
                     step,
                     DrainStep::Stopping(ChildStop::Announced | ChildStop::Signalled, _)
                 );
-                let watchdog = match cause {
+                // A drain whose lease was lost publishes nothing more and releases nothing: a
+                // row of its own in every step.
+                let cause = match cause {
                     DrainCause::Watchdog if publishing_step => ", watchdog",
-                    DrainCause::Watchdog => "",
-                    DrainCause::Signal(_)
+                    DrainCause::LeaseLost => ", lease lost",
+                    DrainCause::Watchdog
+                    | DrainCause::Signal(_)
                     | DrainCause::Requested
                     | DrainCause::ChildStopping
                     | DrainCause::ChildExited
                     | DrainCause::RootLost => "",
                 };
-                format!("draining({s}{watchdog})")
+                format!("draining({s}{cause})")
             }
             Phase::Released(o) => format!("released({})", o.summary()),
             Phase::Cancelled(o) => format!("cancelled({})", o.summary()),

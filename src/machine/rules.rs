@@ -177,7 +177,8 @@ impl Rules {
             | Event::CheckpointPublished
             | Event::CheckpointSkipped
             | Event::CheckpointFailed
-            | Event::LeaseReleased => context.reject(),
+            | Event::LeaseReleased
+            | Event::LeaseLost => context.reject(),
         }
     }
 
@@ -226,7 +227,8 @@ impl Rules {
             | Event::CheckpointPublished
             | Event::CheckpointSkipped
             | Event::CheckpointFailed
-            | Event::LeaseReleased => Super,
+            | Event::LeaseReleased
+            | Event::LeaseLost => Super,
         }
     }
 
@@ -262,7 +264,8 @@ impl Rules {
             | Event::CheckpointPublished
             | Event::CheckpointSkipped
             | Event::CheckpointFailed
-            | Event::LeaseReleased => Super,
+            | Event::LeaseReleased
+            | Event::LeaseLost => Super,
         }
     }
 
@@ -313,7 +316,8 @@ impl Rules {
             | Event::CheckpointPublished
             | Event::CheckpointSkipped
             | Event::CheckpointFailed
-            | Event::LeaseReleased => Super,
+            | Event::LeaseReleased
+            | Event::LeaseLost => Super,
         }
     }
 
@@ -349,7 +353,8 @@ impl Rules {
             | Event::CheckpointPublished
             | Event::CheckpointSkipped
             | Event::CheckpointFailed
-            | Event::LeaseReleased => Super,
+            | Event::LeaseReleased
+            | Event::LeaseLost => Super,
         }
     }
 
@@ -394,7 +399,8 @@ impl Rules {
             | Event::CheckpointPublished
             | Event::CheckpointSkipped
             | Event::CheckpointFailed
-            | Event::LeaseReleased => Super,
+            | Event::LeaseReleased
+            | Event::LeaseLost => Super,
         }
     }
 
@@ -441,7 +447,8 @@ impl Rules {
             | Event::CheckpointPublished
             | Event::CheckpointSkipped
             | Event::CheckpointFailed
-            | Event::LeaseReleased => Super,
+            | Event::LeaseReleased
+            | Event::LeaseLost => Super,
         }
     }
 
@@ -511,7 +518,8 @@ impl Rules {
             | Event::CheckpointPublished
             | Event::CheckpointSkipped
             | Event::CheckpointFailed
-            | Event::LeaseReleased => Super,
+            | Event::LeaseReleased
+            | Event::LeaseLost => Super,
         }
     }
 
@@ -544,6 +552,16 @@ impl Rules {
                     epoch: *epoch,
                     drain_pending: *drain_pending,
                     outcome: self.refusal(refusal_of(fault)),
+                })
+            }
+            // Nothing of the workload runs yet and the lease is gone: the run ends here,
+            // releasing nothing. The exit withdraws the recovery still running (the driver
+            // stops its worker).
+            Event::LeaseLost => {
+                context.emit(Action::Note(Note::LeaseLost));
+                context.emit(Action::Note(Note::Refused));
+                Transition(State::Refused {
+                    outcome: self.refusal(Refusal::LeaseLost),
                 })
             }
             Event::Start
@@ -614,10 +632,12 @@ impl Rules {
                 })
             }
             // The driver starts the child synchronously and delivers signals between steps,
-            // so nothing else can arrive while spawning.
-            Event::Stop(_) | Event::Stray(_) | Event::DrainRequested | Event::RootLost => {
-                context.reject()
-            }
+            // so nothing else can arrive while spawning (a lost lease is noticed after it).
+            Event::Stop(_)
+            | Event::Stray(_)
+            | Event::DrainRequested
+            | Event::RootLost
+            | Event::LeaseLost => context.reject(),
             Event::Start
             | Event::LeaseBusy
             | Event::LeaseGranted { .. }
@@ -745,6 +765,19 @@ impl Rules {
                 disarm(context);
                 abandon(Refusal::RootLost, r)
             }
+            // The lease is gone and another owner may start its workload: this one is killed
+            // at once, without the grace a stop signal gets.
+            (Event::LeaseLost, r) => {
+                disarm(context);
+                context.emit(Action::Note(Note::LeaseLost));
+                Transition(State::Aborting {
+                    epoch,
+                    drain_pending: pending,
+                    outcome: self.refusal(Refusal::LeaseLost),
+                    stop: ChildStop::Killed,
+                    running: r,
+                })
+            }
             (Event::Stray(n), r) => {
                 context.emit(Action::Relay(n, relay_target(r)));
                 Handled
@@ -818,6 +851,7 @@ impl Rules {
             Event::Stop(sig) => drain(context, DrainCause::Signal(sig)),
             Event::DrainRequested => drain(context, DrainCause::Requested),
             Event::RootLost => drain(context, DrainCause::RootLost),
+            Event::LeaseLost => drain(context, DrainCause::LeaseLost),
             Event::ChildStopping if child => drain(context, DrainCause::ChildStopping),
             Event::ChildExited(status) if child && main => {
                 leave(context);
@@ -1000,7 +1034,8 @@ impl Rules {
             | Event::CheckpointPublished
             | Event::CheckpointSkipped
             | Event::CheckpointFailed
-            | Event::LeaseReleased => Super,
+            | Event::LeaseReleased
+            | Event::LeaseLost => Super,
         }
     }
 
@@ -1020,19 +1055,29 @@ impl Rules {
     /// (card G3).
     #[state(superstate = "stopping", entry_action = "send_stop")]
     fn aborting(
+        &self,
         epoch: &u64,
         drain_pending: &bool,
-        outcome: &Outcome,
-        stop: &ChildStop,
+        outcome: &mut Outcome,
+        stop: &mut ChildStop,
         running: &Running,
         context: &mut Reply,
         event: &Event,
     ) -> Response {
+        let lost = outcome.refusal == Some(Refusal::LeaseLost);
         let gone = |context: &mut Reply, status: Option<ChildStatus>| {
             stop_timer(context, *stop);
             let mut o = *outcome;
             if status.is_some() {
                 o.child = status;
+            }
+            // The lease is already gone: the run ends with the workload, releasing nothing.
+            if lost {
+                if matches!(stop, ChildStop::Killed | ChildStop::Unreapable) {
+                    o.killed = true;
+                }
+                context.emit(Action::Note(Note::Refused));
+                return Transition(State::Refused { outcome: o });
             }
             match stop {
                 ChildStop::Killed => o.killed = true,
@@ -1056,6 +1101,11 @@ impl Rules {
         match (*event, *running) {
             (Event::ChildExited(status), Running::Main) => gone(context, Some(status)),
             (Event::TreeEmpty, Running::Tree) => gone(context, None),
+            (Event::LeaseLost, _) if lost => context.ignore(),
+            (Event::LeaseLost, r) => {
+                self.lose_while_stopping(context, outcome, stop, r);
+                Handled
+            }
             (Event::ChildExited(_), Running::Tree)
             | (Event::TreeEmpty, Running::Main)
             | (
@@ -1094,21 +1144,35 @@ impl Rules {
     fn drain_stopping(
         &self,
         epoch: &u64,
-        cause: &DrainCause,
+        cause: &mut DrainCause,
         outcome: &mut Outcome,
         stop: &mut ChildStop,
         running: &Running,
         context: &mut Reply,
         event: &Event,
     ) -> Response {
-        let (epoch, cause, was) = (*epoch, *cause, *stop);
-        let gone = |context: &mut Reply, status: Option<ChildStatus>| {
+        let (epoch, was) = (*epoch, *stop);
+        let lost = matches!(*cause, DrainCause::LeaseLost);
+        let gone = |context: &mut Reply, cause: DrainCause, status: Option<ChildStatus>| {
             if !mutant::on("missed-disarm") {
                 stop_timer(context, was);
             }
             let mut o = *outcome;
             if status.is_some() {
                 o.child = status;
+            }
+            // The lease is already gone: nothing is published and nothing released; the run
+            // ends with the workload.
+            if lost {
+                if matches!(was, ChildStop::Killed | ChildStop::Unreapable) {
+                    o.killed = true;
+                }
+                // What the workload staged published although the lease was lost.
+                if mutant::on("publish-after-lease-lost") {
+                    return finish_child(epoch, cause, o, true);
+                }
+                context.emit(Action::Note(Note::Refused));
+                return Transition(State::Refused { outcome: o });
             }
             let watchdog = matches!(cause, DrainCause::Watchdog);
             match was {
@@ -1143,13 +1207,21 @@ impl Rules {
             finish_child(epoch, cause, o, publish)
         };
         match (*event, *running) {
-            (Event::ChildExited(status), Running::Main) => gone(context, Some(status)),
-            (Event::TreeEmpty, Running::Tree) => gone(context, None),
+            (Event::ChildExited(status), Running::Main) => gone(context, *cause, Some(status)),
+            (Event::TreeEmpty, Running::Tree) => gone(context, *cause, None),
             // The main process's exit taken for the end of the workload being stopped.
             (Event::MainExited(status), Running::Main)
                 if mutant::on("drain-releases-on-main-exit") =>
             {
-                gone(context, Some(status))
+                gone(context, *cause, Some(status))
+            }
+            (Event::LeaseLost, _) if lost => context.ignore(),
+            // The drain's checkpoint can no longer be published: the workload is killed at
+            // once and the run ends with it.
+            (Event::LeaseLost, r) => {
+                *cause = DrainCause::LeaseLost;
+                self.lose_while_stopping(context, outcome, stop, r);
+                Handled
             }
             (Event::Stop(sig), r) if self.hup_forwarded(sig) => {
                 context.emit(Action::Forward(sig, relay_target(r)));
@@ -1209,6 +1281,11 @@ impl Rules {
             Event::LeaseReleased => {
                 context.emit(Action::Note(Note::Refused));
                 Transition(State::Refused { outcome: *outcome })
+            }
+            // The release finds the lease already gone: the run ends as one that lost it.
+            Event::LeaseLost => {
+                context.emit(Action::Note(Note::LeaseLost));
+                end_lost(context, *outcome)
             }
             Event::Start
             | Event::LeaseBusy
@@ -1277,7 +1354,8 @@ impl Rules {
             | Event::CheckpointPublished
             | Event::CheckpointSkipped
             | Event::CheckpointFailed
-            | Event::LeaseReleased => Super,
+            | Event::LeaseReleased
+            | Event::LeaseLost => Super,
         }
     }
 
@@ -1307,6 +1385,13 @@ impl Rules {
                     cause: *cause,
                     outcome: *outcome,
                 })
+            }
+            // The host's work cannot be killed; its drain hook already ran. The lease is gone,
+            // so there is nothing left to wait for.
+            Event::LeaseLost => {
+                context.emit(Action::DisarmTimer(Timer::Grace));
+                context.emit(Action::Note(Note::LeaseLost));
+                end_lost(context, *outcome)
             }
             Event::Start
             | Event::LeaseBusy
@@ -1345,13 +1430,23 @@ impl Rules {
     /// In-process: the grace expired with active residencies; the lease is kept until they
     /// settle.
     #[state(superstate = "closing")]
-    fn unsettled(epoch: &u64, cause: &DrainCause, outcome: &Outcome, event: &Event) -> Response {
+    fn unsettled(
+        epoch: &u64,
+        cause: &DrainCause,
+        outcome: &Outcome,
+        context: &mut Reply,
+        event: &Event,
+    ) -> Response {
         match event {
             Event::ResidenciesSettled => Transition(State::Publishing {
                 epoch: *epoch,
                 cause: *cause,
                 outcome: *outcome,
             }),
+            Event::LeaseLost => {
+                context.emit(Action::Note(Note::LeaseLost));
+                end_lost(context, *outcome)
+            }
             Event::Start
             | Event::LeaseBusy
             | Event::LeaseGranted { .. }
@@ -1385,24 +1480,73 @@ impl Rules {
     #[state(superstate = "closing", entry_action = "publish")]
     fn publishing(
         epoch: &u64,
-        cause: &DrainCause,
-        outcome: &Outcome,
+        cause: &mut DrainCause,
+        outcome: &mut Outcome,
         context: &mut Reply,
         event: &Event,
     ) -> Response {
-        let (epoch, cause, o) = (*epoch, *cause, *outcome);
+        let (epoch, o) = (*epoch, *outcome);
+        // A publish asked for before the lease was lost is not withdrawn: its fence decides
+        // whether it took effect (a cluster CURRENT moves only while the lease is ours). Once
+        // it answers, the run ends without releasing.
+        if matches!(*cause, DrainCause::LeaseLost) {
+            return match event {
+                Event::CheckpointPublished => {
+                    context.emit(Action::Note(Note::CheckpointPublished));
+                    end_lost(context, o)
+                }
+                Event::CheckpointSkipped => end_lost(context, o),
+                Event::CheckpointFailed => {
+                    context.emit(Action::Note(Note::PublishFailed));
+                    end_lost(context, o)
+                }
+                Event::LeaseLost => context.ignore(),
+                Event::Start
+                | Event::LeaseBusy
+                | Event::LeaseGranted { .. }
+                | Event::WaitExpired
+                | Event::LeaseFailed(_)
+                | Event::RecoveryDone
+                | Event::RecoveryFailed(_)
+                | Event::ChildSpawned
+                | Event::SpawnFailed(_)
+                | Event::ChildReady
+                | Event::ChildStopping
+                | Event::ChildWatchdog
+                | Event::ChildExtendTimeout(_)
+                | Event::ChildExited(_)
+                | Event::MainExited(_)
+                | Event::TreeEmpty
+                | Event::MainAdopted
+                | Event::Stop(_)
+                | Event::Stray(_)
+                | Event::DrainRequested
+                | Event::RootLost
+                | Event::ResidenciesSettled
+                | Event::TimerExpired(_)
+                | Event::LeaseReleased => Super,
+            };
+        }
+        let c = *cause;
         match event {
+            // The publish already asked for stays owed; its answer ends the run.
+            Event::LeaseLost => {
+                context.emit(Action::Note(Note::LeaseLost));
+                *cause = DrainCause::LeaseLost;
+                *outcome = lost(*outcome);
+                Handled
+            }
             Event::CheckpointPublished => {
                 context.emit(Action::Note(Note::CheckpointPublished));
                 Transition(State::DrainReleasing {
                     epoch,
-                    cause,
+                    cause: c,
                     outcome: o,
                 })
             }
             Event::CheckpointSkipped => Transition(State::DrainReleasing {
                 epoch,
-                cause,
+                cause: c,
                 outcome: o,
             }),
             Event::CheckpointFailed => {
@@ -1411,7 +1555,7 @@ impl Rules {
                 context.emit(Action::Note(Note::PublishFailed));
                 Transition(State::DrainReleasing {
                     epoch,
-                    cause,
+                    cause: c,
                     outcome: o,
                 })
             }
@@ -1461,6 +1605,12 @@ impl Rules {
             Event::LeaseReleased => {
                 context.emit(Action::Note(Note::Released));
                 Transition(State::Released { outcome: *outcome })
+            }
+            // The release finds the lease already gone (the publish before it, if any, was
+            // fenced by the lease): the run ends as one that lost it.
+            Event::LeaseLost => {
+                context.emit(Action::Note(Note::LeaseLost));
+                end_lost(context, *outcome)
             }
             Event::Start
             | Event::LeaseBusy
@@ -1611,13 +1761,23 @@ impl Rules {
             DrainCause::RootLost => o.refusal = Some(Refusal::RootLost),
             DrainCause::ChildStopping | DrainCause::ChildExited => o.reason = Reason::Exited,
             DrainCause::Watchdog => o.reason = Reason::Watchdog,
+            DrainCause::LeaseLost => o = lost(o),
             DrainCause::Requested => {}
         }
         if !begun && !mutant::on("dropped-begin-drain") {
             context.emit(Action::BeginDrain);
         }
         context.emit(Action::SetPhase(PhaseKind::Draining));
-        context.emit(Action::Note(Note::Draining(cause)));
+        // The loss of the lease is the line the event log needs: it is why the drain began.
+        context.emit(Action::Note(match cause {
+            DrainCause::LeaseLost => Note::LeaseLost,
+            DrainCause::Signal(_)
+            | DrainCause::Requested
+            | DrainCause::ChildStopping
+            | DrainCause::ChildExited
+            | DrainCause::RootLost
+            | DrainCause::Watchdog => Note::Draining(cause),
+        }));
         context.emit(Action::NotifyStopping);
         o
     }
@@ -1634,14 +1794,24 @@ impl Rules {
         running: Option<Running>,
     ) -> Response {
         let o = self.drain_prefix(context, cause, begun);
-        let forwards = match cause {
+        let stop = match cause {
+            DrainCause::Signal(_) if mutant::on("drain-kills-at-once") => ChildStop::Killed,
             DrainCause::Signal(_)
             | DrainCause::Requested
             | DrainCause::RootLost
-            | DrainCause::Watchdog => true,
-            DrainCause::ChildStopping | DrainCause::ChildExited => false,
+            | DrainCause::Watchdog => ChildStop::Signalled,
+            DrainCause::ChildStopping | DrainCause::ChildExited => ChildStop::Announced,
+            // The lease is gone and another owner may start its workload: no grace.
+            DrainCause::LeaseLost => ChildStop::Killed,
         };
         match (self.config.workload, running) {
+            // Nothing of a child runs, or the work is the host's own and cannot be killed (its
+            // drain hook ran): with the lease gone there is nothing to wait for.
+            (Workload::InProcess, _) | (Workload::Child(_), None)
+                if matches!(cause, DrainCause::LeaseLost) =>
+            {
+                end_lost(context, o)
+            }
             (Workload::InProcess, _) => Transition(State::Settling {
                 epoch,
                 cause,
@@ -1653,22 +1823,35 @@ impl Rules {
                 cause,
                 outcome: o,
             }),
-            (Workload::Child(_), Some(r)) => {
-                let stop = match (forwards, cause) {
-                    (true, DrainCause::Signal(_)) if mutant::on("drain-kills-at-once") => {
-                        ChildStop::Killed
-                    }
-                    (true, _) => ChildStop::Signalled,
-                    (false, _) => ChildStop::Announced,
-                };
-                Transition(State::DrainStopping {
-                    epoch,
-                    cause,
-                    outcome: o,
-                    stop,
-                    running: r,
-                })
+            (Workload::Child(_), Some(r)) => Transition(State::DrainStopping {
+                epoch,
+                cause,
+                outcome: o,
+                stop,
+                running: r,
+            }),
+        }
+    }
+
+    /// The lease was lost while the workload is being stopped: the outcome becomes the loss's,
+    /// and a stop still in its grace (or only announced) escalates to SIGKILL at once.
+    fn lose_while_stopping(
+        &self,
+        context: &mut Reply,
+        outcome: &mut Outcome,
+        stop: &mut ChildStop,
+        running: Running,
+    ) {
+        context.emit(Action::Note(Note::LeaseLost));
+        *outcome = lost(*outcome);
+        match *stop {
+            ChildStop::Announced | ChildStop::Signalled => {
+                stop_timer(context, *stop);
+                *stop = ChildStop::Killed;
+                self.stop_step(context, outcome, *stop, running);
             }
+            // SIGKILL was already sent.
+            ChildStop::Killed | ChildStop::Unreapable => {}
         }
     }
 
@@ -1732,6 +1915,21 @@ fn finish_child(epoch: u64, cause: DrainCause, o: Outcome, publish: bool) -> Res
             outcome: o,
         })
     }
+}
+
+/// The outcome of a run whose lease was lost: refused (lease lost), keeping what it records of
+/// the workload and the signal that began its end.
+const fn lost(mut o: Outcome) -> Outcome {
+    o.reason = Reason::Refused;
+    o.refusal = Some(Refusal::LeaseLost);
+    o
+}
+
+/// Ends a run whose lease was lost once nothing of its workload runs: refused, releasing
+/// nothing (the lease is already gone).
+fn end_lost(context: &mut Reply, o: Outcome) -> Response {
+    context.emit(Action::Note(Note::Refused));
+    Transition(State::Refused { outcome: lost(o) })
 }
 
 /// The timer that runs while the workload is in this stop step, disarmed when it is gone.

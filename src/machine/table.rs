@@ -295,6 +295,12 @@ pub fn exit_code_rows() -> Vec<(String, Outcome)> {
         "refused: the state dir was moved while recovering".into(),
         rl,
     ));
+    let mut ll = o(Reason::Refused);
+    ll.refusal = Some(Refusal::LeaseLost);
+    rows.push((
+        "refused: the cluster lease was lost while owning (expired, or not kept alive in time); the workload was killed at once, nothing more published, nothing released".into(),
+        ll,
+    ));
     let mut nf = o(Reason::SpawnFailed);
     nf.exec = Some(ExecFailure::NotFound);
     rows.push(("the executable was not found (ENOENT)".into(), nf));

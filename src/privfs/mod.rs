@@ -534,6 +534,33 @@ impl RecordKind {
     }
 }
 
+/// The crash point `rename.noreplace`: `Err(EINVAL)` when a test makes this filesystem refuse
+/// `RENAME_NOREPLACE` (failpoint action `einval`), as NFS and many FUSE filesystems do.
+fn noreplace_refused() -> Result<(), rustix::io::Errno> {
+    #[cfg(feature = "failpoints")]
+    {
+        crate::failpoint::hit("rename.noreplace")
+            .map_err(|e| rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO))
+    }
+    #[cfg(not(feature = "failpoints"))]
+    {
+        Ok(())
+    }
+}
+
+/// The crash point `rename.noreplace.link`: any action there makes the no-replace fallback
+/// find hard links refused too (a filesystem without them), so it copies.
+fn noreplace_link_refused() -> io::Result<()> {
+    #[cfg(feature = "failpoints")]
+    {
+        crate::failpoint::hit("rename.noreplace.link")
+    }
+    #[cfg(not(feature = "failpoints"))]
+    {
+        Ok(())
+    }
+}
+
 /// Calls the crash point `<label>.<step>`.
 fn hit(label: &str, kind: RecordKind) -> io::Result<()> {
     #[cfg(feature = "failpoints")]
@@ -1091,7 +1118,25 @@ impl Dir {
         } else {
             RenameFlags::empty()
         };
-        rustix::fs::renameat_with(&self.fd, from, &to_dir.fd, to, flags).map_err(|e| {
+        // Tests force the answer of a filesystem without `RENAME_NOREPLACE` here.
+        let forced = if noreplace {
+            noreplace_refused()
+        } else {
+            Ok(())
+        };
+        let renamed = match forced {
+            Ok(()) => rustix::fs::renameat_with(&self.fd, from, &to_dir.fd, to, flags),
+            Err(e) => Err(e),
+        };
+        let renamed = match renamed {
+            // NFS and many FUSE filesystems refuse the flag itself (issue 14): the same
+            // no-replace step another way.
+            Err(rustix::io::Errno::INVAL) if noreplace => {
+                self.rename_noreplace_fallback(from, to_dir, to)
+            }
+            r => r,
+        };
+        renamed.map_err(|e| {
             if e == rustix::io::Errno::NOENT {
                 FsError::NotFound {
                     path: self.child_path(from),
@@ -1107,6 +1152,69 @@ impl Dir {
             Some(&self.child_path(from)),
         );
         Ok(())
+    }
+
+    /// `rename` without replacing, on a filesystem that refuses `RENAME_NOREPLACE` (`EINVAL`):
+    /// a hard link to the new name, which fails with `EEXIST` if the name exists — the same
+    /// atomic no-replace check — then the old name unlinked. Where hard links are refused too
+    /// (a directory, or a filesystem without them), a file is copied into the new name created
+    /// with `O_EXCL` and fsynced before the old name goes, and a directory is renamed after
+    /// checking that the new name is free (only the lease holder writes these directories, so
+    /// nobody can take the name in between).
+    fn rename_noreplace_fallback(
+        &self,
+        from: &OsStr,
+        to_dir: &Dir,
+        to: &OsStr,
+    ) -> Result<(), rustix::io::Errno> {
+        use rustix::io::Errno;
+        let linked = match noreplace_link_refused() {
+            Ok(()) => rustix::fs::linkat(&self.fd, from, &to_dir.fd, to, AtFlags::empty()),
+            Err(_) => Err(Errno::PERM),
+        };
+        match linked {
+            Ok(()) => return rustix::fs::unlinkat(&self.fd, from, AtFlags::empty()),
+            Err(Errno::PERM | Errno::OPNOTSUPP | Errno::NOSYS | Errno::MLINK | Errno::XDEV) => {}
+            Err(e) => return Err(e),
+        }
+        let st = rustix::fs::statat(&self.fd, from, AtFlags::SYMLINK_NOFOLLOW)?;
+        match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+            rustix::fs::FileType::Directory => {
+                match rustix::fs::statat(&to_dir.fd, to, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(_) => Err(Errno::EXIST),
+                    Err(Errno::NOENT) => rustix::fs::renameat(&self.fd, from, &to_dir.fd, to),
+                    Err(e) => Err(e),
+                }
+            }
+            rustix::fs::FileType::RegularFile => {
+                let src = rustix::fs::openat(
+                    &self.fd,
+                    from,
+                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?;
+                let dst = rustix::fs::openat(
+                    &to_dir.fd,
+                    to,
+                    OFlags::WRONLY
+                        | OFlags::CREATE
+                        | OFlags::EXCL
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC,
+                    Mode::from_raw_mode(st.st_mode & 0o777),
+                )?;
+                let mut out = File::from(dst);
+                let copied = io::copy(&mut File::from(src), &mut out)
+                    .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))
+                    .and_then(|_| rustix::fs::fsync(&out));
+                if let Err(e) = copied {
+                    let _ = rustix::fs::unlinkat(&to_dir.fd, to, AtFlags::empty());
+                    return Err(e);
+                }
+                rustix::fs::unlinkat(&self.fd, from, AtFlags::empty())
+            }
+            _ => Err(Errno::INVAL),
+        }
     }
 
     /// fsync of this directory, making created, renamed and removed entries durable. A failure

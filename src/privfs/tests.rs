@@ -429,6 +429,59 @@ fn random_bytes_differ() {
 mod with_failpoints {
     use super::*;
 
+    /// Issue 14: on a filesystem that refuses `RENAME_NOREPLACE` with `EINVAL` (NFS, many
+    /// FUSE filesystems; forced here by the `rename.noreplace=einval` crash point) a no-replace
+    /// rename still works, and still refuses to replace: a hard link (or, where links are
+    /// refused too, an exclusive copy) then an unlink; a directory after a check.
+    #[test]
+    fn noreplace_rename_falls_back_when_the_flag_is_refused() {
+        for spec in [
+            "rename.noreplace=einval",
+            "rename.noreplace=einval,rename.noreplace.link=einval",
+        ] {
+            let t = private_tempdir();
+            let sd = StateDir::open(t.path(), false).unwrap();
+            let armed = crate::failpoint::scoped(spec);
+            let mut tmp = sd.root().create_temp("t").unwrap();
+            tmp.write_all(b"first").unwrap();
+            tmp.sync().unwrap().rename_into_new("marker").unwrap();
+            let mut tmp = sd.root().create_temp("t").unwrap();
+            tmp.write_all(b"second").unwrap();
+            let err = tmp.sync().unwrap().rename_into_new("marker").unwrap_err();
+            assert!(
+                matches!(err, FsError::AlreadyExists { .. }),
+                "{spec}: {err}"
+            );
+            // Directories: renamed when the name is free, refused when it is taken.
+            let a = sd.root().ensure_dir("a", "t").unwrap();
+            drop(a);
+            let b = sd.root().ensure_dir("b", "t").unwrap();
+            drop(b);
+            let err = sd
+                .root()
+                .rename_to("a", sd.root(), "b", "t", true)
+                .unwrap_err();
+            assert!(
+                matches!(err, FsError::AlreadyExists { .. }),
+                "{spec}: {err}"
+            );
+            sd.root().rename_to("a", sd.root(), "c", "t", true).unwrap();
+            drop(armed);
+            assert_eq!(sd.root().read("marker", 64).unwrap(), b"first", "{spec}");
+            let mut names: Vec<String> = std::fs::read_dir(t.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            names.sort();
+            assert_eq!(names, ["b", "c", "marker"], "{spec}: no temp file is left");
+            let mode = std::fs::metadata(t.path().join("marker"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{spec}: the copy keeps the mode");
+        }
+    }
+
     #[test]
     fn fsync_error_abandons_temp_and_keeps_old_content() {
         let t = private_tempdir();

@@ -16,6 +16,8 @@
 
 #![allow(dead_code)]
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod fuse;
 pub mod hostile;
 pub mod skip;

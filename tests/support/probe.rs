@@ -117,6 +117,7 @@ fn hold(dir: &Path, wait: WaitBound, barrier: bool) -> ! {
         wait,
         cancel: Some(cancel.as_fd()),
         phase: PhaseKind::Recovering,
+        fence: None,
     };
     let mut lease = match lease::acquire(&sd, &opts, &mut |c| say(&c.to_string())) {
         Ok(l) => l,
@@ -167,6 +168,7 @@ fn stress(dir: &Path, logdir: &Path, mode: &str) -> ! {
         },
         cancel: Some(cancel.as_fd()),
         phase: PhaseKind::Recovering,
+        fence: None,
     };
     let lease = match lease::acquire(&sd, &opts, &mut |_| {}) {
         Ok(l) => l,

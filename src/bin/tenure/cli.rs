@@ -27,7 +27,8 @@ tenure run    [--dir DIR] [options] -- CMD [ARGS...]
 const AFTER_HELP: &str = "\
 DIR defaults to $TENURE_DIR. Durations are seconds (1.5) or carry units (250ms, 2s, 1h30m).
 Run options (`tenure run --help`): --wait, --nonblock, --grace, --kill-wait, --type, --ready-timeout,
---pidfile, --kill-mode, --hup, --watchdog, --cgroup, --user, --env-allow, --keep, --trace.
+--pidfile, --kill-mode, --hup, --watchdog, --cgroup, --user, --env-allow, --keep, --trace,
+and the cluster lease (`etcd` feature, spec/cluster.md): --lease, --lease-ttl, --store.
 
 THE CHILD GETS:
     TENURE_DIR              the state dir
@@ -50,6 +51,7 @@ EXIT CODES (spec/runner.md, spec/lifecycle.md):
                the grace; 126/127 the command could not be executed / was not found
     all:       64 usage error   65 refused state   69 not ready, or watchdog
                70 did not stop  74 I/O or publish error   75 busy (-E to change)
+               76 the cluster lease was lost (--lease)
     status:    0 owned   3 not running   4 unknown or refused (LSB)
     stop:      0 stopped in order, or nothing was running; 137 killed after the grace
 ";
@@ -85,7 +87,7 @@ impl Cli {
             Command::Run(a) | Command::Up(a) => a.dir.quiet,
             Command::Stop(a) => a.dir.quiet,
             Command::Status(a) => a.dir.quiet,
-            Command::Verify(a) => a.quiet,
+            Command::Verify(a) => a.dir.quiet,
             Command::Init(a) => a.dir.quiet,
             Command::Checkpoint(
                 CheckpointCommand::List { dir, .. }
@@ -119,7 +121,7 @@ pub enum Command {
     /// 4 unknown)
     Status(StatusArgs),
     /// Verify the current checkpoint, naming the bad file; changes nothing
-    Verify(DirArg),
+    Verify(VerifyArgs),
     /// Create DIR with its identity marker, or adopt a non-empty or moved one
     Init(InitArgs),
     /// List, show and roll back checkpoints
@@ -161,11 +163,42 @@ pub struct DirArg {
     pub dir: PathBuf,
 }
 
+/// The cluster lease (issue 14, spec/cluster.md): `--lease`, `--lease-ttl`, `--store`, shared by
+/// `run`, `up`, `status`, `verify` and `stop`. Accepted by every build so the command line is the
+/// same; a build without the `etcd` feature refuses them as a usage error.
+#[derive(Debug, Args)]
+pub struct LeaseArgs {
+    /// Own PREFIX on an etcd cluster instead of the lock of --dir (needs the `etcd` feature): the
+    /// epoch is the cluster's revision, CURRENT lives on etcd and moves only while the lease
+    /// holds; --dir keeps this machine's records
+    #[arg(long, value_name = "etcd://HOST:PORT[,HOST:PORT...]/PREFIX")]
+    pub lease: Option<String>,
+    /// The cluster lease's TTL in whole seconds (default 10); a lost lease kills the workload at
+    /// once and the run exits 76
+    #[arg(long, value_name = "S", value_parser = duration, allow_hyphen_values = true)]
+    pub lease_ttl: Option<Duration>,
+    /// With --lease: blobs and manifests go to DIR, a directory the machines share (default: the
+    /// store inside --dir)
+    #[arg(long, value_name = "DIR", value_parser = path_parser())]
+    pub store: Option<PathBuf>,
+}
+
+/// The options of `verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub dir: DirArg,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
+}
+
 /// The options of `run` and `up`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
     pub dir: DirArg,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
     /// Wait at most this long for the lease (default: forever; for `up`, how long to wait for
     /// a ready owner, default 30s)
     #[arg(short, long, visible_alias = "timeout", value_name = "S", value_parser = duration_zero_ok, allow_hyphen_values = true)]
@@ -231,6 +264,8 @@ pub struct RunArgs {
 pub struct StopArgs {
     #[command(flatten)]
     pub dir: DirArg,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
     /// Wait this long for an orderly release before SIGKILL (longer than the runner's own
     /// grace, so the owner can stop its workload and publish first)
     #[arg(long, value_name = "S", default_value = "30s", value_parser = duration, allow_hyphen_values = true)]
@@ -242,6 +277,8 @@ pub struct StopArgs {
 pub struct StatusArgs {
     #[command(flatten)]
     pub dir: DirArg,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
     /// Print JSON (also on a refusal: an `error` object with the exit code and message)
     #[arg(long)]
     pub json: bool,

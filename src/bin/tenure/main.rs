@@ -108,9 +108,32 @@ fn run() -> Result<u8, Usage> {
             let opts = run_options(a)?;
             Ok(driver::up::up(&opts, &intake))
         }
-        Command::Stop(a) => Ok(driver::ops::stop(&a.dir.dir, a.grace)),
-        Command::Status(a) => Ok(driver::ops::status(&a.dir.dir, a.json)),
-        Command::Verify(a) => Ok(driver::ops::verify(&a.dir)),
+        Command::Stop(a) => {
+            // The owner this machine runs is stopped through its local records; the cluster
+            // options are accepted (and checked) so one set of options serves every command.
+            cluster_options(&a.lease)?;
+            Ok(driver::ops::stop(&a.dir.dir, a.grace))
+        }
+        Command::Status(a) => {
+            #[cfg(feature = "etcd")]
+            if let Some((spec, _)) = cluster_options(&a.lease)? {
+                return Ok(driver::ops::cluster_status(&a.dir.dir, &spec, a.json));
+            }
+            #[cfg(not(feature = "etcd"))]
+            cluster_options(&a.lease)?;
+            Ok(driver::ops::status(&a.dir.dir, a.json))
+        }
+        Command::Verify(a) => {
+            #[cfg(feature = "etcd")]
+            if let Some((spec, store)) = cluster_options(&a.lease)? {
+                // The store a cluster's CURRENT names is the shared one (or the one in --dir).
+                let store = store.unwrap_or(a.dir.dir);
+                return Ok(driver::ops::cluster_verify(&spec, &store));
+            }
+            #[cfg(not(feature = "etcd"))]
+            cluster_options(&a.lease)?;
+            Ok(driver::ops::verify(&a.dir.dir))
+        }
         Command::Init(a) => Ok(driver::ops::init(&a.dir.dir, a.adopt)),
         Command::Checkpoint(c) => Ok(checkpoint(c, &intake)),
         Command::Completions { shell } => {
@@ -189,10 +212,49 @@ fn report(r: Result<driver::RunReport, driver::DriverError>) -> Result<u8, Usage
 
 /// The options of `run`/`up`, with the checks clap cannot express: contradictions, a
 /// missing command, a trace inside the state dir.
+/// The cluster lease options (`--lease`, `--lease-ttl`, `--store`), validated before anything
+/// is touched: a spec and the shared store, or `None` for the kernel lock of `--dir`.
+#[cfg(feature = "etcd")]
+fn cluster_options(
+    a: &cli::LeaseArgs,
+) -> Result<Option<(tenure::cluster::ClusterSpec, Option<PathBuf>)>, Usage> {
+    let Some(url) = &a.lease else {
+        if a.lease_ttl.is_some() || a.store.is_some() {
+            return Err(Usage(
+                "--lease-ttl and --store go with --lease etcd://HOST:PORT/PREFIX".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let spec = tenure::cluster::ClusterSpec::parse(
+        url,
+        a.lease_ttl.unwrap_or(tenure::cluster::DEFAULT_TTL),
+    )
+    .map_err(|e| Usage(e.to_string()))?;
+    let store = a
+        .store
+        .as_ref()
+        .map(|s| std::path::absolute(s).unwrap_or_else(|_| s.clone()));
+    Ok(Some((spec, store)))
+}
+
+/// Without the `etcd` feature the cluster options are a usage error.
+#[cfg(not(feature = "etcd"))]
+fn cluster_options(a: &cli::LeaseArgs) -> Result<Option<()>, Usage> {
+    if a.lease.is_some() || a.lease_ttl.is_some() || a.store.is_some() {
+        return Err(Usage(
+            "--lease, --lease-ttl and --store need a tenure built with the `etcd` feature (cargo build --features etcd)".into(),
+        ));
+    }
+    Ok(None)
+}
+
 fn run_options(a: RunArgs) -> Result<RunOptions, Usage> {
     if a.command.is_empty() {
         return Err(Usage("a command is required after `--`".into()));
     }
+    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
+    let cluster = cluster_options(&a.lease)?;
     let ready = match (a.service_type, a.ready) {
         (Some(_), Some(_)) => {
             return Err(Usage(
@@ -281,6 +343,10 @@ fn run_options(a: RunArgs) -> Result<RunOptions, Usage> {
         trace: a.trace,
         user,
         command: a.command,
+        #[cfg(feature = "etcd")]
+        cluster: cluster.as_ref().map(|(c, _)| c.clone()),
+        #[cfg(feature = "etcd")]
+        store: cluster.and_then(|(_, s)| s),
     })
 }
 

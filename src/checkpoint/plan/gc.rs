@@ -9,12 +9,20 @@
 //! the deletions does not need to be durable either (a manifest that comes back without its
 //! blobs is not kept, never loaded, and reported as invalid). The GC must start only once the
 //! new `CURRENT` is durable: the publish plan runs it after `CURRENT`'s directory fsync.
+//!
+//! In a store shared by the machines of a cluster (issue 14, [`GcPlan::shared`]) the GC runs
+//! after the cluster's fenced move of `CURRENT`, which proves every lower epoch fenced for
+//! good: none of them can ever move `CURRENT` again. What such a former owner left — crashed,
+//! or paused past its TTL and resumed — is removed then: its manifests, above `CURRENT` too
+//! (written after this publish listed them), and its blobs' scratch directories
+//! `incoming-EPOCH/`. Nothing of this epoch or a higher one is touched (a higher epoch's is a
+//! newer owner's, should this one have lost its lease since), nor anything `CURRENT` names.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
-use super::{LIST_PAGE, Plan, Poll, StoreFds, StorePath, fd_of, os};
+use super::{INCOMING_DIR, LIST_PAGE, Plan, Poll, StoreFds, StorePath, fd_of, os};
 use crate::checkpoint::error::CheckpointError;
 use crate::checkpoint::format::{CheckpointId, Digest, ManifestParser, PARSE_CHUNK, Parsed};
 use crate::checkpoint::gc::{self, Referenced, Seen};
@@ -38,6 +46,13 @@ enum At {
     RefClose(usize, Fd),
     /// Unlinking the `n`th superseded manifest.
     UnlinkManifest(usize),
+    /// Shared stores: listing the store's directory for the `incoming-EPOCH/` directories of
+    /// lower epochs.
+    ListRoot,
+    RootPage(Fd),
+    /// Removing the `incoming-EPOCH/` directory named by the page entry.
+    RemoveIncoming(Fd),
+    CloseRootList(Fd),
     ListBlobs,
     BlobPage(Fd),
     UnlinkBlob(Fd),
@@ -64,6 +79,10 @@ pub struct GcPlan {
     page: Vec<OsString>,
     page_pos: usize,
     report: GcReport,
+    /// A store shared by the machines of a cluster (issue 14): the publisher's epoch.
+    shared: Option<u64>,
+    /// The epoch each manifest's header names (shared stores).
+    epochs: BTreeMap<CheckpointId, u64>,
 }
 
 impl GcPlan {
@@ -91,7 +110,19 @@ impl GcPlan {
             page: Vec::new(),
             page_pos: 0,
             report: GcReport::default(),
+            shared: None,
+            epochs: BTreeMap::new(),
         }
+    }
+
+    /// The GC of a store shared by the machines of a cluster (issue 14), after the publish of
+    /// `epoch` moved `CURRENT`: manifests above `current` may be a newer owner's (this one may
+    /// have lost its lease since), and any blob may be about to be named by one, so blobs stay,
+    /// older manifests go, and of the rest only what lower (fenced) epochs left: their
+    /// manifests and their `incoming-EPOCH/` directories.
+    pub fn shared(mut self, epoch: u64) -> GcPlan {
+        self.shared = Some(epoch);
+        self
     }
 
     /// What the GC did, once [`Poll::Done`].
@@ -131,6 +162,19 @@ impl GcPlan {
     /// Every header is read: what to keep and what to delete.
     fn decide(&mut self) {
         self.policy = gc::plan(self.current, &self.seen, self.keep);
+        if let Some(epoch) = self.shared {
+            let current = self.current;
+            self.policy.manifests.retain(|id| *id < current);
+            // A manifest above CURRENT that a lower epoch wrote can never be named: its owner
+            // is fenced for good. An unreadable one is left alone (it may be anybody's).
+            self.policy.manifests.extend(
+                self.epochs
+                    .iter()
+                    .filter(|&(id, e)| *id > current && *e < epoch)
+                    .map(|(id, _)| *id),
+            );
+            self.policy.blobs_skipped = true;
+        }
         self.report.kept = self.policy.kept.clone();
         self.report.blobs_skipped = self.policy.blobs_skipped;
         if self.policy.blobs_skipped || self.policy.kept.is_empty() {
@@ -151,11 +195,41 @@ impl GcPlan {
     }
 
     fn after_manifests(&mut self) {
+        self.go(if self.shared.is_some() {
+            At::ListRoot
+        } else if self.report.blobs_skipped {
+            At::Done
+        } else {
+            At::ListBlobs
+        });
+    }
+
+    /// After the scratch directories of lower epochs (shared stores).
+    fn after_root(&mut self) {
         self.go(if self.report.blobs_skipped {
             At::Done
         } else {
             At::ListBlobs
         });
+    }
+
+    /// The next `incoming-EPOCH/` of a lower epoch on the page, or the next page.
+    fn next_incoming(&mut self, list: Fd) {
+        let epoch = self.shared.unwrap_or(0);
+        while let Some(name) = self.page.get(self.page_pos) {
+            let stale = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(INCOMING_DIR))
+                .and_then(|n| n.strip_prefix('-'))
+                .and_then(|e| e.parse::<u64>().ok())
+                .is_some_and(|e| e < epoch);
+            if stale {
+                self.at = At::RemoveIncoming(list);
+                return;
+            }
+            self.page_pos += 1;
+        }
+        self.at = At::RootPage(list);
     }
 
     /// A kept manifest that cannot be read may name any blob: no blob is deleted.
@@ -230,7 +304,7 @@ impl Plan for GcPlan {
         let step = |label, op| Poll::Op(Step::new(label, op));
         match self.at {
             At::ListManifests => step("gc", Op::List { dir: m }),
-            At::ManifestPage(l) | At::BlobPage(l) => step(
+            At::ManifestPage(l) | At::BlobPage(l) | At::RootPage(l) => step(
                 "gc",
                 Op::ListNext {
                     list: l,
@@ -239,6 +313,7 @@ impl Plan for GcPlan {
             ),
             At::CloseManifestList(fd)
             | At::CloseBlobList(fd)
+            | At::CloseRootList(fd)
             | At::HeaderClose(_, fd)
             | At::RefClose(_, fd) => step("gc", Op::Close { fd }),
             At::HeaderOpen(_) | At::RefOpen(_) => step(
@@ -261,6 +336,19 @@ impl Plan for GcPlan {
                 Op::Unlink {
                     dir: m,
                     name: os(&self.name),
+                },
+            ),
+            At::ListRoot => step(
+                "gc",
+                Op::List {
+                    dir: self.dirs.root,
+                },
+            ),
+            At::RemoveIncoming(_) => step(
+                "gc.incoming",
+                Op::RemoveTree {
+                    dir: self.dirs.root,
+                    name: &self.page[self.page_pos],
                 },
             ),
             At::ListBlobs => step(
@@ -323,6 +411,7 @@ impl Plan for GcPlan {
                 let seen = match self.feed(r).map(|()| self.parser.next_item()) {
                     Ok(Ok(Parsed::NeedMore)) => return Ok(()),
                     Ok(Ok(Parsed::Header(h))) if h.id == self.ids[n] => {
+                        self.epochs.insert(h.id, h.epoch);
                         Seen::Valid { parent: h.parent }
                     }
                     Ok(Ok(_) | Err(_)) | Err(_) => Seen::Unreadable,
@@ -368,6 +457,36 @@ impl Plan for GcPlan {
                 } else {
                     self.after_manifests();
                 }
+            }
+            At::ListRoot => self.at = At::RootPage(fd_of(&r?)),
+            At::RootPage(l) => {
+                let Done::Entries(entries) = r? else {
+                    panic!("a listing returns entries")
+                };
+                if entries.is_empty() {
+                    self.page.clear();
+                    self.at = At::CloseRootList(l);
+                    return Ok(());
+                }
+                self.page = entries
+                    .into_iter()
+                    .filter(|(_, k)| *k == FileKind::Directory)
+                    .map(|(n, _)| n)
+                    .collect();
+                self.page_pos = 0;
+                self.next_incoming(l);
+            }
+            At::RemoveIncoming(l) => {
+                match r {
+                    Ok(_) | Err(FsError::NotFound { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                self.page_pos += 1;
+                self.next_incoming(l);
+            }
+            At::CloseRootList(_) => {
+                r?;
+                self.after_root();
             }
             At::ListBlobs => self.at = At::BlobPage(fd_of(&r?)),
             At::BlobPage(l) => {

@@ -65,6 +65,10 @@ pub enum Poll<'a> {
     Input,
     /// Waiting for the result of an outstanding `Verify`.
     Wait,
+    /// A publish into a shared store wants `CURRENT` moved to this by the cluster's pointer
+    /// (its guarded transaction, issue 14): the executor's step, answered through
+    /// [`PublishPlan::replaced`].
+    Replace(super::format::Current),
     /// Finished; the output is ready.
     Done,
 }
@@ -112,7 +116,7 @@ pub fn step<P: Plan + ?Sized, E: Executor + ?Sized>(
             plan.verified(token, r)?;
             Ok(true)
         }
-        Poll::Input | Poll::Done => Ok(false),
+        Poll::Input | Poll::Done | Poll::Replace(_) => Ok(false),
         Poll::Wait => unreachable!("a plan run one step at a time never waits"),
     }
 }

@@ -50,6 +50,8 @@ enum At {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct OpenPlan {
     sweep: bool,
+    /// The sweep of a store shared by the machines of a cluster: temp files only.
+    temps_only: bool,
     at: At,
     root: Option<Fd>,
     manifests: Option<Fd>,
@@ -64,6 +66,7 @@ impl OpenPlan {
     pub fn new(sweep: bool) -> OpenPlan {
         OpenPlan {
             sweep,
+            temps_only: false,
             at: At::Root(Ensure::new(Fd::ROOT, STORE_DIR)),
             root: None,
             manifests: None,
@@ -94,6 +97,15 @@ impl OpenPlan {
         .expect("opened before the sweep")
     }
 
+    /// The open of a store shared by the machines of a cluster (issue 14) for its owner: the
+    /// sweep removes temp files of crashed publishes only, not staging areas, views or
+    /// `incoming/` — they may be a paused former owner's, whose publish must be refused by the
+    /// cluster's fence rather than find its output gone.
+    pub fn temps_only(mut self) -> OpenPlan {
+        self.temps_only = true;
+        self
+    }
+
     fn root(&self) -> Fd {
         self.root.expect("opened first")
     }
@@ -110,6 +122,8 @@ impl OpenPlan {
         self.removed = false;
         self.at = if k == 0 {
             At::TempList(1)
+        } else if self.temps_only {
+            At::Done
         } else {
             At::ScratchOpen(0)
         };

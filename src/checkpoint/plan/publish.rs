@@ -173,6 +173,8 @@ enum At {
     CurrentClose,
     CurrentRename,
     CurrentSync,
+    /// A shared store's `CURRENT` moves through the cluster's pointer ([`Poll::Replace`]).
+    Replace,
     Gc(Box<GcPlan>),
     Done,
 }
@@ -224,6 +226,12 @@ pub struct PublishPlan {
     over: Option<(Option<CheckpointId>, CheckpointId)>,
     gc_report: Option<GcReport>,
     out_result: Option<Published>,
+    /// A store shared by the machines of a cluster (issue 14), with the highest manifest id
+    /// listed before the publish (see [`PublishPlan::shared`]).
+    shared: Option<Option<CheckpointId>>,
+    /// The scratch directory of this publish's new blobs: [`INCOMING_DIR`], or in a shared
+    /// store one per epoch (a paused former owner's publish must not clear this one's).
+    incoming_dir: String,
 }
 
 /// The first file of a temp pair, for messages.
@@ -291,6 +299,8 @@ impl PublishPlan {
             over: None,
             gc_report: None,
             out_result: None,
+            shared: None,
+            incoming_dir: INCOMING_DIR.to_string(),
         }
     }
 
@@ -324,6 +334,50 @@ impl PublishPlan {
     pub fn over(mut self, parent: Option<CheckpointId>, id: CheckpointId) -> PublishPlan {
         self.over = Some((parent, id));
         self
+    }
+
+    /// The publish into a store shared by the machines of a cluster (issue 14), whose
+    /// `CURRENT` is kept by a pointer the executor reads before the plan (`current`) and moves
+    /// when the plan asks ([`Poll::Replace`], answered by [`PublishPlan::replaced`]); `top` is
+    /// the highest manifest id the executor listed. The plan then differs in four ways: no
+    /// local epoch fence (the pointer's replace is the fence), a new id above every manifest
+    /// (a former owner may have written one of the next id), a manifest rename that never
+    /// replaces, and a GC that removes only older manifests and never blobs.
+    pub fn shared(
+        mut self,
+        current: Option<Current>,
+        top: Option<CheckpointId>,
+    ) -> Result<PublishPlan, CheckpointError> {
+        self.shared = Some(top);
+        self.incoming_dir = format!("{INCOMING_DIR}-{}", self.epoch);
+        if let Some((parent, _)) = self.over {
+            self.parent_id = parent;
+            self.parent_ready()?;
+        } else if let Some(cur) = current {
+            self.parent_id = Some(cur.id);
+            self.parent_digest = Some(cur.manifest_sha256);
+            self.mname = cur.id.manifest_file_name();
+            self.at = At::ParentOpen;
+        } else {
+            self.parent_ready()?;
+        }
+        Ok(self)
+    }
+
+    /// The answer to [`Poll::Replace`]: the pointer moved (the publish is acknowledged, the GC
+    /// follows), or it refused or failed, which ends the publish.
+    pub fn replaced(&mut self, result: Result<(), CheckpointError>) -> Result<(), CheckpointError> {
+        assert_eq!(self.at, At::Replace, "a replace was asked for");
+        result?;
+        self.fenced = true;
+        self.acked = true;
+        self.start_gc();
+        Ok(())
+    }
+
+    /// The scratch directory of this publish's new blobs (removed when a publish fails).
+    pub fn incoming_dir(&self) -> &str {
+        &self.incoming_dir
     }
 
     /// Whether the last fence, right before `CURRENT` is replaced, passed.
@@ -591,13 +645,12 @@ impl PublishPlan {
 
     fn start_gc(&mut self) {
         let id = self.id.expect("an id");
-        self.at = At::Gc(Box::new(GcPlan::new(
-            self.path.clone(),
-            self.dirs,
-            self.limits,
-            id,
-            self.keep,
-        )));
+        let gc = GcPlan::new(self.path.clone(), self.dirs, self.limits, id, self.keep);
+        self.at = At::Gc(Box::new(if self.shared.is_some() {
+            gc.shared(self.epoch)
+        } else {
+            gc
+        }));
     }
 
     fn after_current_rename(&mut self) {
@@ -671,21 +724,21 @@ impl Plan for PublishPlan {
                 "publish.incoming",
                 Op::RemoveTree {
                     dir: d.root,
-                    name: os(INCOMING_DIR),
+                    name: os(&self.incoming_dir),
                 },
             ),
             At::MkIncoming => op(
                 "publish.incoming",
                 Op::Mkdir {
                     dir: d.root,
-                    name: os(INCOMING_DIR),
+                    name: os(&self.incoming_dir),
                 },
             ),
             At::OpenIncoming => op(
                 "publish.incoming",
                 Op::OpenDir {
                     dir: d.root,
-                    name: os(INCOMING_DIR),
+                    name: os(&self.incoming_dir),
                     any_mode: false,
                 },
             ),
@@ -851,7 +904,11 @@ impl Plan for PublishPlan {
                     from: tmp_name(&self.mtmp),
                     to_dir: d.manifests,
                     to: os(&self.mname),
-                    noreplace: false,
+                    // In a dir of its own, a leftover manifest of this id can only be the
+                    // orphan of a crashed publish (CURRENT names its parent), so replacing it
+                    // is safe. In a shared store another machine may be writing this very id
+                    // (a former owner that lost its lease): never replaced, the publish fails.
+                    noreplace: self.shared.is_some(),
                 },
             ),
             At::SyncIncoming => op(
@@ -866,7 +923,7 @@ impl Plan for PublishPlan {
                 "publish.incoming",
                 Op::Rmdir {
                     dir: d.root,
-                    name: os(INCOMING_DIR),
+                    name: os(&self.incoming_dir),
                 },
             ),
             At::CurrentCreate => op("publish.current", Op::CreateTemp { dir: d.root }),
@@ -901,6 +958,7 @@ impl Plan for PublishPlan {
                 },
             ),
             At::CurrentSync => op("publish.current", Op::SyncDir { dir: d.root }),
+            At::Replace => Poll::Replace(self.current()),
             At::Gc(g) => g.poll(),
             At::Done => Poll::Done,
         }
@@ -1261,10 +1319,18 @@ impl Plan for PublishPlan {
                 self.at = At::RmIncoming;
             }
             At::RmIncoming => {
-                // Not empty would mean a blob was left out of `blobs/`: refused.
-                r.map_err(publish_failed)?;
+                match r {
+                    // In a shared store, a newer owner's GC removes the `incoming-EPOCH/` of a
+                    // lower epoch (spec/cluster.md): this owner lost its lease while paused
+                    // here, with every blob moved already; the pointer's fence refuses it next.
+                    Err(FsError::NotFound { .. }) if self.shared.is_some() => {}
+                    // Not empty would mean a blob was left out of `blobs/`: refused.
+                    r => {
+                        r.map_err(publish_failed)?;
+                    }
+                }
                 self.incoming = None;
-                self.at = At::Fence2(Fence::new(self.epoch));
+                self.at = self.before_current();
             }
             At::Fence2(mut f) => {
                 if f.handle(r, &self.path)? {
@@ -1314,6 +1380,7 @@ impl Plan for PublishPlan {
                     None => self.start_gc(),
                 }
             }
+            At::Replace => unreachable!("a replace is answered through `replaced`"),
             At::Gc(mut g) => match g.handle(r) {
                 Ok(()) if g.poll() == Poll::Done => self.gc_done(g.report().clone()),
                 Ok(()) => self.at = At::Gc(g),
@@ -1342,6 +1409,16 @@ impl PublishPlan {
             (None, Some(p)) => p.next().ok_or_else(|| CheckpointError::IdsExhausted {
                 path: self.current_path(),
             })?,
+        };
+        // A shared store may hold a manifest of that id already, written by a former owner
+        // that lost its lease: it is never replaced; the next free id is used.
+        let id = match self.shared {
+            Some(Some(top)) if self.over.is_none() && top >= id => {
+                top.next().ok_or_else(|| CheckpointError::IdsExhausted {
+                    path: self.current_path(),
+                })?
+            }
+            _ => id,
         };
         self.id = Some(id);
         self.mname = id.manifest_file_name();
@@ -1377,6 +1454,16 @@ impl PublishPlan {
     fn after_syncs(&self) -> At {
         if self.incoming.is_some() {
             At::CloseIncoming
+        } else {
+            self.before_current()
+        }
+    }
+
+    /// The step that makes the checkpoint visible: the second fence and the `CURRENT` file,
+    /// or in a shared store the pointer's guarded replace (the pointer is its own fence).
+    fn before_current(&self) -> At {
+        if self.shared.is_some() {
+            At::Replace
         } else {
             At::Fence2(Fence::new(self.epoch))
         }
