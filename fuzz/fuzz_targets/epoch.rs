@@ -1,11 +1,32 @@
-//! `.tenure/epoch`: only the canonical `<decimal u64>\n` parses, and it is exactly what the
-//! writer produces for that number.
+//! `.tenure/epoch`: a file in the slot format decodes to its highest valid slot, and the slot it
+//! names holds exactly that epoch; a file in the format of an older tenure parses only as the
+//! canonical `<decimal u64>\n`; every whole file the writer produces decodes to what it wrote.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use tenure::lease::epoch;
+use tenure::lease::epoch::{self, Stored};
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(n) = epoch::parse(data) {
-        assert_eq!(epoch::encode(n), data);
+    match epoch::decode(data) {
+        Ok(Stored::Legacy(n)) => assert_eq!(format!("{n}\n").as_bytes(), data),
+        Ok(Stored::Slots { epoch: e, newest }) => {
+            assert_eq!(data.len() as u64, epoch::FILE_LEN);
+            let at = |i: usize| {
+                let o = epoch::slot_offset(i) as usize;
+                epoch::slot_value(&data[o..o + epoch::SLOT_LEN])
+            };
+            assert_eq!(at(newest), Some(e));
+            // The other slot is torn (invalid) or holds an epoch no higher.
+            assert!(at(1 - newest).is_none_or(|other| other <= e));
+            // The writer's whole file for that epoch (the other slot one lower) decodes to it.
+            let whole = epoch::encode(e, e.checked_sub(1));
+            assert_eq!(
+                epoch::decode(&whole),
+                Ok(Stored::Slots {
+                    epoch: e,
+                    newest: 0
+                })
+            );
+        }
+        Err(_) => {}
     }
 });
