@@ -1184,15 +1184,7 @@ impl<'a> Runner<'a> {
             }
         }
         // The machine releases only once the whole workload is gone: the cgroup is empty.
-        if let Some(t) = &self.tree {
-            t.remove_cgroup();
-        }
-        if let Some(mut l) = self.lease.take() {
-            let _ = l.unregister_instance("child");
-            if let Err(e) = l.release() {
-                log::error!("releasing {}: {e}", self.dir_display());
-            }
-        }
+        self.release_local();
         // The cluster lease goes last: its owner key is deleted only if it is still this
         // epoch's. Finding it gone means the lease was lost before the release.
         #[cfg(feature = "etcd")]
@@ -1291,6 +1283,20 @@ impl<'a> Runner<'a> {
         }
     }
 
+    /// Removes the workload's (empty) cgroup and releases the local lease: the release
+    /// action's local half, and what a run whose cluster lease was lost still holds here.
+    fn release_local(&mut self) {
+        if let Some(t) = &self.tree {
+            t.remove_cgroup();
+        }
+        if let Some(mut l) = self.lease.take() {
+            let _ = l.unregister_instance("child");
+            if let Err(e) = l.release() {
+                log::error!("releasing {}: {e}", self.dir_display());
+            }
+        }
+    }
+
     fn finish(&mut self, o: &Outcome) {
         // A lost lease released nothing: what this run still holds locally goes now (the
         // workload is gone), a recovery still running is stopped first, and the cluster's owner
@@ -1300,15 +1306,7 @@ impl<'a> Runner<'a> {
                 w.cancel.store(true, std::sync::atomic::Ordering::SeqCst);
                 let _ = w.handle.join();
             }
-            if let Some(t) = &self.tree {
-                t.remove_cgroup();
-            }
-            if let Some(mut l) = self.lease.take() {
-                let _ = l.unregister_instance("child");
-                if let Err(e) = l.release() {
-                    log::error!("releasing {}: {e}", self.dir_display());
-                }
-            }
+            self.release_local();
             #[cfg(feature = "etcd")]
             if let Some(c) = self.cluster.take() {
                 let _ = c.release();
