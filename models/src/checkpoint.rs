@@ -33,6 +33,7 @@
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
+use std::sync::Arc;
 
 use crate::driver::{Driver, Request};
 use crate::fs::{Reorder, SimFs};
@@ -232,9 +233,9 @@ pub enum CheckpointAction {
     Step,
     /// The process is killed.
     Crash,
-    /// Power loss, leaving the `n`th outcome of [`SimFs::power_loss`] (carried along: the
-    /// outcomes are computed once per state).
-    PowerLoss(usize, Box<SimFs>),
+    /// Power loss, leaving the `n`th outcome of [`SimFs::power_loss`] (the outcomes carried
+    /// along, shared: they are computed once per disk).
+    PowerLoss(usize, Arc<[SimFs]>),
     /// Another owner's epoch is persisted.
     Takeover,
     /// A byte of this file (a path in the state dir) flips between runs.
@@ -633,8 +634,8 @@ impl CheckpointState {
             _ => return,
         };
         let path = format!("{STORE}/{dir}/{}", name.to_string_lossy());
-        for outcome in self.fs.power_loss(reorder) {
-            if let Named::Valid(_, files) = named(&outcome)
+        for outcome in self.fs.power_loss_shared(reorder).iter() {
+            if let Named::Valid(_, files) = named(outcome)
                 && files.contains(&path)
             {
                 self.violations |= V_GC;
@@ -741,8 +742,9 @@ impl Model for CheckpointModel {
                     out.push(CheckpointAction::Crash);
                 }
                 if s.power_left > 0 {
-                    for (n, fs) in s.fs.power_loss(self.reorder).into_iter().enumerate() {
-                        out.push(CheckpointAction::PowerLoss(n, Box::new(fs)));
+                    let outcomes = s.fs.power_loss_shared(self.reorder);
+                    for n in 0..outcomes.len() {
+                        out.push(CheckpointAction::PowerLoss(n, Arc::clone(&outcomes)));
                     }
                 }
                 if s.takeovers_left > 0 && matches!(s.stage, Stage::Publishing(..)) {
@@ -772,9 +774,9 @@ impl Model for CheckpointModel {
                 s.check_after_crash();
                 s.after_process_end();
             }
-            CheckpointAction::PowerLoss(_, outcome) => {
+            CheckpointAction::PowerLoss(n, outcomes) => {
                 s.power_left -= 1;
-                let before = std::mem::replace(&mut s.fs, *outcome);
+                let before = std::mem::replace(&mut s.fs, outcomes[n].clone());
                 // A process crash would have kept the live tree as it was (it only closes
                 // handles), so the power loss lost something iff the trees differ.
                 if s.seen & S_LOST_UNSYNCED == 0 && !before.same_tree(&s.fs) {

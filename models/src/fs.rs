@@ -541,6 +541,14 @@ pub enum Reorder {
     Prefix,
 }
 
+/// A disk whose power-loss outcomes [`SimFs::power_loss_shared`] remembers.
+struct LossEntry {
+    nodes: Nodes,
+    pending: Vec<Pending>,
+    reorder: Reorder,
+    outcomes: Arc<[SimFs]>,
+}
+
 /// The simulated filesystem and the handles of the process that uses it.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SimFs {
@@ -793,9 +801,53 @@ impl SimFs {
 
     /// Every disk power loss can leave now, deduplicated, normalised, sorted; each with no
     /// handle open.
+    pub fn power_loss(&self, reorder: Reorder) -> Vec<SimFs> {
+        self.power_loss_shared(reorder).to_vec()
+    }
+
+    /// [`SimFs::power_loss`], shared: the outcomes depend only on the inodes and the pending
+    /// entry ops (not on the handles), and many states of a model hold the same disk with a
+    /// different world around it, so the outcomes of the disks seen last are remembered (per
+    /// checker thread, a bounded table: the same outcomes whether remembered or not).
+    pub fn power_loss_shared(&self, reorder: Reorder) -> Arc<[SimFs]> {
+        /// Disks remembered per thread before the table is emptied.
+        const REMEMBERED: usize = 1 << 14;
+        type Table = std::collections::HashMap<u64, LossEntry, crate::run::BuildFingerprint>;
+        thread_local! {
+            static LOSSES: std::cell::RefCell<Table> = std::cell::RefCell::default();
+        }
+        let key = crate::run::fingerprint(&(&self.nodes, &self.pending, reorder));
+        let hit = LOSSES.with_borrow(|t| {
+            t.get(&key)
+                .filter(|e| {
+                    e.nodes == self.nodes && e.pending == self.pending && e.reorder == reorder
+                })
+                .map(|e| Arc::clone(&e.outcomes))
+        });
+        if let Some(outcomes) = hit {
+            return outcomes;
+        }
+        let outcomes: Arc<[SimFs]> = self.enumerate_power_loss(reorder).into();
+        LOSSES.with_borrow_mut(|t| {
+            if t.len() >= REMEMBERED {
+                t.clear();
+            }
+            t.insert(
+                key,
+                LossEntry {
+                    nodes: self.nodes.clone(),
+                    pending: self.pending.clone(),
+                    reorder,
+                    outcomes: Arc::clone(&outcomes),
+                },
+            );
+        });
+        outcomes
+    }
+
     // The inodes' cached hashes are interior mutability that order and equality never see.
     #[allow(clippy::mutable_key_type)]
-    pub fn power_loss(&self, reorder: Reorder) -> Vec<SimFs> {
+    fn enumerate_power_loss(&self, reorder: Reorder) -> Vec<SimFs> {
         let n = self.pending.len();
         let choices: Vec<Vec<bool>> = match reorder {
             Reorder::Subset => (0u32..(1 << {
