@@ -546,7 +546,7 @@ struct LossEntry {
     nodes: Nodes,
     pending: Vec<Pending>,
     reorder: Reorder,
-    outcomes: Arc<[SimFs]>,
+    outcomes: Arc<[Shared<SimFs>]>,
 }
 
 /// The simulated filesystem and the handles of the process that uses it.
@@ -802,14 +802,17 @@ impl SimFs {
     /// Every disk power loss can leave now, deduplicated, normalised, sorted; each with no
     /// handle open.
     pub fn power_loss(&self, reorder: Reorder) -> Vec<SimFs> {
-        self.power_loss_shared(reorder).to_vec()
+        self.power_loss_shared(reorder)
+            .iter()
+            .map(|s| SimFs::clone(s))
+            .collect()
     }
 
     /// [`SimFs::power_loss`], shared: the outcomes depend only on the inodes and the pending
     /// entry ops (not on the handles), and many states of a model hold the same disk with a
     /// different world around it, so the outcomes of the disks seen last are remembered (per
     /// checker thread, a bounded table: the same outcomes whether remembered or not).
-    pub fn power_loss_shared(&self, reorder: Reorder) -> Arc<[SimFs]> {
+    pub fn power_loss_shared(&self, reorder: Reorder) -> Arc<[Shared<SimFs>]> {
         /// Disks remembered per thread before the table is emptied.
         const REMEMBERED: usize = 1 << 14;
         type Table = std::collections::HashMap<u64, LossEntry, crate::run::BuildFingerprint>;
@@ -827,7 +830,11 @@ impl SimFs {
         if let Some(outcomes) = hit {
             return outcomes;
         }
-        let outcomes: Arc<[SimFs]> = self.enumerate_power_loss(reorder).into();
+        let outcomes: Arc<[Shared<SimFs>]> = self
+            .enumerate_power_loss(reorder)
+            .into_iter()
+            .map(Shared::new)
+            .collect();
         LOSSES.with_borrow_mut(|t| {
             if t.len() >= REMEMBERED {
                 t.clear();
