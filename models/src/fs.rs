@@ -311,17 +311,6 @@ impl Nodes {
         self.0.iter().map(|n| &**n)
     }
 
-    /// Forgets the pending writes of every file (copying only the files that have some).
-    fn drop_pending_data(&mut self) {
-        for n in &mut self.0 {
-            if matches!(&**n, Node::File(f) if !f.pending.is_empty())
-                && let Node::File(f) = n.make_mut()
-            {
-                f.pending.clear();
-            }
-        }
-    }
-
     /// Commits the pending writes of every file (copying only the files that have some).
     fn commit_all_data(&mut self) {
         for n in &mut self.0 {
@@ -866,30 +855,56 @@ impl SimFs {
             Reorder::Prefix => (0..=n).map(|k| (0..n).map(|i| i < k).collect()).collect(),
         };
         let mut out = BTreeSet::new();
+        // The durable entries with a prefix of the pending ops applied: each prefix is the one
+        // before it plus one op (for a subset, the ops are applied to a fresh copy).
+        let mut prefix = self.nodes.clone();
+        let mut applied = 0;
         for keep in choices {
-            let mut nodes = self.nodes.clone();
-            for (p, k) in self.pending.iter().zip(&keep) {
-                if *k {
-                    p.op.apply(&mut nodes, true);
+            let mut nodes = match reorder {
+                Reorder::Prefix => {
+                    let k = keep.iter().filter(|k| **k).count();
+                    for p in &self.pending[applied..k] {
+                        p.op.apply(&mut prefix, true);
+                    }
+                    applied = k;
+                    prefix.clone()
                 }
+                Reorder::Subset => {
+                    let mut nodes = self.nodes.clone();
+                    for (p, k) in self.pending.iter().zip(&keep) {
+                        if *k {
+                            p.op.apply(&mut nodes, true);
+                        }
+                    }
+                    nodes
+                }
+            };
+            // The disk as these entries leave it: every directory as its durable entries,
+            // every file as its durable content (the files reachable now are then given each
+            // content they may hold). Inodes are replaced, not copied and changed.
+            for node in &mut nodes.0 {
+                let fresh = match &**node {
+                    Node::Dir(d) if d.live != d.durable => Node::Dir(DirNode {
+                        live: d.durable.clone(),
+                        durable: d.durable.clone(),
+                    }),
+                    Node::File(f) if !f.pending.is_empty() => Node::File(FileNode {
+                        durable: f.durable.clone(),
+                        pending: Vec::new(),
+                    }),
+                    Node::Dir(_) | Node::File(_) => continue,
+                };
+                *node = Shared::new(fresh);
             }
-            // The disk as these entries leave it: what each reachable file may hold.
-            let mut base = SimFs {
+            let base = SimFs {
                 nodes,
                 pending: Vec::new(),
                 handles: BTreeMap::new(),
             };
-            for node in &mut base.nodes.0 {
-                if matches!(&**node, Node::Dir(d) if d.live != d.durable)
-                    && let Node::Dir(d) = node.make_mut()
-                {
-                    d.live = d.durable.clone();
-                }
-            }
             let files: Vec<Ino> = base
                 .reachable()
                 .into_iter()
-                .filter(|i| base.file_node(*i).is_some_and(|f| !f.pending.is_empty()))
+                .filter(|i| self.file_node(*i).is_some_and(|f| !f.pending.is_empty()))
                 .collect();
             let mut states = vec![base];
             for ino in files {
@@ -914,8 +929,6 @@ impl SimFs {
                 states = next;
             }
             for mut s in states {
-                // Unreachable files keep whatever; they are dropped by normalisation.
-                s.nodes.drop_pending_data();
                 s.normalize();
                 out.insert(s);
             }
