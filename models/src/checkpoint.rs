@@ -37,7 +37,7 @@ use std::ffi::OsStr;
 use std::sync::Arc;
 
 use crate::driver::{Driver, Request};
-use crate::fs::{Reorder, SimFs};
+use crate::fs::{PowerLoss, Reorder, SimFs};
 use crate::run::BuildFingerprint;
 use crate::shared::Shared;
 use sha2::Digest as _;
@@ -238,7 +238,7 @@ pub enum CheckpointAction {
     Crash,
     /// Power loss, leaving the `n`th outcome of [`SimFs::power_loss`] (the outcomes carried
     /// along, shared: they are computed once per disk).
-    PowerLoss(usize, Arc<[Shared<SimFs>]>),
+    PowerLoss(usize, Arc<[PowerLoss]>),
     /// Another owner's epoch is persisted.
     Takeover,
     /// A byte of this file (a path in the state dir) flips between runs.
@@ -670,7 +670,7 @@ impl CheckpointState {
         };
         let path = format!("{STORE}/{dir}/{}", name.to_string_lossy());
         for outcome in self.fs.power_loss_shared(reorder).iter() {
-            if let Named::Valid(_, files) = &*named(outcome)
+            if let Named::Valid(_, files) = &*named(&outcome.fs)
                 && files.contains(&path)
             {
                 self.violations |= V_GC;
@@ -786,17 +786,18 @@ impl Model for CheckpointModel {
                     out.push(CheckpointAction::Run);
                 }
                 if s.corruptions_left > 0 && s.run > 0 {
-                    let referenced = match &*named(&s.fs) {
-                        Named::Valid(_, files) => files.clone(),
-                        Named::Nothing | Named::Invalid => BTreeSet::new(),
+                    let now = named(&s.fs);
+                    let referenced = match &*now {
+                        Named::Valid(_, files) => Some(files),
+                        Named::Nothing | Named::Invalid => None,
                     };
-                    for (path, c) in s.fs.tree() {
+                    for path in s.fs.file_paths(STORE) {
                         let ours = path
                             .strip_prefix(STORE)
                             .is_some_and(|p| p.starts_with('/') && !p.starts_with("/staging"));
-                        if c.is_some()
-                            && ours
-                            && (self.corrupt_orphans || referenced.contains(&path))
+                        if ours
+                            && (self.corrupt_orphans
+                                || referenced.is_some_and(|r| r.contains(&path)))
                         {
                             out.push(CheckpointAction::Corrupt(path));
                         }
@@ -826,12 +827,12 @@ impl Model for CheckpointModel {
         if let CheckpointAction::PowerLoss(n, outcomes) = action {
             // The disk is replaced: the state is built around the outcome, not around a copy
             // of the disk it replaces.
-            let before = s;
-            let mut s = before.with_fs(outcomes[n].clone());
+            let outcome = &outcomes[n];
+            let mut s = s.with_fs(outcome.fs.clone());
             s.power_left -= 1;
             // A process crash would have kept the live tree as it was (it only closes
             // handles), so the power loss lost something iff the trees differ.
-            if s.seen & S_LOST_UNSYNCED == 0 && !before.fs.same_tree(&s.fs) {
+            if outcome.lost {
                 s.seen |= S_LOST_UNSYNCED;
             }
             s.check_after_crash();

@@ -51,6 +51,7 @@ use std::sync::Arc;
 
 use crate::shared::Shared;
 use sha2::Digest as _;
+use smallvec::{SmallVec, smallvec};
 use tenure::fsop::{Check, Done, Executor, Fd, Meta, Op, Step, Summary};
 use tenure::privfs::{FileKind, FsError};
 
@@ -193,10 +194,17 @@ impl fmt::Debug for Name {
     }
 }
 
-/// A directory's entries, in name order (a sorted vector: directories here hold a handful of
-/// names, and a clone is one allocation).
+/// A directory's entries, in name order (a sorted vector kept inline up to [`INLINE_ENTRIES`]
+/// names: directories here hold a handful, and a directory inode is copied whenever a step
+/// changes it, so a copy of a small one allocates nothing but the inode).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct Entries(Vec<(Name, Ino)>);
+pub struct Entries(SmallVec<[(Name, Ino); INLINE_ENTRIES]>);
+
+/// Entries of a directory kept without an allocation of their own.
+const INLINE_ENTRIES: usize = 4;
+
+/// Directories an entry op waits for (one, or two for a rename between directories).
+pub type Waiting = SmallVec<[Ino; 2]>;
 
 impl Entries {
     fn find(&self, name: &OsStr) -> Result<usize, usize> {
@@ -401,15 +409,15 @@ pub enum EntryOp {
 }
 
 impl EntryOp {
-    fn dirs(&self) -> Vec<Ino> {
+    fn dirs(&self) -> Waiting {
         match self {
-            EntryOp::Add { dir, .. } | EntryOp::Remove { dir, .. } => vec![*dir],
+            EntryOp::Add { dir, .. } | EntryOp::Remove { dir, .. } => smallvec![*dir],
             EntryOp::Rename {
                 from_dir, to_dir, ..
-            } if from_dir == to_dir => vec![*from_dir],
+            } if from_dir == to_dir => smallvec![*from_dir],
             EntryOp::Rename {
                 from_dir, to_dir, ..
-            } => vec![*from_dir, *to_dir],
+            } => smallvec![*from_dir, *to_dir],
         }
     }
 
@@ -494,7 +502,7 @@ pub struct Pending {
     /// The op.
     pub op: EntryOp,
     /// Directories it touches that have not been synced since.
-    pub waiting: Vec<Ino>,
+    pub waiting: Waiting,
 }
 
 /// A handle the executor holds for a protocol (process state: a crash closes them all).
@@ -535,7 +543,17 @@ struct LossEntry {
     nodes: Nodes,
     pending: Vec<Pending>,
     reorder: Reorder,
-    outcomes: Arc<[Shared<SimFs>]>,
+    outcomes: Arc<[PowerLoss]>,
+}
+
+/// One outcome of a power loss ([`SimFs::power_loss_shared`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PowerLoss {
+    /// The disk it leaves.
+    pub fs: Shared<SimFs>,
+    /// Whether it lost something a process crash would have kept: the live tree differs from
+    /// the one before ([`SimFs::same_tree`]).
+    pub lost: bool,
 }
 
 /// The simulated filesystem and the handles of the process that uses it.
@@ -793,7 +811,7 @@ impl SimFs {
     pub fn power_loss(&self, reorder: Reorder) -> Vec<SimFs> {
         self.power_loss_shared(reorder)
             .iter()
-            .map(|s| SimFs::clone(s))
+            .map(|o| SimFs::clone(&o.fs))
             .collect()
     }
 
@@ -801,7 +819,7 @@ impl SimFs {
     /// entry ops (not on the handles), and many states of a model hold the same disk with a
     /// different world around it, so the outcomes of the disks seen last are remembered (per
     /// checker thread, a bounded table: the same outcomes whether remembered or not).
-    pub fn power_loss_shared(&self, reorder: Reorder) -> Arc<[Shared<SimFs>]> {
+    pub fn power_loss_shared(&self, reorder: Reorder) -> Arc<[PowerLoss]> {
         /// Disks remembered per thread before the table is emptied.
         const REMEMBERED: usize = 1 << 14;
         type Table = std::collections::HashMap<u64, LossEntry, crate::run::BuildFingerprint>;
@@ -819,10 +837,13 @@ impl SimFs {
         if let Some(outcomes) = hit {
             return outcomes;
         }
-        let outcomes: Arc<[Shared<SimFs>]> = self
+        let outcomes: Arc<[PowerLoss]> = self
             .enumerate_power_loss(reorder)
             .into_iter()
-            .map(Shared::new)
+            .map(|fs| PowerLoss {
+                lost: !self.same_tree(&fs),
+                fs: Shared::new(fs),
+            })
             .collect();
         LOSSES.with_borrow_mut(|t| {
             if t.len() >= REMEMBERED {
@@ -1145,6 +1166,35 @@ impl SimFs {
                 }
             }
         }
+        out
+    }
+
+    /// The paths of the live files under the directory at `dir` (relative, `/`-separated, in
+    /// the order of [`SimFs::tree`]): its file entries, without building the whole tree.
+    pub fn file_paths(&self, dir: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let Some(root) = self.resolve(dir) else {
+            return out;
+        };
+        let mut stack = vec![(root, dir.trim_matches('/').to_owned())];
+        while let Some((d, prefix)) = stack.pop() {
+            let Some(d) = self.dir_node(d) else {
+                continue;
+            };
+            for (name, child) in &d.live {
+                let p = if prefix.is_empty() {
+                    name.to_string_lossy().into_owned()
+                } else {
+                    format!("{prefix}/{}", name.to_string_lossy())
+                };
+                match self.nodes.get(child) {
+                    Some(Node::File(_)) => out.push(p),
+                    Some(Node::Dir(_)) => stack.push((*child, p)),
+                    None => {}
+                }
+            }
+        }
+        out.sort_unstable();
         out
     }
 
@@ -1664,6 +1714,26 @@ mod tests {
             .iter()
             .map(|s| s.read(path).map(<[u8]>::to_vec))
             .collect()
+    }
+
+    /// `file_paths` lists what `tree` lists as files under the directory, in the same order
+    /// (`a-c` sorts before `a/b`, as the full paths do).
+    #[test]
+    fn file_paths_are_the_trees_files() {
+        let mut fs = SimFs::new();
+        for p in ["s/a/b", "s/a-c", "s/a/d/e", "s/z", "t/x", "s/a0"] {
+            fs.put_file(p, p.as_bytes());
+        }
+        fs.mkdir_all("s/empty");
+        let from_tree: Vec<String> = fs
+            .tree()
+            .into_iter()
+            .filter(|(p, c)| c.is_some() && p.starts_with("s/"))
+            .map(|(p, _)| p)
+            .collect();
+        assert_eq!(fs.file_paths("s"), from_tree);
+        assert_eq!(from_tree.first().map(String::as_str), Some("s/a-c"));
+        assert!(fs.file_paths("nothing").is_empty());
     }
 
     /// The durable replace: before the fsync the new name may hold nothing; after the fsync
