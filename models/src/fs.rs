@@ -645,21 +645,8 @@ impl SimFs {
         }
         // The names are collected first and spelled once the inode is found: error messages
         // of expected misses (a record not there yet) ask for paths often.
-        fn find<'a>(fs: &'a SimFs, dir: Ino, ino: Ino, chain: &mut Vec<&'a Name>) -> bool {
-            let Some(d) = fs.dir_node(dir) else {
-                return false;
-            };
-            for (name, child) in &d.live {
-                chain.push(name);
-                if *child == ino || find(fs, *child, ino, chain) {
-                    return true;
-                }
-                chain.pop();
-            }
-            false
-        }
         let mut chain = Vec::new();
-        if find(self, ROOT_INO, ino, &mut chain) {
+        if self.name_chain(ROOT_INO, ino, &mut chain) {
             chain
                 .iter()
                 .map(|n| n.to_string_lossy())
@@ -670,13 +657,39 @@ impl SimFs {
         }
     }
 
-    fn child_path(&self, dir: Ino, name: &OsStr) -> PathBuf {
-        let p = self.path_of(dir);
-        if p.is_empty() {
-            sim_path(&name.to_string_lossy())
-        } else {
-            sim_path(&format!("{p}/{}", name.to_string_lossy()))
+    /// Pushes onto `chain` the live names that lead from `dir` to `ino` (depth first, in name
+    /// order); `false` if none does.
+    fn name_chain<'a>(&'a self, dir: Ino, ino: Ino, chain: &mut Vec<&'a Name>) -> bool {
+        let Some(d) = self.dir_node(dir) else {
+            return false;
+        };
+        for (name, child) in &d.live {
+            chain.push(name);
+            if *child == ino || self.name_chain(*child, ino, chain) {
+                return true;
+            }
+            chain.pop();
         }
+        false
+    }
+
+    /// The path an error about `name` in `dir` names: `/sim/<path of dir>/<name>` (`?` for a
+    /// directory with no live name). Built in one buffer: plans probe for files that are not
+    /// there yet, and every such miss carries its path.
+    fn child_path(&self, dir: Ino, name: &OsStr) -> PathBuf {
+        let mut p = PathBuf::from("/sim");
+        if dir != ROOT_INO {
+            let mut chain = Vec::new();
+            if self.name_chain(ROOT_INO, dir, &mut chain) {
+                for n in chain {
+                    p.push(n.as_os_str());
+                }
+            } else {
+                p.push("?");
+            }
+        }
+        p.push(name);
+        p
     }
 
     fn fresh_ino(&self) -> Ino {
