@@ -706,7 +706,7 @@ impl CheckpointState {
         CheckpointState {
             fs,
             keep: self.keep,
-            drv: self.drv.clone(),
+            drv: self.drv,
             stage: self.stage.clone(),
             fds: self.fds,
             run: self.run,
