@@ -237,7 +237,7 @@ pub enum CheckpointAction {
     /// The process is killed.
     Crash,
     /// Power loss, leaving the `n`th outcome of [`SimFs::power_loss`] (the outcomes carried
-    /// along, shared: they are computed once per disk).
+    /// along, shared: they are computed once per state).
     PowerLoss(usize, Arc<[PowerLoss]>),
     /// Another owner's epoch is persisted.
     Takeover,
@@ -669,7 +669,7 @@ impl CheckpointState {
             _ => return,
         };
         let path = format!("{STORE}/{dir}/{}", name.to_string_lossy());
-        for outcome in self.fs.power_loss_shared(reorder).iter() {
+        for outcome in self.fs.power_loss_outcomes(reorder).iter() {
             if let Named::Valid(_, files) = &*named(&outcome.fs)
                 && files.contains(&path)
             {
@@ -810,7 +810,7 @@ impl Model for CheckpointModel {
                     out.push(CheckpointAction::Crash);
                 }
                 if s.power_left > 0 {
-                    let outcomes = s.fs.power_loss_shared(self.reorder);
+                    let outcomes = s.fs.power_loss_outcomes(self.reorder);
                     for n in 0..outcomes.len() {
                         out.push(CheckpointAction::PowerLoss(n, Arc::clone(&outcomes)));
                     }

@@ -828,10 +828,29 @@ impl SimFs {
             .collect()
     }
 
+    /// [`SimFs::power_loss`] with each outcome shared and marked with whether it lost
+    /// something, computed afresh (not remembered, unlike [`SimFs::power_loss_shared`]: the
+    /// checkpoint model asks once per state, and keeping its disks' outcomes cost more in
+    /// memory traffic than recomputing them: 497 against 533 ms of CPU for `check checkpoint`).
+    pub fn power_loss_outcomes(&self, reorder: Reorder) -> Arc<[PowerLoss]> {
+        self.outcomes(reorder)
+    }
+
+    fn outcomes(&self, reorder: Reorder) -> Arc<[PowerLoss]> {
+        self.enumerate_power_loss(reorder)
+            .into_iter()
+            .map(|fs| PowerLoss {
+                lost: !self.same_tree(&fs),
+                fs: Shared::new(fs),
+            })
+            .collect()
+    }
+
     /// [`SimFs::power_loss`], shared: the outcomes depend only on the inodes and the pending
-    /// entry ops (not on the handles), and many states of a model hold the same disk with a
-    /// different world around it, so the outcomes of the disks seen last are remembered (per
-    /// checker thread, a bounded table: the same outcomes whether remembered or not).
+    /// entry ops (not on the handles), and the lease model asks for the same disk's outcomes
+    /// once for its actions and again in every successor, so the outcomes of the disks seen
+    /// last are remembered (per checker thread, a bounded table: the same outcomes whether
+    /// remembered or not; the lease power world runs 13 times faster with it).
     pub fn power_loss_shared(&self, reorder: Reorder) -> Arc<[PowerLoss]> {
         /// Disks remembered per thread before the table is emptied.
         const REMEMBERED: usize = 1 << 14;
@@ -850,14 +869,7 @@ impl SimFs {
         if let Some(outcomes) = hit {
             return outcomes;
         }
-        let outcomes: Arc<[PowerLoss]> = self
-            .enumerate_power_loss(reorder)
-            .into_iter()
-            .map(|fs| PowerLoss {
-                lost: !self.same_tree(&fs),
-                fs: Shared::new(fs),
-            })
-            .collect();
+        let outcomes = self.outcomes(reorder);
         LOSSES.with_borrow_mut(|t| {
             if t.len() >= REMEMBERED {
                 t.clear();
