@@ -115,6 +115,10 @@ pub enum Stage {
     Halted,
 }
 
+/// The bytes of a `CURRENT` the model remembers, shared between the states that hold it (a
+/// clone is a reference count: every successor carries them), compared and hashed by value.
+pub type Pointer = Arc<[u8]>;
+
 /// The checkpoint model and its bounds.
 #[derive(Debug, Clone)]
 pub struct CheckpointModel {
@@ -197,14 +201,14 @@ pub struct CheckpointState {
     /// The model's number of runs (the same in every state).
     pub runs: u8,
     /// The last durable pointer: what the last acknowledged publish wrote; `None` before any.
-    pub durable: Option<Vec<u8>>,
+    pub durable: Option<Pointer>,
     /// Pointers publishes wrote since `durable` was set (unacknowledged: a crash or power loss
     /// may keep or drop each).
-    pub written: Vec<Vec<u8>>,
+    pub written: Vec<Pointer>,
     /// Whether a corruption happened: the checkpoint a pointer names may then be broken.
     pub corrupted: bool,
     /// The `CURRENT` this run's publish writes, once its manifest is written.
-    pub new: Option<Vec<u8>>,
+    pub new: Option<Pointer>,
     /// Whether this run's publish was acknowledged.
     pub acked: bool,
     /// Whether another owner's epoch was persisted before this publish's last fence.
@@ -554,8 +558,9 @@ impl CheckpointState {
                 if self.new.is_none()
                     && let Some(c) = p.new_current()
                 {
-                    self.new = Some(c.to_bytes());
-                    self.written.push(c.to_bytes());
+                    let bytes: Pointer = c.to_bytes().into();
+                    self.new = Some(Arc::clone(&bytes));
+                    self.written.push(bytes);
                 }
                 if p.acked() && !self.acked {
                     self.acked = true;
@@ -564,8 +569,8 @@ impl CheckpointState {
                         self.violations |= V_FENCE;
                     }
                     // I12: what is acknowledged is the new checkpoint, complete and valid.
-                    let cur = self.fs.read(CURRENT).map(<[u8]>::to_vec);
-                    if cur != self.new || !matches!(*named(&self.fs), Named::Valid(..)) {
+                    let cur = self.fs.read(CURRENT);
+                    if cur != self.new.as_deref() || !matches!(*named(&self.fs), Named::Valid(..)) {
                         self.violations |= V_PUBLISHED;
                     }
                     self.durable.clone_from(&self.new);
@@ -685,7 +690,7 @@ impl CheckpointState {
         let allowed = if self.acked {
             cur == new
         } else {
-            cur == durable || cur.is_some_and(|c| self.written.iter().any(|w| w == c))
+            cur == durable || cur.is_some_and(|c| self.written.iter().any(|w| **w == *c))
         };
         let valid = self.corrupted || is_valid(&named(&self.fs));
         let kept_old = new.is_some() && cur == durable && cur != new;
@@ -882,10 +887,10 @@ impl Model for CheckpointModel {
                 }
                 if path == CURRENT {
                     // The flipped pointer stands for the one it was (the load must refuse it).
-                    let old = s.fs.read(CURRENT).map(<[u8]>::to_vec);
+                    let old = s.fs.read(CURRENT).map(Pointer::from);
                     for p in s.written.iter_mut().chain(s.durable.as_mut()) {
                         if Some(&*p) == old.as_ref() {
-                            p.clone_from(&bytes);
+                            *p = Pointer::from(&bytes[..]);
                         }
                     }
                 }
