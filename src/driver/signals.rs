@@ -331,6 +331,36 @@ impl Drop for SignalIntake {
 mod tests {
     use super::*;
 
+    /// Real signals to this test process: every live intake sees each (flag and byte), a
+    /// stop is pending until taken, and a slot handed to a new intake carries nothing over.
+    /// Only USR2 and TERM are raised: both are caught by the handler once it is installed, so
+    /// neither can end the test process.
+    #[test]
+    fn every_intake_sees_a_signal_and_a_reused_slot_starts_clean() {
+        let raise = |n: i32| {
+            // SAFETY: `raise` delivers the signal to this thread before it returns.
+            assert_eq!(unsafe { libc::raise(n) }, 0);
+        };
+        let a = SignalIntake::install().expect("intake a");
+        let b = SignalIntake::install().expect("intake b");
+        raise(libc::SIGUSR2);
+        for i in [&a, &b] {
+            assert_eq!(i.take_others().relay, vec![12]);
+            assert!(i.take_others().relay.is_empty(), "taken once");
+        }
+        raise(libc::SIGTERM);
+        assert!(a.pending() && b.pending());
+        assert_eq!(a.take(), vec![Signal::Term]);
+        assert!(!a.pending(), "the byte was consumed");
+        drop(b);
+        raise(libc::SIGUSR2);
+        let c = SignalIntake::install().expect("intake c");
+        assert!(!c.pending(), "nothing of b's carried over");
+        assert!(c.take().is_empty());
+        assert!(c.take_others().relay.is_empty());
+        assert_eq!(a.take_others().relay, vec![12]);
+    }
+
     #[test]
     fn relayed_signals_exclude_stops_faults_and_job_control() {
         for n in [
