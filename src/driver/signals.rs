@@ -68,8 +68,9 @@ pub struct Others {
 }
 
 /// How many intakes may be installed at the same time in one process (the runner has one; a
-/// library host that runs several drivers at once has a few).
-const SLOTS: usize = 8;
+/// library host that runs several drivers at once, or a test binary running tests in parallel,
+/// has a few). A slot's four pipe descriptors are made only when it is first claimed.
+const SLOTS: usize = 64;
 
 /// One intake's pipes and flags. The pipes are made when the slot is first claimed and kept
 /// for the life of the process (see the module comment); `live` says whether the handler
