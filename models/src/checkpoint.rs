@@ -31,11 +31,14 @@
 //! format's definition (the real parsers, sha256 of every file), independently of the load
 //! plan, so a planted bug in the load cannot blind the property that checks it.
 
+use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
+use std::sync::Arc;
 
 use crate::driver::{Driver, Request};
-use crate::fs::{Reorder, SimFs};
+use crate::fs::{PowerLoss, Reorder, SimFs};
+use crate::run::BuildFingerprint;
 use crate::shared::Shared;
 use sha2::Digest as _;
 use stateright::{Model, Property};
@@ -112,6 +115,10 @@ pub enum Stage {
     Halted,
 }
 
+/// The bytes of a `CURRENT` the model remembers, shared between the states that hold it (a
+/// clone is a reference count: every successor carries them), compared and hashed by value.
+pub type Pointer = Arc<[u8]>;
+
 /// The checkpoint model and its bounds.
 #[derive(Debug, Clone)]
 pub struct CheckpointModel {
@@ -176,8 +183,9 @@ impl CheckpointModel {
 /// The state of the checkpoint world.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CheckpointState {
-    /// The filesystem (and the running process's handles).
-    pub fs: SimFs,
+    /// The filesystem (and the running process's handles), shared with the states that hold
+    /// it unchanged (every power-loss successor of a disk holds one of its outcomes).
+    pub fs: Shared<SimFs>,
     /// The GC's `keep`.
     pub keep: u8,
     /// The current run's driver.
@@ -193,14 +201,14 @@ pub struct CheckpointState {
     /// The model's number of runs (the same in every state).
     pub runs: u8,
     /// The last durable pointer: what the last acknowledged publish wrote; `None` before any.
-    pub durable: Option<Vec<u8>>,
+    pub durable: Option<Pointer>,
     /// Pointers publishes wrote since `durable` was set (unacknowledged: a crash or power loss
     /// may keep or drop each).
-    pub written: Vec<Vec<u8>>,
+    pub written: Vec<Pointer>,
     /// Whether a corruption happened: the checkpoint a pointer names may then be broken.
     pub corrupted: bool,
     /// The `CURRENT` this run's publish writes, once its manifest is written.
-    pub new: Option<Vec<u8>>,
+    pub new: Option<Pointer>,
     /// Whether this run's publish was acknowledged.
     pub acked: bool,
     /// Whether another owner's epoch was persisted before this publish's last fence.
@@ -232,9 +240,9 @@ pub enum CheckpointAction {
     Step,
     /// The process is killed.
     Crash,
-    /// Power loss, leaving the `n`th outcome of [`SimFs::power_loss`] (carried along: the
-    /// outcomes are computed once per state).
-    PowerLoss(usize, Box<SimFs>),
+    /// Power loss, leaving the `n`th outcome of [`SimFs::power_loss`] (the outcomes carried
+    /// along, shared: they are computed once per state).
+    PowerLoss(usize, Arc<[PowerLoss]>),
     /// Another owner's epoch is persisted.
     Takeover,
     /// A byte of this file (a path in the state dir) flips between runs.
@@ -257,8 +265,38 @@ fn sha(b: &[u8]) -> [u8; 32] {
     sha2::Sha256::digest(b).into()
 }
 
+/// [`judge`], remembered: the verdict depends on the disk alone, and the model asks about the
+/// same disk from many states (every crash and power loss checks what it left), so the
+/// verdicts of the disks seen last are kept (per checker thread, a bounded table keyed by the
+/// whole filesystem value: the same verdict whether remembered or not).
+fn named(fs: &Shared<SimFs>) -> Arc<Named> {
+    /// Disks remembered per thread before the table is emptied.
+    const REMEMBERED: usize = 1 << 14;
+    type Table = std::collections::HashMap<u64, (Shared<SimFs>, Arc<Named>), BuildFingerprint>;
+    thread_local! {
+        static NAMED: RefCell<Table> = RefCell::default();
+    }
+    let key = crate::run::fingerprint(fs);
+    let hit = NAMED.with_borrow(|t| {
+        t.get(&key)
+            .filter(|(k, _)| k == fs)
+            .map(|(_, n)| Arc::clone(n))
+    });
+    if let Some(n) = hit {
+        return n;
+    }
+    let n = Arc::new(judge(fs));
+    NAMED.with_borrow_mut(|t| {
+        if t.len() >= REMEMBERED {
+            t.clear();
+        }
+        t.insert(key, (fs.clone(), Arc::clone(&n)));
+    });
+    n
+}
+
 /// The oracle: does `CURRENT` name a complete checkpoint whose every file matches its digest?
-fn named(fs: &SimFs) -> Named {
+fn judge(fs: &SimFs) -> Named {
     let Some(cur) = fs.read(CURRENT) else {
         return Named::Nothing;
     };
@@ -366,7 +404,7 @@ impl CheckpointState {
                     Action::Publish => self.start_publish(),
                     Action::Exit(_) => {
                         // The process ends: its handles close, nothing is lost.
-                        self.fs.crash_process();
+                        self.fs.make_mut().crash_process();
                         self.fds = None;
                         self.stage =
                             if self.drv.machine().kind() == tenure::machine::PhaseKind::Refused {
@@ -399,6 +437,7 @@ impl CheckpointState {
                 Some(Request::Acquire { .. }) => {
                     // The lease's acquisition persists the run's epoch before it grants it.
                     self.fs
+                        .make_mut()
                         .put_file(".tenure/epoch", format!("{}\n", self.run).as_bytes());
                     Event::LeaseGranted {
                         epoch: u64::from(self.run),
@@ -424,6 +463,7 @@ impl CheckpointState {
     fn start_publish(&mut self) {
         for (f, name) in FILES.iter().enumerate() {
             self.fs
+                .make_mut()
                 .put_file(&format!("{STAGING}/{name}"), &content(f, self.run));
         }
         let fds = self.fds.expect("the owned open ran before the publish");
@@ -464,10 +504,10 @@ impl CheckpointState {
     }
 
     /// One step of the plan; `true` when the plan ended (and the machine was answered).
-    fn one_step(&mut self, before_load: Option<SimFs>) -> bool {
+    fn one_step(&mut self, before_load: Option<Shared<SimFs>>) -> bool {
         let stage = std::mem::replace(&mut self.stage, Stage::Idle);
         match stage {
-            Stage::Opening(mut p) => match plan::step(p.make_mut(), &mut self.fs) {
+            Stage::Opening(mut p) => match plan::step(p.make_mut(), self.fs.make_mut()) {
                 Ok(true) => self.stage = Stage::Opening(p),
                 Ok(false) => {
                     let fds = p.output().expect("a finished open names its directories");
@@ -483,7 +523,7 @@ impl CheckpointState {
                 }
                 Err(_) => return self.recovered(false),
             },
-            Stage::Loading(mut p) => match plan::step(p.make_mut(), &mut self.fs) {
+            Stage::Loading(mut p) => match plan::step(p.make_mut(), self.fs.make_mut()) {
                 Ok(true) => self.stage = Stage::Loading(p),
                 Ok(false) => {
                     let accepted =
@@ -503,7 +543,7 @@ impl CheckpointState {
                 let r = match p.poll() {
                     Poll::Input => {
                         let input = FILES.get(usize::from(next)).map(|name| {
-                            let (fd, size) = open_input(&mut self.fs, name);
+                            let (fd, size) = open_input(self.fs.make_mut(), name);
                             Input {
                                 name: (*name).to_string(),
                                 mode: 0o600,
@@ -512,14 +552,15 @@ impl CheckpointState {
                         });
                         p.make_mut().give_input(input).map(|()| true)
                     }
-                    _ => plan::step(p.make_mut(), &mut self.fs),
+                    _ => plan::step(p.make_mut(), self.fs.make_mut()),
                 };
                 let next = if was_input { next + 1 } else { next };
                 if self.new.is_none()
                     && let Some(c) = p.new_current()
                 {
-                    self.new = Some(c.to_bytes());
-                    self.written.push(c.to_bytes());
+                    let bytes: Pointer = c.to_bytes().into();
+                    self.new = Some(Arc::clone(&bytes));
+                    self.written.push(bytes);
                 }
                 if p.acked() && !self.acked {
                     self.acked = true;
@@ -528,8 +569,8 @@ impl CheckpointState {
                         self.violations |= V_FENCE;
                     }
                     // I12: what is acknowledged is the new checkpoint, complete and valid.
-                    let cur = self.fs.read(CURRENT).map(<[u8]>::to_vec);
-                    if cur != self.new || !matches!(named(&self.fs), Named::Valid(..)) {
+                    let cur = self.fs.read(CURRENT);
+                    if cur != self.new.as_deref() || !matches!(*named(&self.fs), Named::Valid(..)) {
                         self.violations |= V_PUBLISHED;
                     }
                     self.durable.clone_from(&self.new);
@@ -633,8 +674,8 @@ impl CheckpointState {
             _ => return,
         };
         let path = format!("{STORE}/{dir}/{}", name.to_string_lossy());
-        for outcome in self.fs.power_loss(reorder) {
-            if let Named::Valid(_, files) = named(&outcome)
+        for outcome in self.fs.power_loss_outcomes(reorder).iter() {
+            if let Named::Valid(_, files) = &*named(&outcome.fs)
                 && files.contains(&path)
             {
                 self.violations |= V_GC;
@@ -644,21 +685,52 @@ impl CheckpointState {
 
     /// I12 on the state a crash left.
     fn check_after_crash(&mut self) {
-        let cur = self.fs.read(CURRENT).map(<[u8]>::to_vec);
+        let cur = self.fs.read(CURRENT);
+        let (new, durable) = (self.new.as_deref(), self.durable.as_deref());
         let allowed = if self.acked {
-            cur == self.new
+            cur == new
         } else {
-            cur == self.durable || cur.as_ref().is_some_and(|c| self.written.contains(c))
+            cur == durable || cur.is_some_and(|c| self.written.iter().any(|w| **w == *c))
         };
-        let valid = is_valid(&named(&self.fs)) || self.corrupted;
+        let valid = self.corrupted || is_valid(&named(&self.fs));
+        let kept_old = new.is_some() && cur == durable && cur != new;
+        let kept_new = new.is_some() && !self.acked && cur == new;
         if !(allowed && valid) {
             self.violations |= V_CRASH;
         }
-        if self.new.is_some() && cur == self.durable && cur != self.new {
+        if kept_old {
             self.seen |= S_KEPT_OLD;
         }
-        if self.new.is_some() && !self.acked && cur == self.new {
+        if kept_new {
             self.seen |= S_KEPT_NEW;
+        }
+    }
+
+    /// This state with the disk `fs` (every other part cloned).
+    fn with_fs(&self, fs: Shared<SimFs>) -> CheckpointState {
+        CheckpointState {
+            fs,
+            keep: self.keep,
+            drv: self.drv,
+            stage: self.stage.clone(),
+            fds: self.fds,
+            run: self.run,
+            published: self.published,
+            runs: self.runs,
+            durable: self.durable.clone(),
+            written: self.written.clone(),
+            corrupted: self.corrupted,
+            new: self.new.clone(),
+            acked: self.acked,
+            stale: self.stale,
+            after_crash: self.after_crash,
+            tampered: self.tampered,
+            crashes_left: self.crashes_left,
+            power_left: self.power_left,
+            corruptions_left: self.corruptions_left,
+            takeovers_left: self.takeovers_left,
+            seen: self.seen,
+            violations: self.violations,
         }
     }
 
@@ -686,7 +758,7 @@ impl Model for CheckpointModel {
         self.keeps
             .iter()
             .map(|&keep| CheckpointState {
-                fs: SimFs::new(),
+                fs: Shared::new(SimFs::new()),
                 keep,
                 drv: Driver::new(Config::in_process()),
                 stage: Stage::Idle,
@@ -719,16 +791,18 @@ impl Model for CheckpointModel {
                     out.push(CheckpointAction::Run);
                 }
                 if s.corruptions_left > 0 && s.run > 0 {
-                    let referenced = match named(&s.fs) {
-                        Named::Valid(_, files) => files,
-                        Named::Nothing | Named::Invalid => BTreeSet::new(),
+                    let now = named(&s.fs);
+                    let referenced = match &*now {
+                        Named::Valid(_, files) => Some(files),
+                        Named::Nothing | Named::Invalid => None,
                     };
-                    for (path, c) in s.fs.tree() {
-                        let ours = path.starts_with(&format!("{STORE}/"))
-                            && !path.starts_with(&format!("{STORE}/staging"));
-                        if c.is_some()
-                            && ours
-                            && (self.corrupt_orphans || referenced.contains(&path))
+                    for path in s.fs.file_paths(STORE) {
+                        let ours = path
+                            .strip_prefix(STORE)
+                            .is_some_and(|p| p.starts_with('/') && !p.starts_with("/staging"));
+                        if ours
+                            && (self.corrupt_orphans
+                                || referenced.is_some_and(|r| r.contains(&path)))
                         {
                             out.push(CheckpointAction::Corrupt(path));
                         }
@@ -741,8 +815,9 @@ impl Model for CheckpointModel {
                     out.push(CheckpointAction::Crash);
                 }
                 if s.power_left > 0 {
-                    for (n, fs) in s.fs.power_loss(self.reorder).into_iter().enumerate() {
-                        out.push(CheckpointAction::PowerLoss(n, Box::new(fs)));
+                    let outcomes = s.fs.power_loss_outcomes(self.reorder);
+                    for n in 0..outcomes.len() {
+                        out.push(CheckpointAction::PowerLoss(n, Arc::clone(&outcomes)));
                     }
                 }
                 if s.takeovers_left > 0 && matches!(s.stage, Stage::Publishing(..)) {
@@ -754,6 +829,21 @@ impl Model for CheckpointModel {
     }
 
     fn next_state(&self, s: &CheckpointState, action: CheckpointAction) -> Option<CheckpointState> {
+        if let CheckpointAction::PowerLoss(n, outcomes) = action {
+            // The disk is replaced: the state is built around the outcome, not around a copy
+            // of the disk it replaces.
+            let outcome = &outcomes[n];
+            let mut s = s.with_fs(outcome.fs.clone());
+            s.power_left -= 1;
+            // A process crash would have kept the live tree as it was (it only closes
+            // handles), so the power loss lost something iff the trees differ.
+            if outcome.lost {
+                s.seen |= S_LOST_UNSYNCED;
+            }
+            s.check_after_crash();
+            s.after_process_end();
+            return Some(s);
+        }
         let mut s = s.clone();
         match action {
             CheckpointAction::Run => {
@@ -768,21 +858,11 @@ impl Model for CheckpointModel {
             CheckpointAction::Step => s.step(self.reorder),
             CheckpointAction::Crash => {
                 s.crashes_left -= 1;
-                s.fs.crash_process();
+                s.fs.make_mut().crash_process();
                 s.check_after_crash();
                 s.after_process_end();
             }
-            CheckpointAction::PowerLoss(_, outcome) => {
-                s.power_left -= 1;
-                let before = std::mem::replace(&mut s.fs, *outcome);
-                // A process crash would have kept the live tree as it was (it only closes
-                // handles), so the power loss lost something iff the trees differ.
-                if s.seen & S_LOST_UNSYNCED == 0 && !before.same_tree(&s.fs) {
-                    s.seen |= S_LOST_UNSYNCED;
-                }
-                s.check_after_crash();
-                s.after_process_end();
-            }
+            CheckpointAction::PowerLoss(..) => unreachable!("handled above"),
             CheckpointAction::Takeover => {
                 s.takeovers_left -= 1;
                 s.tampered = true;
@@ -791,7 +871,7 @@ impl Model for CheckpointModel {
                 {
                     s.stale = true;
                 }
-                s.fs.put_file(
+                s.fs.make_mut().put_file(
                     ".tenure/epoch",
                     format!("{}\n", u64::from(s.run) + 1).as_bytes(),
                 );
@@ -807,14 +887,14 @@ impl Model for CheckpointModel {
                 }
                 if path == CURRENT {
                     // The flipped pointer stands for the one it was (the load must refuse it).
-                    let old = s.fs.read(CURRENT).map(<[u8]>::to_vec);
+                    let old = s.fs.read(CURRENT).map(Pointer::from);
                     for p in s.written.iter_mut().chain(s.durable.as_mut()) {
                         if Some(&*p) == old.as_ref() {
-                            p.clone_from(&bytes);
+                            *p = Pointer::from(&bytes[..]);
                         }
                     }
                 }
-                s.fs.put_file(&path, &bytes);
+                s.fs.make_mut().put_file(&path, &bytes);
             }
         }
         Some(s)

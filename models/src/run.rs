@@ -212,7 +212,10 @@ pub fn fingerprint<T: Hash>(value: &T) -> u64 {
 
 /// A `u64` fingerprint is its own hash.
 #[derive(Default)]
-struct IdHasher(u64);
+pub struct IdHasher(u64);
+
+/// Hash tables keyed by fingerprints (which are hashes already).
+pub type BuildFingerprint = std::hash::BuildHasherDefault<IdHasher>;
 
 impl std::hash::Hasher for IdHasher {
     fn finish(&self) -> u64 {

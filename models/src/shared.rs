@@ -13,21 +13,30 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::ops::Deref;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::{self, AtomicU64};
 
 /// A shared, copy-on-write value with a cached hash.
 pub struct Shared<T>(Arc<Inner<T>>);
 
+/// The value and its hash once computed ([`UNKNOWN`] until then). A plain atomic, not a
+/// `OnceLock`: two threads that both compute the hash store the same number, so nothing but
+/// the atomic is needed, and every new inode of every state goes through this (a
+/// `OnceLock`'s initialisation cost about as much as the hash itself).
 struct Inner<T> {
     value: T,
-    hash: OnceLock<u64>,
+    hash: AtomicU64,
 }
+
+/// The cached hash of a value whose hash is not computed yet; a value that hashes to it is
+/// stored as [`UNKNOWN`] + 1 (equal values still hash alike).
+const UNKNOWN: u64 = 0;
 
 impl<T: Clone> Clone for Inner<T> {
     fn clone(&self) -> Inner<T> {
         Inner {
             value: self.value.clone(),
-            hash: self.hash.clone(),
+            hash: AtomicU64::new(self.hash.load(atomic::Ordering::Relaxed)),
         }
     }
 }
@@ -37,7 +46,7 @@ impl<T> Shared<T> {
     pub fn new(value: T) -> Shared<T> {
         Shared(Arc::new(Inner {
             value,
-            hash: OnceLock::new(),
+            hash: AtomicU64::new(UNKNOWN),
         }))
     }
 
@@ -52,7 +61,7 @@ impl<T: Clone> Shared<T> {
     /// forgotten.
     pub fn make_mut(&mut self) -> &mut T {
         let inner = Arc::make_mut(&mut self.0);
-        inner.hash = OnceLock::new();
+        *inner.hash.get_mut() = UNKNOWN;
         &mut inner.value
     }
 
@@ -68,10 +77,17 @@ impl<T: Clone> Shared<T> {
 impl<T: Hash> Shared<T> {
     /// The hash of the value (a fixed-key hasher: the same in every state and every run).
     fn value_hash(&self) -> u64 {
-        *self
-            .0
-            .hash
-            .get_or_init(|| crate::run::fingerprint(&self.0.value))
+        match self.0.hash.load(atomic::Ordering::Relaxed) {
+            UNKNOWN => {
+                let h = match crate::run::fingerprint(&self.0.value) {
+                    UNKNOWN => UNKNOWN + 1,
+                    h => h,
+                };
+                self.0.hash.store(h, atomic::Ordering::Relaxed);
+                h
+            }
+            h => h,
+        }
     }
 }
 
