@@ -166,7 +166,7 @@ pub fn parse_owner(bytes: &[u8]) -> Result<OwnerRecord, String> {
 }
 
 /// The owner record file (`owner.json`) in the format written in place (issue 11): one
-/// [`OWNER_SLOT`]-byte slot at offset 0 — a [`OWNER_HEADER`]-byte header (the magic `TOR1`, the
+/// [`OWNER_SLOT`]-byte slot at offset 0 — a 16-byte header (the magic `TOR1`, the
 /// payload's length as u32 LE, and the first 8 bytes of `sha256("tenure owner slot\n" ‖
 /// payload)`), the record as compact JSON, and zeros to the end of the slot. Every rewrite
 /// overwrites the whole slot in place with one `pwrite` (one page: a process killed in the
@@ -180,11 +180,11 @@ pub fn parse_owner(bytes: &[u8]) -> Result<OwnerRecord, String> {
 pub const OWNER_SLOT: usize = 4096;
 
 /// The bytes of the owner slot's header.
-pub const OWNER_HEADER: usize = 16;
+const OWNER_HEADER: usize = 16;
 
 /// The largest record payload the slot holds; a larger record (an absurdly long executable or
 /// cgroup path) is written whole, in the older format, instead.
-pub const OWNER_CAPACITY: usize = OWNER_SLOT - OWNER_HEADER;
+const OWNER_CAPACITY: usize = OWNER_SLOT - OWNER_HEADER;
 
 const OWNER_MAGIC: &[u8; 4] = b"TOR1";
 const OWNER_DOMAIN: &[u8] = b"tenure owner slot\n";
@@ -201,7 +201,7 @@ fn owner_checksum(payload: &[u8]) -> [u8; 8] {
 }
 
 /// The slot holding `record` (written at offset 0); `None` when the record does not fit.
-pub fn owner_slot(record: &OwnerRecord) -> Option<Vec<u8>> {
+pub(crate) fn owner_slot(record: &OwnerRecord) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(OWNER_SLOT);
     out.extend_from_slice(OWNER_MAGIC);
     out.extend_from_slice(&[0; 12]);
@@ -249,7 +249,7 @@ pub fn decode_owner(bytes: &[u8]) -> Result<Option<OwnerRecord>, String> {
 
 /// Whether `bytes` hold an owner slot whose checksum matches (or a record in the older
 /// format): a reader that finds neither in a non-empty file may have raced a rewrite.
-pub fn owner_is_whole(bytes: &[u8]) -> bool {
+pub(crate) fn owner_is_whole(bytes: &[u8]) -> bool {
     bytes.iter().all(|&b| b == 0) || bytes.first() == Some(&b'{') || owner_payload(bytes).is_some()
 }
 
