@@ -2,7 +2,8 @@
 //! same run on the same filesystem, so the ratios survive a slow or loaded machine:
 //!
 //! 1. `tenure run --dir D -- true` against `flock F/lock true` (both spawn `true`): medians of N
-//!    interleaved runs and their ratio (issue 11 target ≤ 1.3×), and the peak RSS of each (from
+//!    interleaved runs and their ratio (issue 11 target ≤ 1.3×); the start-up alone
+//!    (`tenure --version` against `flock --version`, interleaved); and the peak RSS of each (from
 //!    `/usr/bin/time -f %M` when it is installed).
 //! 2. SIGTERM → exit of a ready owner whose child staged a 100 MiB checkpoint, against the
 //!    publish of the same 100 MiB through the library alone (issue 11 target ≤ +10 ms).
@@ -140,6 +141,19 @@ fn bench_run_vs_flock(tmp: &Path, n: usize) {
     println!(
         "   ratio tenure/flock: {:.2}x  (issue 11 target <= 1.3x)",
         tm.as_secs_f64() / fm.as_secs_f64()
+    );
+    // Start-up alone: the binary's loading and argument parsing, which every command pays.
+    let (mut tv, mut fv) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        tv.push(timed(Command::new(TENURE).arg("--version")));
+        fv.push(timed(Command::new(&flock).arg("--version")));
+    }
+    let (tvm, fvm) = (median(&mut tv), median(&mut fv));
+    println!(
+        "   start-up: tenure --version median {:5.2} ms, flock --version {:5.2} ms, ratio {:.2}x",
+        ms(tvm),
+        ms(fvm),
+        tvm.as_secs_f64() / fvm.as_secs_f64()
     );
     let state_s = state.to_str().unwrap();
     let lock_s = lock.to_str().unwrap();

@@ -56,7 +56,7 @@ use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tree::Tree;
@@ -184,10 +184,36 @@ struct Recovered {
     staging: Staging,
 }
 
-struct Worker {
-    wake: UnixStream,
-    cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    handle: JoinHandle<Result<Recovered, (Fault, String)>>,
+/// What a recovery returns: the recovered checkpoint and scratch, or the fault and message.
+type Recovery = Result<Recovered, (Fault, String)>;
+
+/// The recovery of this ownership while the machine is in `recovering`.
+enum Worker {
+    /// Verifying a checkpoint takes as long as the checkpoint is large: it runs on a thread so
+    /// that the loop keeps reading signals, and `wake` becomes readable when it is done.
+    Thread {
+        wake: UnixStream,
+        cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        handle: JoinHandle<Recovery>,
+    },
+    /// There was no checkpoint to verify (no CURRENT), so the recovery ran on the loop's own
+    /// thread (a thread, a socket pair and two context switches were a visible part of
+    /// `tenure run -- true`, issue 11). Its result is fed by the next wait, after a stop signal
+    /// that arrived meanwhile, exactly as if a worker thread had finished then.
+    Done(Recovery),
+}
+
+impl Worker {
+    /// Asks a running recovery to stop writing and waits for it; the result, if it finished.
+    fn stop(self) -> Option<Recovery> {
+        match self {
+            Worker::Thread { cancel, handle, .. } => {
+                cancel.store(true, std::sync::atomic::Ordering::SeqCst);
+                handle.join().ok()
+            }
+            Worker::Done(r) => Some(r),
+        }
+    }
 }
 
 struct TraceWriter {
@@ -806,6 +832,23 @@ impl<'a> Runner<'a> {
             .map(|spec| crate::cluster::ReadPointer { spec });
         #[cfg(not(feature = "etcd"))]
         let pointer: Option<NoPointer> = None;
+        // Nothing to verify: no cluster pointer and no CURRENT (one `stat`; anything but
+        // "not there" — a CURRENT, an error — takes the worker thread, whose recovery reports
+        // it).
+        let nothing_to_verify = pointer.is_none()
+            && matches!(
+                rustix::fs::statat(
+                    dir.root(),
+                    Path::new(crate::checkpoint::STORE_DIR).join(crate::checkpoint::CURRENT_FILE),
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                ),
+                Err(rustix::io::Errno::NOENT)
+            );
+        if nothing_to_verify {
+            let never = std::sync::atomic::AtomicBool::new(false);
+            self.worker = Some(Worker::Done(recover(&dir, keep, &never, None)));
+            return;
+        }
         let (wake, signal) = match UnixStream::pair() {
             Ok(p) => p,
             Err(e) => {
@@ -829,7 +872,7 @@ impl<'a> Runner<'a> {
             let _ = (&signal).write_all(b"x");
             r
         });
-        self.worker = Some(Worker {
+        self.worker = Some(Worker::Thread {
             wake,
             cancel,
             handle,
@@ -838,7 +881,11 @@ impl<'a> Runner<'a> {
 
     fn finish_recovery(&mut self) {
         let Some(w) = self.worker.take() else { return };
-        match w.handle.join() {
+        let result = match w {
+            Worker::Thread { handle, .. } => handle.join(),
+            Worker::Done(r) => Ok(r),
+        };
+        match result {
             Ok(Ok(rec)) => {
                 match rec.checkpoint {
                     Some((id, files, bytes)) => self.log(
@@ -1161,11 +1208,8 @@ impl<'a> Runner<'a> {
     fn release(&mut self) {
         // A recovery still running (a stop arrived while verifying) is told to stop writing and
         // joined, so nothing of this run writes into the dir after the lease is released.
-        if let Some(w) = self.worker.take() {
-            w.cancel.store(true, std::sync::atomic::Ordering::SeqCst);
-            if let Ok(Ok(rec)) = w.handle.join() {
-                self.recovered = Some(rec);
-            }
+        if let Some(Some(Ok(rec))) = self.worker.take().map(Worker::stop) {
+            self.recovered = Some(rec);
         }
         // Scratch areas of this run go first, while we still own the dir. What a child running
         // as another user was given is taken back first (the workload is gone by now).
@@ -1308,8 +1352,7 @@ impl<'a> Runner<'a> {
         // key is deleted only if it is somehow still this epoch's.
         if self.core.lost() {
             if let Some(w) = self.worker.take() {
-                w.cancel.store(true, std::sync::atomic::Ordering::SeqCst);
-                let _ = w.handle.join();
+                let _ = w.stop();
             }
             self.release_local();
             #[cfg(feature = "etcd")]
@@ -1468,8 +1511,8 @@ impl<'a> Runner<'a> {
                 None => None,
             };
             let worker_i = match &self.worker {
-                Some(w) => push(w.wake.as_fd(), PollFlags::IN),
-                None => None,
+                Some(Worker::Thread { wake, .. }) => push(wake.as_fd(), PollFlags::IN),
+                Some(Worker::Done(_)) | None => None,
             };
             #[cfg(feature = "etcd")]
             let lost_i = match &self.cluster_wake {
@@ -1483,18 +1526,25 @@ impl<'a> Runner<'a> {
                 Some(fd) if self.tree_remains => push(fd, PollFlags::PRI),
                 _ => None,
             };
-            match poll(&mut fds, timeout.as_ref()) {
+            // A recovery that already finished on this thread is fed now: nothing blocks.
+            let done = matches!(self.worker, Some(Worker::Done(_)));
+            let zero = rustix::time::Timespec::default();
+            let timeout = if done { Some(&zero) } else { timeout.as_ref() };
+            match poll(&mut fds, timeout) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(DriverError::Poll(e.into())),
             }
             let ready = |i: Option<usize>| i.is_some_and(|i| !fds[i].revents().is_empty());
+            let stop = !fds[0].revents().is_empty();
             Ready {
-                stop: !fds[0].revents().is_empty(),
+                stop,
                 other: !fds[1].revents().is_empty(),
                 pidfd: ready(pidfd_i),
                 stderr: ready(stderr_i),
                 notify: ready(notify_i),
-                worker: ready(worker_i),
+                // A stop that arrived while it ran is fed first, as it would have been had a
+                // worker thread still been running (card G3): the next wait feeds the result.
+                worker: ready(worker_i) || (done && !stop),
                 tree: ready(tree_i),
                 lost: ready(lost_i),
             }

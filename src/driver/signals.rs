@@ -16,17 +16,25 @@
 //! control signals TSTP, TTIN, TTOU and CONT (they suspend and resume the runner, never end it;
 //! SIGSTOP, their uncatchable partner, could not be relayed either).
 //!
+//! The handler is this module's own (one `sigaction` per signal, once per process), not a
+//! registry's: `tenure run -- true` is a benchmark row (issue 11), and registering 49 signals
+//! through `signal-hook` cost two `rt_sigaction` calls and a copy of the whole registry each,
+//! plus two socket pairs. The read and write ends are non-blocking pipes, made once per
+//! [`Slot`] and never closed, so a handler that races with a [`SignalIntake`] being dropped
+//! writes into its own pipe, never into a descriptor number that was reused. A handler that was
+//! installed before ours (a host's) is still called first, as `signal-hook` chained it.
+//!
 //! The flags are `std` atomics, not `crate::sync` ones: they are written from a signal handler,
 //! which only `std`'s lock-free atomics are safe for. The handler sets the flag before it writes
 //! the byte, so a reader woken by the byte always finds the flag.
 
 use crate::machine::Signal;
 use rustix::event::{PollFd, PollFlags, poll};
-use std::io::{self, Read};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::net::UnixStream;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::cell::UnsafeCell;
+use std::io;
+use std::os::fd::{BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// SIGCHLD.
 const SIGCHLD: u8 = 17;
@@ -59,76 +67,235 @@ pub struct Others {
     pub child: bool,
 }
 
+/// How many intakes may be installed at the same time in one process (the runner has one; a
+/// library host that runs several drivers at once, or a test binary running tests in parallel,
+/// has a few). A slot's four pipe descriptors are made only when it is first claimed.
+const SLOTS: usize = 64;
+
+/// One intake's pipes and flags. The pipes are made when the slot is first claimed and kept
+/// for the life of the process (see the module comment); `live` says whether the handler
+/// delivers to this slot.
+struct Slot {
+    live: AtomicBool,
+    /// Read and write ends of the stop pipe and of the other pipe; -1 until made.
+    stop_r: AtomicI32,
+    stop_w: AtomicI32,
+    other_r: AtomicI32,
+    other_w: AtomicI32,
+    flags: [AtomicBool; 65],
+}
+
+impl Slot {
+    const fn new() -> Slot {
+        Slot {
+            live: AtomicBool::new(false),
+            stop_r: AtomicI32::new(-1),
+            stop_w: AtomicI32::new(-1),
+            other_r: AtomicI32::new(-1),
+            other_w: AtomicI32::new(-1),
+            flags: [const { AtomicBool::new(false) }; 65],
+        }
+    }
+
+    /// Empties the pipes and clears the flags (before the slot is handed to a new intake).
+    fn clear(&self) {
+        for fd in [&self.stop_r, &self.other_r] {
+            // SAFETY: made when the slot was first claimed and never closed.
+            drain(unsafe { BorrowedFd::borrow_raw(fd.load(Ordering::SeqCst)) });
+        }
+        for f in &self.flags {
+            f.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
+static SLOTS_TABLE: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
+
+/// The action each signal had before ours was installed, to chain to; written once per signal
+/// (under [`SETUP`]) and read by the handler once [`PREV_SET`] says so.
+struct Prev(UnsafeCell<[Option<libc::sigaction>; 65]>);
+
+// SAFETY: each element is written once, under `SETUP`, and read (by the handler) only after
+// its `PREV_SET` flag was set, which is stored after the write.
+unsafe impl Sync for Prev {}
+
+static PREV: Prev = Prev(UnsafeCell::new([None; 65]));
+
+/// Whether [`PREV`]'s entry of a signal is written (the handler reads it only then).
+static PREV_SET: [AtomicBool; 65] = [const { AtomicBool::new(false) }; 65];
+
+/// Serialises installing and dropping intakes (never taken by the handler).
+static SETUP: Mutex<[bool; 65]> = Mutex::new([false; 65]);
+
+/// Whether `n` is a stop signal (TERM, INT, HUP).
+fn is_stop(n: u8) -> bool {
+    Signal::ALL.iter().any(|s| s.number() == n)
+}
+
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: reading and restoring the thread's errno is what every handler must do.
+    let errno = unsafe { *libc::__errno_location() };
+    let Ok(n) = u8::try_from(sig) else { return };
+    if usize::from(n) < 65 {
+        // SAFETY: the entry is written and never written again once its flag is set.
+        let prev = if PREV_SET[usize::from(n)].load(Ordering::SeqCst) {
+            unsafe { &(*PREV.0.get())[usize::from(n)] }
+        } else {
+            &None
+        };
+        if let Some(prev) = prev {
+            let f = prev.sa_sigaction;
+            if f != libc::SIG_DFL && f != libc::SIG_IGN {
+                // SAFETY: a host's handler, called as it asked to be called.
+                unsafe {
+                    if prev.sa_flags & libc::SA_SIGINFO != 0 {
+                        type Action =
+                            extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+                        let f = std::mem::transmute::<*mut (), Action>(f as *mut ());
+                        f(sig, info, ctx);
+                    } else {
+                        type Handler = extern "C" fn(libc::c_int);
+                        let f = std::mem::transmute::<*mut (), Handler>(f as *mut ());
+                        f(sig);
+                    }
+                }
+            }
+        }
+        let stop = is_stop(n);
+        for slot in &SLOTS_TABLE {
+            if !slot.live.load(Ordering::SeqCst) {
+                continue;
+            }
+            slot.flags[usize::from(n)].store(true, Ordering::SeqCst);
+            let fd = if stop { &slot.stop_w } else { &slot.other_w };
+            // SAFETY: a non-blocking pipe end that is never closed; `write` is
+            // async-signal-safe. A full pipe loses nothing: the flag is set, and one byte
+            // waiting is enough to wake the reader.
+            unsafe { libc::write(fd.load(Ordering::SeqCst), [n].as_ptr().cast(), 1) };
+        }
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// A non-blocking, close-on-exec pipe: (read end, write end), as raw descriptors kept for
+/// the life of the process.
+fn pipe() -> io::Result<(RawFd, RawFd)> {
+    let (r, w) = rustix::pipe::pipe_with(
+        rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
+    )?;
+    Ok((r.into_raw_fd(), w.into_raw_fd()))
+}
+
+/// Reads a non-blocking descriptor until it is empty.
+fn drain(fd: BorrowedFd<'_>) {
+    let mut buf = [0u8; 64];
+    while matches!(rustix::io::read(fd, &mut buf), Ok(n) if n > 0) {}
+}
+
 /// The registered handlers and the read ends of their pipes.
 pub struct SignalIntake {
-    stop: UnixStream,
-    other: UnixStream,
-    flags: Arc<[AtomicBool; 65]>,
-    ids: Vec<signal_hook::SigId>,
+    slot: &'static Slot,
 }
 
 impl SignalIntake {
     /// Registers the handlers. Signals that arrived before this call were handled by the default
-    /// action (the process ended), so call it first thing.
+    /// action (the process ended), so call it before anything that must not be interrupted
+    /// that way (the runner: after parsing its arguments, before it touches the state dir).
     pub fn install() -> io::Result<SignalIntake> {
-        let (stop, stop_w) = UnixStream::pair()?;
-        let (other, other_w) = UnixStream::pair()?;
-        for s in [&stop, &stop_w, &other, &other_w] {
-            // Non-blocking on both ends: a handler never blocks on a full pipe (a flag is set
-            // anyway, and one byte waiting is enough to wake the reader).
-            s.set_nonblocking(true)?;
+        let mut installed = SETUP.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = SLOTS_TABLE
+            .iter()
+            .find(|s| !s.live.load(Ordering::SeqCst))
+            .ok_or_else(|| io::Error::other("too many signal intakes in this process"))?;
+        if slot.stop_r.load(Ordering::SeqCst) < 0 {
+            let (stop_r, stop_w) = pipe()?;
+            let (other_r, other_w) = match pipe() {
+                Ok(p) => p,
+                Err(e) => {
+                    // SAFETY: both were just made and are not shared yet.
+                    drop(unsafe { (OwnedFd::from_raw_fd(stop_r), OwnedFd::from_raw_fd(stop_w)) });
+                    return Err(e);
+                }
+            };
+            slot.stop_r.store(stop_r, Ordering::SeqCst);
+            slot.stop_w.store(stop_w, Ordering::SeqCst);
+            slot.other_r.store(other_r, Ordering::SeqCst);
+            slot.other_w.store(other_w, Ordering::SeqCst);
         }
-        let stop_w: Arc<OwnedFd> = Arc::new(stop_w.into());
-        let other_w: Arc<OwnedFd> = Arc::new(other_w.into());
-        let flags: Arc<[AtomicBool; 65]> =
-            Arc::new(std::array::from_fn(|_| AtomicBool::new(false)));
-        let mut ids = Vec::new();
+        // Nothing of an earlier intake of this slot is carried over.
+        slot.clear();
+        slot.live.store(true, Ordering::SeqCst);
         let stops = Signal::ALL.map(Signal::number);
-        for n in stops.into_iter().chain(RELAYED).chain([SIGCHLD]) {
-            let pipe = if stops.contains(&n) {
-                stop_w.clone()
-            } else {
-                other_w.clone()
-            };
-            let flags = flags.clone();
-            let action = move || {
-                flags[usize::from(n)].store(true, Ordering::SeqCst);
-                let _ = rustix::io::write(&*pipe, &[n]);
-            };
-            // SAFETY: the handler only stores to a lock-free atomic and makes one `write`
-            // system call on a non-blocking descriptor it keeps alive: both are
-            // async-signal-safe, and it allocates nothing.
-            let id = unsafe { signal_hook::low_level::register(i32::from(n), action) }?;
-            ids.push(id);
+        let wanted = stops.into_iter().chain(RELAYED).chain([SIGCHLD]);
+        // One `sigaction` per signal that both installs ours and returns the previous action;
+        // the signals are blocked in this thread meanwhile, so none is handled here before
+        // its previous action is recorded (another thread of a host may still take one in
+        // that window: it is delivered to the intakes, only not chained).
+        // SAFETY: a zeroed `sigset_t` is a valid value; `sigemptyset`/`sigaddset` fill it.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: valid pointers to local sets.
+        unsafe {
+            libc::sigemptyset(&mut set);
+            for n in wanted.clone().filter(|n| !installed[usize::from(*n)]) {
+                libc::sigaddset(&mut set, i32::from(n));
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old_mask);
         }
-        Ok(SignalIntake {
-            stop,
-            other,
-            flags,
-            ids,
-        })
+        let mut result = Ok(());
+        for n in wanted {
+            let i = usize::from(n);
+            if installed[i] {
+                continue;
+            }
+            // SAFETY: a zeroed `sigaction` is a valid value (empty mask, no flags).
+            let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
+            new.sa_sigaction = on_signal as *const () as usize;
+            new.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO;
+            // SAFETY: as above.
+            let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: valid pointers; `on_signal` is async-signal-safe.
+            if unsafe { libc::sigaction(i32::from(n), &new, &mut old) } != 0 {
+                result = Err(io::Error::last_os_error());
+                break;
+            }
+            // SAFETY: `SETUP` is held, and the handler reads this entry only once `PREV_SET`
+            // says it is written.
+            unsafe { (*PREV.0.get())[i] = Some(old) };
+            PREV_SET[i].store(true, Ordering::SeqCst);
+            installed[i] = true;
+        }
+        // SAFETY: restores this thread's mask as it was; pending signals are handled now.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut()) };
+        if let Err(e) = result {
+            slot.live.store(false, Ordering::SeqCst);
+            return Err(e);
+        }
+        Ok(SignalIntake { slot })
     }
 
     /// The fd that becomes readable when a stop signal arrives (not consumed by polling it): the
     /// cancel descriptor of a lease wait.
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.stop.as_fd()
+        // SAFETY: made before this intake existed and never closed.
+        unsafe { BorrowedFd::borrow_raw(self.slot.stop_r.load(Ordering::SeqCst)) }
     }
 
     /// The fd that becomes readable when any other signal arrives.
     pub fn other_fd(&self) -> BorrowedFd<'_> {
-        self.other.as_fd()
+        // SAFETY: as for `fd`.
+        unsafe { BorrowedFd::borrow_raw(self.slot.other_r.load(Ordering::SeqCst)) }
     }
 
     fn flag(&self, n: u8) -> bool {
-        self.flags[usize::from(n)].swap(false, Ordering::SeqCst)
+        self.slot.flags[usize::from(n)].swap(false, Ordering::SeqCst)
     }
 
     /// Drains the stop pipe and returns the stop signals that arrived since the last call, in a
     /// fixed order (TERM, INT, HUP); each at most once per call.
     pub fn take(&self) -> Vec<Signal> {
-        let mut buf = [0u8; 64];
-        while matches!((&self.stop).read(&mut buf), Ok(n) if n > 0) {}
+        drain(self.fd());
         Signal::ALL
             .into_iter()
             .filter(|s| self.flag(s.number()))
@@ -137,8 +304,7 @@ impl SignalIntake {
 
     /// Drains the other pipe and returns what arrived since the last call.
     pub fn take_others(&self) -> Others {
-        let mut buf = [0u8; 64];
-        while matches!((&self.other).read(&mut buf), Ok(n) if n > 0) {}
+        drain(self.other_fd());
         Others {
             relay: RELAYED.into_iter().filter(|n| self.flag(*n)).collect(),
             child: self.flag(SIGCHLD),
@@ -147,22 +313,54 @@ impl SignalIntake {
 
     /// Whether a stop signal is pending, without consuming it.
     pub fn pending(&self) -> bool {
-        let mut fds = [PollFd::new(&self.stop, PollFlags::IN)];
+        let fd = self.fd();
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
         matches!(poll(&mut fds, Some(&rustix::time::Timespec::default())), Ok(n) if n > 0)
     }
 }
 
 impl Drop for SignalIntake {
+    /// The handlers stay installed (a signal that arrives later is dropped, as it was with
+    /// `signal-hook`, whose handler also stayed); this intake's slot stops receiving.
     fn drop(&mut self) {
-        for id in self.ids.drain(..) {
-            signal_hook::low_level::unregister(id);
-        }
+        let _setup = SETUP.lock().unwrap_or_else(|e| e.into_inner());
+        self.slot.live.store(false, Ordering::SeqCst);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Real signals to this test process: every live intake sees each (flag and byte), a
+    /// stop is pending until taken, and a slot handed to a new intake carries nothing over.
+    /// Only USR2 and TERM are raised: both are caught by the handler once it is installed, so
+    /// neither can end the test process.
+    #[test]
+    fn every_intake_sees_a_signal_and_a_reused_slot_starts_clean() {
+        let raise = |n: i32| {
+            // SAFETY: `raise` delivers the signal to this thread before it returns.
+            assert_eq!(unsafe { libc::raise(n) }, 0);
+        };
+        let a = SignalIntake::install().expect("intake a");
+        let b = SignalIntake::install().expect("intake b");
+        raise(libc::SIGUSR2);
+        for i in [&a, &b] {
+            assert_eq!(i.take_others().relay, vec![12]);
+            assert!(i.take_others().relay.is_empty(), "taken once");
+        }
+        raise(libc::SIGTERM);
+        assert!(a.pending() && b.pending());
+        assert_eq!(a.take(), vec![Signal::Term]);
+        assert!(!a.pending(), "the byte was consumed");
+        drop(b);
+        raise(libc::SIGUSR2);
+        let c = SignalIntake::install().expect("intake c");
+        assert!(!c.pending(), "nothing of b's carried over");
+        assert!(c.take().is_empty());
+        assert!(c.take_others().relay.is_empty());
+        assert_eq!(a.take_others().relay, vec![12]);
+    }
 
     #[test]
     fn relayed_signals_exclude_stops_faults_and_job_control() {

@@ -79,10 +79,34 @@ fn io_err(path: &Path) -> impl Fn(rustix::io::Errno) -> CgroupError + '_ {
     }
 }
 
-/// The mount point of the cgroup v2 hierarchy, from `/proc/self/mountinfo` (fstype `cgroup2`):
-/// `/sys/fs/cgroup` on a pure v2 host, `/sys/fs/cgroup/unified` on a hybrid one.
+/// Where the cgroup v2 hierarchy is mounted on a systemd host: `/sys/fs/cgroup` on a pure v2
+/// host, `/sys/fs/cgroup/unified` on a hybrid one.
+const WELL_KNOWN_MOUNTS: [&str; 2] = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"];
+
+/// The mount point of the cgroup v2 hierarchy: one of the [`WELL_KNOWN_MOUNTS`] when `statfs`
+/// says it is a cgroup v2 filesystem (one system call: the kernel renders
+/// `/proc/self/mountinfo` anew for every reader, a visible part of `tenure run -- true`,
+/// issue 11), else the first `cgroup2` mount of `/proc/self/mountinfo`.
 pub fn unified_mount() -> Option<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    WELL_KNOWN_MOUNTS
+        .into_iter()
+        .find(|p| rustix::fs::statfs(*p).is_ok_and(|s| s.f_type as u64 == CGROUP2_MAGIC))
+        .map(PathBuf::from)
+        .or_else(mountinfo_cgroup2)
+}
+
+/// Reads a small file of `/proc` with one `read` (plus the one that sees its end): without a
+/// size hint (procfs says 0), `std::fs::read_to_string` reads 32 bytes, then 32, 64, ...
+fn read_proc(path: impl AsRef<Path>) -> Option<String> {
+    let mut f = File::open(path).ok()?;
+    let mut text = String::with_capacity(4096);
+    f.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// The first `cgroup2` mount point of `/proc/self/mountinfo`.
+fn mountinfo_cgroup2() -> Option<PathBuf> {
+    let text = read_proc("/proc/self/mountinfo")?;
     text.lines().find_map(|line| {
         let (pre, post) = line.split_once(" - ")?;
         if post.split(' ').next()? != "cgroup2" {
@@ -115,7 +139,7 @@ fn unescape_mount(s: &str) -> String {
 /// The cgroup v2 path of process `pid` (the `0::` line of `/proc/PID/cgroup`), e.g.
 /// `/system.slice/x.service`.
 pub fn cgroup_of(pid: u32) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let text = read_proc(format!("/proc/{pid}/cgroup"))?;
     text.lines()
         .find_map(|l| l.strip_prefix("0::"))
         .map(PathBuf::from)
@@ -371,8 +395,11 @@ pub fn end_recorded(
     if rec.path.file_name().and_then(|n| n.to_str()) != Some(expected.as_str()) {
         return Ok(EndedCgroup::Gone);
     }
+    // Under the v2 mount [`unified_mount`] finds, or under the one mountinfo names first (where
+    // an older tenure looked, should the two differ).
     if let Some(mount) = unified_mount()
         && !rec.path.starts_with(&mount)
+        && !mountinfo_cgroup2().is_some_and(|m| rec.path.starts_with(m))
     {
         return Ok(EndedCgroup::Gone);
     }
@@ -448,6 +475,33 @@ mod tests {
     fn mount_points_are_unescaped() {
         assert_eq!(unescape_mount(r"/a\040b"), "/a b");
         assert_eq!(unescape_mount("/sys/fs/cgroup"), "/sys/fs/cgroup");
+    }
+
+    /// The well-known mount [`unified_mount`] finds with one `statfs` is a `cgroup2` mount that
+    /// mountinfo lists (on a host with a v2 hierarchy; elsewhere both find none), and
+    /// `/proc/self/cgroup` is read whole.
+    #[test]
+    fn the_fast_mount_is_a_cgroup2_mount_of_mountinfo() {
+        let all: Vec<String> = read_proc("/proc/self/mountinfo")
+            .expect("mountinfo")
+            .lines()
+            .filter_map(|l| {
+                let (pre, post) = l.split_once(" - ")?;
+                if post.split(' ').next()? != "cgroup2" {
+                    return None;
+                }
+                Some(unescape_mount(pre.split(' ').nth(4)?))
+            })
+            .collect();
+        match unified_mount() {
+            Some(m) => assert!(
+                all.iter().any(|a| Path::new(a) == m),
+                "{m:?} not in {all:?}"
+            ),
+            None => assert!(all.is_empty(), "{all:?}"),
+        }
+        let own = read_proc("/proc/self/cgroup").expect("/proc/self/cgroup");
+        assert_eq!(own, std::fs::read_to_string("/proc/self/cgroup").unwrap());
     }
 
     #[test]

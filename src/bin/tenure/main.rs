@@ -75,14 +75,9 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<u8, Usage> {
-    // Signals first: a stop at any moment from here on is seen (card G1).
-    let intake = match SignalIntake::install() {
-        Ok(i) => i,
-        Err(e) => {
-            eprintln!("tenure: cannot install signal handlers: {e}");
-            return Ok(tenure::machine::EXIT_IO);
-        }
-    };
+    // Arguments first: `--version`, `--help`, a usage error, `completions` and `man` only print,
+    // and pay for no signal handlers. Nothing on disk has been touched before the handlers
+    // are installed below, so a signal that ends the process while it parses ends it cleanly.
     let args = match <Cli as clap::Parser>::try_parse() {
         Ok(a) => a,
         Err(e) => {
@@ -97,6 +92,25 @@ fn run() -> Result<u8, Usage> {
     };
     let Some(quiet) = args.quiet() else {
         return Err(Usage("--quiet was given twice; give it once".into()));
+    };
+    match &args.command {
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(*shell, &mut cli::command(), "tenure", &mut out);
+            print!("{}", String::from_utf8_lossy(&out));
+            return Ok(0);
+        }
+        Command::Man { command } => return man(command.as_deref()),
+        _ => {}
+    }
+    // Then signals, before any command touches a state dir: a stop at any moment from here on
+    // is seen (card G1).
+    let intake = match SignalIntake::install() {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("tenure: cannot install signal handlers: {e}");
+            return Ok(tenure::machine::EXIT_IO);
+        }
     };
     install_logger(quiet);
     match args.command {
@@ -136,13 +150,8 @@ fn run() -> Result<u8, Usage> {
         }
         Command::Init(a) => Ok(driver::ops::init(&a.dir.dir, a.adopt)),
         Command::Checkpoint(c) => Ok(checkpoint(c, &intake)),
-        Command::Completions { shell } => {
-            let mut out = Vec::new();
-            clap_complete::generate(shell, &mut cli::command(), "tenure", &mut out);
-            print!("{}", String::from_utf8_lossy(&out));
-            Ok(0)
-        }
-        Command::Man { command } => man(command.as_deref()),
+        // Printed above, before the signal handlers.
+        Command::Completions { .. } | Command::Man { .. } => Ok(0),
         Command::Demo => Ok(driver::demo::demo(&intake)),
         Command::DemoChild => Ok(driver::demo::child(&intake)),
     }
