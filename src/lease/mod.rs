@@ -7,7 +7,8 @@
 //!     lock                     0600, empty; the flock target (never removed)
 //!     epoch                    two checksummed slots, bumped in place at every acquisition
 //!     identity.json            the directory identity marker (root id, canonical path, times)
-//!     owner.json               the owner record (token, epoch, acquired_at, phase, identity)
+//!     owner.json               the owner record (token, epoch, acquired_at, phase, identity):
+//!                              one checksummed slot, overwritten in place (`record::OWNER_SLOT`)
 //!     waiters/<pid>-<start>.json           one per contender while it waits
 //!     registry/leases/<epoch>.json         the owner, while it owns
 //!     registry/instances/<epoch>-<name>.json  processes the owner runs, while it owns
@@ -44,13 +45,13 @@
 //!    was created then but what any contender may create, and the inspection under the lock
 //!    is the one that counts);
 //! 4. under the lock: inspect again; write the next epoch (one above every epoch the dir
-//!    records anywhere — epoch file, owner record, registry, manifests, kept outputs: card P3,
-//!    [`epoch::next_after`]) in place into the epoch file's other slot and fdatasync it (see
+//!    records — epoch file, owner record, registry names, the checkpoint `CURRENT` names: card
+//!    P3, [`epoch::next_after`]) in place into the epoch file's other slot and fdatasync it (see
 //!    [`epoch`]; a dir without the file, or with one of an older tenure, gets a whole new file
-//!    through a temp file instead); write the marker (if the dir is cold, fdatasynced) and the
-//!    owner record (not synced) each to a temp file and rename them into place (the marker
-//!    without replacing); sync the control folder only if a new epoch file or marker was
-//!    renamed into it; then write the registry entry (created under its epoch's name, which is
+//!    through a temp file instead); write the marker (if the dir is cold: to a temp file,
+//!    fdatasynced, renamed into place without replacing) and the owner record (its slot in
+//!    place, not synced; a dir without the file gets it through a temp file and a rename); sync
+//!    the control folder only if a new epoch file or marker was renamed into it; then write the registry entry (created under its epoch's name, which is
 //!    new), sweep leftovers of dead owners and waiters (the control folder's temp files only
 //!    when the inspection saw a trace of a crash: an owner record not released in order,
 //!    missing or behind the epoch file) and remove our own waiter entry, none of it synced.
@@ -68,8 +69,8 @@
 //! increase`).
 //!
 //! ## Release, in order
-//! [`Lease::release`] removes this owner's registry entries, rewrites the owner record with
-//! phase `released` (not synced: evidence for live processes),
+//! [`Lease::release`] removes this owner's registry entries, overwrites the owner record's slot
+//! with phase `released` (not synced: evidence for live processes),
 //! then unlocks (`LOCK_UN` before close, so a waiter woken by the close finds the lock free).
 //!
 //! A waiter that stops waiting for any reason removes its entry, so a cancelled or expired

@@ -2799,8 +2799,8 @@ enum WSt {
     Done,
 }
 
-/// Replaces a file of `dir` with `bytes` through a temp file (the replace of every record the
-/// lease rewrites: the owner record's phases and release, registry entries): write, rename,
+/// Replaces a file of `dir` with `bytes` through a temp file (registry entries, and an owner
+/// record file that does not exist yet or a record too large for its slot): write, rename,
 /// never a sync (issue 11: these records are evidence for live processes, and a power loss
 /// ends every process they speak for). A reader sees the old or the new content, never a mix;
 /// after a power loss the record can be the old one or empty, which readers take for absent.
