@@ -18,7 +18,9 @@
 //! 3. Syncs per run: `tenure run --dir D -- true` on a dir that exists (its second run), under
 //!    `strace -f`, counting `fsync`, `fdatasync`, `syncfs` and `sync` (issue 11 target: at most
 //!    one); skipped with a notice where strace is missing.
-//! 4. Crash takeover (card L5; the timing the lease test used to assert): the holder
+//! 4. The epoch rule with a long history: acquire + release on a dir with 10,000 kept
+//!    manifests (`LEASE_BENCH_HISTORY`) against one with a single checkpoint.
+//! 5. Crash takeover (card L5; the timing the lease test used to assert): the holder
 //!    is a child process that is SIGKILLed; the time from the kill to "the waiting process
 //!    owns", for a tenure holder and waiter (the waiter also finds a stale record) and for raw
 //!    `flock(LOCK_EX)` processes (the kernel floor).
@@ -35,6 +37,7 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use rustix::fs::{FlockOperation, Mode, OFlags};
+use tenure::checkpoint::{CheckpointStore, PublishFile, Source, StoreOptions};
 use tenure::lease::{self, AcquireOptions, WaitBound};
 use tenure::privfs::StateDir;
 
@@ -183,6 +186,90 @@ fn uncontended() {
     println!(
         "  ratio tenure / floor(lock + 1 durable replace) = {:.2}x   (the former epoch write: temp, fsync, rename, dir fsync)",
         m_ten.as_secs_f64() / m_f1.as_secs_f64()
+    );
+}
+
+/// A state dir owned once (epoch 1) that published one checkpoint, with `extra` more manifest
+/// files beside it (copies of the real one under other ids: what a long `--keep` history
+/// leaves, as far as reading it costs).
+fn dir_with_history(root: &Path, name: &str, extra: usize) -> StateDir {
+    let dir = root.join(name);
+    let sd = StateDir::open(&dir, true).unwrap();
+    let opts = AcquireOptions {
+        wait: WaitBound::Try,
+        ..AcquireOptions::default()
+    };
+    let l = lease::acquire(&sd, &opts, &mut |_| {}).unwrap();
+    {
+        let store = CheckpointStore::open_owned(&sd, StoreOptions { keep: usize::MAX }).unwrap();
+        let files = vec![PublishFile {
+            name: "state".to_owned(),
+            mode: 0o600,
+            source: Source::Reader(Box::new(&b"one checkpoint\n"[..])),
+        }];
+        store.publish_files(l.epoch(), files).unwrap();
+    }
+    l.release().unwrap();
+    let manifests = dir.join("checkpoints/manifests");
+    let first = std::fs::read_dir(&manifests)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let bytes = std::fs::read(&first).unwrap();
+    for i in 0..extra {
+        let p = manifests.join(format!("{}.json", 1_000_000 + i));
+        std::fs::write(&p, &bytes).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    // The copies' writeback would otherwise land in the measured cycles' syncs.
+    rustix::fs::syncfs(std::fs::File::open(&manifests).unwrap()).unwrap();
+    sd
+}
+
+/// The epoch rule's cost in the history (issue 11: nothing on the run path is O(history)):
+/// acquire + release on a dir with 10,000 kept manifests against the same dir with one.
+fn epoch_rule_history() {
+    let n = samples(200);
+    let extra = std::env::var("LEASE_BENCH_HISTORY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    println!(
+        "epoch rule: acquire + release with {extra} kept manifests vs one checkpoint ({n} cycles each, interleaved):"
+    );
+    let t = tempfile::tempdir().unwrap();
+    let small = dir_with_history(t.path(), "one", 0);
+    let long = dir_with_history(t.path(), "long", extra);
+    let opts = AcquireOptions {
+        wait: WaitBound::Try,
+        ..AcquireOptions::default()
+    };
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for i in 0..n + 10 {
+        let t0 = Instant::now();
+        lease::acquire(&small, &opts, &mut |_| {})
+            .unwrap()
+            .release()
+            .unwrap();
+        let ta = t0.elapsed();
+        let t1 = Instant::now();
+        lease::acquire(&long, &opts, &mut |_| {})
+            .unwrap()
+            .release()
+            .unwrap();
+        let tb = t1.elapsed();
+        if i >= 10 {
+            a.push(ta);
+            b.push(tb);
+        }
+    }
+    let (m_a, _) = summary("one checkpoint", a);
+    let (m_b, _) = summary(&format!("{extra} kept manifests"), b);
+    println!(
+        "  ratio history / one checkpoint = {:.2}x   (issue 11: O(1) in the history, ~1x)",
+        m_b.as_secs_f64() / m_a.as_secs_f64()
     );
 }
 
@@ -482,6 +569,7 @@ fn main() {
         return;
     }
     uncontended();
+    epoch_rule_history();
     handoff();
     syncs_per_run();
     crash_takeover();

@@ -280,7 +280,9 @@ fn l5_d7_recycled_pid_is_never_signalled() {
     let sd = StateDir::open(&dir, true).unwrap();
     acquire_here(&sd).unwrap().release().unwrap();
     // Forge the record of an owner whose pid was recycled to the bystander.
-    let mut forged: OwnerRecord = serde_json::from_slice(&owner_bytes(&dir)).unwrap();
+    let mut forged: OwnerRecord = tenure::lease::record::decode_owner(&owner_bytes(&dir))
+        .unwrap()
+        .unwrap();
     let real = Identity::of_pid(bystander.pid()).unwrap();
     forged.identity = Identity {
         start_time: real.start_time + 1,

@@ -369,14 +369,17 @@ fn d7_stop_escalates_to_kill_after_its_grace() {
         "{}",
         stop.stdout
     );
-    // Stop kills the child first, then the owner: the owner is either SIGKILLed, or (on a
-    // loaded machine) it sees its child die first and ends by itself with the killed child's
-    // 137 — stop said 137 either way (above).
+    // Stop kills the child first, then the owner: the owner is either SIGKILLed, or it sees its
+    // child die first and releases by itself. The machine ends a drain that a SIGTERM began
+    // with `stopped/SIGTERM` (143) whatever ended the child; with the owner record written in
+    // place (issue 11) that release is quick enough to beat stop's SIGKILL often, not only on
+    // a loaded machine. Stop said 137 either way (above): that is card P5's truth.
     let f = r.wait();
     assert!(
-        f.status.signal() == Some(9) || f.status.code() == Some(137),
-        "the owner ended with {:?}",
-        f.status
+        f.status.signal() == Some(9) || matches!(f.status.code(), Some(137 | 143)),
+        "the owner ended with {:?}: {}",
+        f.status,
+        f.stderr
     );
     wait_for(
         "the child to die with its runner",
@@ -400,7 +403,7 @@ fn d7_stop_never_signals_a_mismatched_identity() {
         .spawn()
         .unwrap();
     let pid = sleeper.id();
-    let mut rec: Value = serde_json::from_slice(&env.owner_bytes()).unwrap();
+    let mut rec: Value = serde_json::to_value(env.owner_record()).unwrap();
     rec["phase"] = "ready".into();
     rec["identity"] = serde_json::json!({
         "pid": pid,

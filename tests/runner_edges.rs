@@ -164,11 +164,13 @@ fn every_command_survives_a_broken_or_closed_stdout_and_stderr() {
         // a closed stream was written into one of them.
         let ends = env.events().iter().filter(|e| e["kind"] == "end").count();
         assert_eq!(ends, 2, "{how:?}: {}", env.events_text());
-        for f in ["owner.json", "identity.json"] {
-            let text = read(&env.dir.join(".tenure").join(f));
-            serde_json::from_str::<Value>(&text)
-                .unwrap_or_else(|e| panic!("{how:?}: {f} is damaged ({e}): {text}"));
-        }
+        let text = read(&env.dir.join(".tenure/identity.json"));
+        serde_json::from_str::<Value>(&text)
+            .unwrap_or_else(|e| panic!("{how:?}: identity.json is damaged ({e}): {text}"));
+        let owner = fs::read(env.dir.join(".tenure/owner.json")).unwrap();
+        tenure::lease::record::decode_owner(&owner)
+            .unwrap_or_else(|e| panic!("{how:?}: owner.json is damaged ({e}): {owner:?}"))
+            .expect("an owner record");
         let log = fs::read(env.dir.join(".tenure/events.jsonl")).unwrap();
         for line in log.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
             serde_json::from_slice::<Value>(line).unwrap_or_else(|e| {

@@ -278,7 +278,7 @@ fn l5_recycled_pid_counts_as_dead_and_is_never_signalled() {
         .unwrap();
     let pid = sleeper.id();
     for (start_delta, exe) in [(1u64, "/usr/bin/sleep"), (0, "/usr/bin/not-sleep")] {
-        let mut rec: Value = serde_json::from_slice(&env.owner_bytes()).unwrap();
+        let mut rec: Value = serde_json::to_value(env.owner_record()).unwrap();
         rec["phase"] = "ready".into();
         rec["identity"] = serde_json::json!({
             "pid": pid,

@@ -329,6 +329,13 @@ pub fn src_mutants() -> Vec<SrcMutant> {
             lease::CLEAN_AFTER_POWER_LOSS,
         ),
         m(
+            "lease-owner-slot-unchecked",
+            "src/lease/record.rs `owner_payload`",
+            "the owner record's slot, written in place without a sync, is read without checking its checksum: a slot a power loss tore is trusted, and its garbage refused as a corrupt record",
+            Lease,
+            lease::CLEAN_AFTER_POWER_LOSS,
+        ),
+        m(
             "lease-epoch-both-slots",
             "src/lease/plan.rs `AcquireSteps::epoch_in_place`",
             "the new epoch is written into both slots at once: a power loss can tear both, and no valid epoch is left",

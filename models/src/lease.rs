@@ -393,6 +393,7 @@ impl LeaseModel {
             "lease-epoch-not-synced"
             | "lease-epoch-data-unsynced"
             | "lease-epoch-slot-unchecked"
+            | "lease-owner-slot-unchecked"
             | "lease-epoch-both-slots"
             | "lease-epoch-same-slot"
             | "lease-marker-not-synced"
@@ -1016,7 +1017,7 @@ impl LeaseState {
     fn owner_record(&self) -> Option<OwnerRecord> {
         self.fs
             .read(OWNER_PATH)
-            .and_then(|b| record::parse_owner(b).ok())
+            .and_then(|b| record::decode_owner(b).ok().flatten())
     }
 
     /// The epoch file as the files hold it (`None` if absent or unreadable).
@@ -1141,6 +1142,7 @@ impl LeaseState {
             Job::Release(mut plan) => {
                 let _ = plan.take();
                 self.procs[p].lease = None;
+
                 if !m.is(Mutation::ReleaseBeforePublish)
                     || self.procs[p].drv.request() == Some(Request::Release)
                 {
@@ -1162,6 +1164,7 @@ impl LeaseState {
                 }
                 self.max_granted = self.max_granted.max(epoch);
                 self.procs[p].lease = Some(Arc::new(acq.record));
+
                 self.feed(
                     p,
                     Event::LeaseGranted {

@@ -52,6 +52,13 @@ fn epoch_slot_unchecked() {
     killed("lease-epoch-slot-unchecked");
 }
 
+/// I17 (issue 11): the owner record is written in place without a sync; a reader that trusts
+/// its slot without the checksum takes a slot a power loss tore for a corrupt record.
+#[test]
+fn owner_slot_unchecked() {
+    killed("lease-owner-slot-unchecked");
+}
+
 /// Issue 11: both slots written at once; a power loss tears both, and no epoch is left.
 #[test]
 fn epoch_both_slots() {

@@ -1444,33 +1444,24 @@ fn failed_entries(failed: &Dir) -> Result<Vec<FailedEntry>, CheckpointError> {
     Ok(all)
 }
 
-/// The highest lease epoch the store records (card P3), and where: the epochs of the
-/// manifests in `manifests/` and the names of kept outputs in `failed/`. Best effort and
-/// read-only: an unreadable manifest records nothing.
+/// The lease epoch of the checkpoint `CURRENT` names (card P3, the epoch rule), and where:
+/// one read of `CURRENT` and one manifest header, whatever the length of the history (issue
+/// 11: nothing on the run path is O(history)). Best effort and read-only: a store that cannot
+/// be read records nothing.
+///
+/// Why the newest checkpoint is enough: every epoch a manifest or a kept output records was
+/// handed out, and so made durable in the epoch file, before anything could record it; the
+/// records the epoch rule reads besides the epoch file (this, the owner record, the registry)
+/// only guard against an operator rewinding that file, and the newest of them carries the
+/// highest epoch a live history reached (spec/lifecycle.md, "The epoch rule as built").
 pub fn highest_epoch(state: &StateDir) -> Option<crate::lease::epoch::Seen> {
     let store = CheckpointStore::open(state, StoreOptions::default()).ok()?;
-    let mut best: Option<crate::lease::epoch::Seen> = None;
-    let mut consider = |epoch: u64, path: PathBuf| {
-        if best.as_ref().is_none_or(|b| epoch > b.epoch) {
-            best = Some(crate::lease::epoch::Seen { epoch, path });
-        }
-    };
-    for id in store.manifest_ids().unwrap_or_default() {
-        if let Ok(h) = store.manifest_header(id) {
-            consider(h.epoch, store.manifest_path(id));
-        }
-    }
-    if let Some(dirs) = &store.dirs
-        && let Ok(Some(failed)) = dirs.root.open_dir_optional(FAILED_DIR)
-        && let Ok(entries) = failed.entries()
-    {
-        for e in entries {
-            if let Some((epoch, _)) = e.name.to_str().and_then(failed_name) {
-                consider(epoch, failed.child_path(&e.name));
-            }
-        }
-    }
-    best
+    let current = store.read_current().ok()??;
+    let h = store.manifest_header(current.id).ok()?;
+    Some(crate::lease::epoch::Seen {
+        epoch: h.epoch,
+        path: store.manifest_path(current.id),
+    })
 }
 
 /// The epoch and sequence number in the name of a kept output (`<epoch>` or `<epoch>.<n>`).

@@ -909,6 +909,11 @@ impl<'a> Runner<'a> {
         }
     }
 
+    /// Spawns the workload. Spawning is synchronous for the machine: its answer
+    /// (`ChildSpawned`/`SpawnFailed`) goes to the *front* of the queue, before any event read
+    /// in the same wake-up as the one that led here (a SIGTERM read together with the end of
+    /// the recovery was fed while the spawn was outstanding, a rejected event that ended the
+    /// run without a release; seen as a flaky `p5_stop_tells_the_truth_while_the_owner_is_starting`).
     fn spawn(&mut self) {
         let (program, args) = match self.opts.command.split_first() {
             Some((p, a)) => (p.clone(), a.to_vec()),
@@ -944,7 +949,7 @@ impl<'a> Runner<'a> {
                             json!({"error": msg, "errno": child::errno_name(&e)}),
                         );
                         self.failure = Some(msg);
-                        self.queue.push_back(Event::SpawnFailed(
+                        self.queue.push_front(Event::SpawnFailed(
                             crate::machine::ExecFailure::NotExecutable,
                         ));
                         return;
@@ -1047,7 +1052,7 @@ impl<'a> Runner<'a> {
                     json!({"child_pid": pid, "containment": containment}),
                 );
                 self.child = Some(c);
-                self.queue.push_back(Event::ChildSpawned);
+                self.queue.push_front(Event::ChildSpawned);
             }
             Err(e) => {
                 log::error!("{e}");
@@ -1056,7 +1061,7 @@ impl<'a> Runner<'a> {
                     json!({"error": e.to_string(), "errno": e.errno}),
                 );
                 self.failure = Some(e.to_string());
-                self.queue.push_back(Event::SpawnFailed(e.failure));
+                self.queue.push_front(Event::SpawnFailed(e.failure));
             }
         }
     }

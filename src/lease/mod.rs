@@ -7,7 +7,8 @@
 //!     lock                     0600, empty; the flock target (never removed)
 //!     epoch                    two checksummed slots, bumped in place at every acquisition
 //!     identity.json            the directory identity marker (root id, canonical path, times)
-//!     owner.json               the owner record (token, epoch, acquired_at, phase, identity)
+//!     owner.json               the owner record (token, epoch, acquired_at, phase, identity):
+//!                              one checksummed slot, overwritten in place (`record::OWNER_SLOT`)
 //!     waiters/<pid>-<start>.json           one per contender while it waits
 //!     registry/leases/<epoch>.json         the owner, while it owns
 //!     registry/instances/<epoch>-<name>.json  processes the owner runs, while it owns
@@ -44,13 +45,13 @@
 //!    was created then but what any contender may create, and the inspection under the lock
 //!    is the one that counts);
 //! 4. under the lock: inspect again; write the next epoch (one above every epoch the dir
-//!    records anywhere — epoch file, owner record, registry, manifests, kept outputs: card P3,
-//!    [`epoch::next_after`]) in place into the epoch file's other slot and fdatasync it (see
+//!    records — epoch file, owner record, registry names, the checkpoint `CURRENT` names: card
+//!    P3, [`epoch::next_after`]) in place into the epoch file's other slot and fdatasync it (see
 //!    [`epoch`]; a dir without the file, or with one of an older tenure, gets a whole new file
-//!    through a temp file instead); write the marker (if the dir is cold, fdatasynced) and the
-//!    owner record (not synced) each to a temp file and rename them into place (the marker
-//!    without replacing); sync the control folder only if a new epoch file or marker was
-//!    renamed into it; then write the registry entry (created under its epoch's name, which is
+//!    through a temp file instead); write the marker (if the dir is cold: to a temp file,
+//!    fdatasynced, renamed into place without replacing) and the owner record (its slot in
+//!    place, not synced; a dir without the file gets it through a temp file and a rename); sync
+//!    the control folder only if a new epoch file or marker was renamed into it; then write the registry entry (created under its epoch's name, which is
 //!    new), sweep leftovers of dead owners and waiters (the control folder's temp files only
 //!    when the inspection saw a trace of a crash: an owner record not released in order,
 //!    missing or behind the epoch file) and remove our own waiter entry, none of it synced.
@@ -68,8 +69,8 @@
 //! increase`).
 //!
 //! ## Release, in order
-//! [`Lease::release`] removes this owner's registry entries, rewrites the owner record with
-//! phase `released` (not synced: evidence for live processes),
+//! [`Lease::release`] removes this owner's registry entries, overwrites the owner record's slot
+//! with phase `released` (not synced: evidence for live processes),
 //! then unlocks (`LOCK_UN` before close, so a waiter woken by the close finds the lock free).
 //!
 //! A waiter that stops waiting for any reason removes its entry, so a cancelled or expired
@@ -468,6 +469,35 @@ fn read_marker(control: &Dir) -> Result<Option<DirIdentity>, LeaseError> {
     }
 }
 
+/// Reads the owner record file in either format ([`record::decode_owner`]); `Ok(None)` when
+/// absent, empty or torn. A read that raced the owner's rewrite of the slot (its checksum does
+/// not match) is retried a few times before the slot is taken for torn.
+fn read_stored_owner(control: &Dir) -> Result<Option<OwnerRecord>, LeaseError> {
+    let mut tries = 0;
+    loop {
+        let bytes = match control.read_optional(OWNER_FILE, MAX_RECORD) {
+            Ok(b) => b,
+            Err(FsError::TooLarge { path, len, .. }) => {
+                return Err(LeaseError::CorruptRecord {
+                    path,
+                    reason: format!("{len} bytes, far larger than any record tenure writes"),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let Some(bytes) = bytes else { return Ok(None) };
+        if !record::owner_is_whole(&bytes) && tries < 3 {
+            tries += 1;
+            std::thread::yield_now();
+            continue;
+        }
+        return record::decode_owner(&bytes).map_err(|reason| LeaseError::CorruptRecord {
+            path: control.child_path(OWNER_FILE),
+            reason,
+        });
+    }
+}
+
 /// Reads the owner record: `Ok(None)` when absent; corrupt is an error naming the file (L10).
 fn read_owner(control: &Dir) -> Result<Option<OwnerRecord>, LeaseError> {
     // Empty: a power loss took the data of a record written without a sync (issue 11); it
@@ -478,7 +508,7 @@ fn read_owner(control: &Dir) -> Result<Option<OwnerRecord>, LeaseError> {
     {
         return Ok(None);
     }
-    let rec = read_json::<OwnerRecord>(control, OWNER_FILE)?;
+    let rec = read_stored_owner(control)?;
     if let Some(r) = &rec {
         check_version(control.child_path(OWNER_FILE), r.version)?;
     }
@@ -646,10 +676,11 @@ impl Lease {
         plan::run(plan, &mut exec::Real::new(&self.state, &mut self.lock))
     }
 
-    /// Rewrites the owner record with a new phase (card H8; the plan [`plan::SetPhase`]):
-    /// temp file, rename, no sync (issue 11). A reader always finds a complete record while the
-    /// machine runs; after a power loss the record may show an earlier phase or be empty, of an
-    /// owner that no longer holds the lock, which `status` reports as stale anyway.
+    /// Rewrites the owner record with a new phase (card H8; the plan [`plan::SetPhase`]): its
+    /// slot in place, no sync (issue 11). A reader trusts the slot only when its checksum
+    /// matches (and rereads one it raced); after a power loss the record may show an earlier
+    /// phase or be gone,
+    /// of an owner that no longer holds the lock, which `status` reports as stale anyway.
     pub fn set_phase(&mut self, phase: PhaseKind) -> Result<(), LeaseError> {
         let mut next = self.record.clone();
         next.phase = phase;
@@ -905,13 +936,17 @@ pub fn status(dir: &StateDir) -> Result<LeaseStatus, LeaseError> {
     let Some(control) = dir.root().open_dir_optional(CONTROL_DIR)? else {
         return Ok(st);
     };
+    // The lock first, then the records: an owner writes its released record before it
+    // unlocks, so a lock seen free means the record read after it is the final one (read the
+    // other way round, a release falling between the two reads looks like an owner that ended
+    // without one).
+    if let Some(lock_file) = control.open_file_optional(LOCK_FILE)? {
+        st.held = probe(&lock_file, &control.child_path(LOCK_FILE))?;
+    }
     st.epoch = epoch::read(&control)?;
     st.identity = read_marker(&control)?;
     st.owner = read_owner(&control)?;
     st.owner_liveness = st.owner.as_ref().map(|r| r.identity.liveness());
-    if let Some(lock_file) = control.open_file_optional(LOCK_FILE)? {
-        st.held = probe(&lock_file, &control.child_path(LOCK_FILE))?;
-    }
     if let Some(waiters) = control.open_dir_optional(WAITERS_DIR)? {
         for e in waiters.entries()? {
             let entry = e.name.to_string_lossy().into_owned();
@@ -1030,7 +1065,7 @@ fn clear_foreign_records(control: &Dir, root_id: Token) -> Result<(), LeaseError
         Ok(()) | Err(FsError::NotFound { .. }) => Ok(()),
         Err(e) => Err(LeaseError::from(e)),
     };
-    if let Ok(Some(o)) = read_json::<OwnerRecord>(control, OWNER_FILE)
+    if let Ok(Some(o)) = read_stored_owner(control)
         && !is_ours(o.root_id, root_id)
     {
         gone_ok(control.unlink(OWNER_FILE, "lease.adopt"))?;

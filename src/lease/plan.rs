@@ -1027,10 +1027,22 @@ fn owner_from(bytes: Option<Vec<u8>>, path: PathBuf) -> Result<Option<OwnerRecor
     // none of its data. An empty record is one a power loss emptied, and a power loss ended
     // every process it could speak for: it is absent, not corrupt. (The mutant
     // `lease-empty-record-refused` refuses it, and the dir after every power loss with it.)
-    if bytes.is_empty() && !crate::mutant::on("lease-empty-record-refused") {
+    if bytes.is_empty() {
+        if crate::mutant::on("lease-empty-record-refused") {
+            return Err(LeaseError::CorruptRecord {
+                path,
+                reason: "empty".to_owned(),
+            });
+        }
         return Ok(None);
     }
-    let r: OwnerRecord = parse_record(&bytes, path.clone())?;
+    let Some(r) = record::decode_owner(&bytes).map_err(|reason| LeaseError::CorruptRecord {
+        path: path.clone(),
+        reason,
+    })?
+    else {
+        return Ok(None);
+    };
     if r.version != RECORD_VERSION {
         return Err(LeaseError::CorruptRecord {
             path,
@@ -1165,6 +1177,9 @@ struct Found {
     marker: Option<DirIdentity>,
     /// The owner record.
     owner: Option<OwnerRecord>,
+    /// Whether the owner record file exists (it is then rewritten in place, even when it held
+    /// no record: empty, or torn by a power loss).
+    owner_file: bool,
     /// The epoch file (0 when absent).
     epoch: u64,
     /// The slot holding the epoch, when the file is in the slot format (it is then written in
@@ -1257,6 +1272,8 @@ enum St {
     FsyncMarker,
     /// Write the owner record to a temp file (never synced: evidence for live processes).
     WriteOwner,
+    /// Write the owner record in place into its other slot (never synced).
+    WriteOwnerInPlace,
     /// Rename the epoch into place.
     RenameEpoch,
     /// Rename the marker into place without replacing.
@@ -1361,6 +1378,11 @@ pub struct AcquireSteps {
     epoch_tmp: Option<String>,
     marker_tmp: Option<String>,
     owner_tmp: Option<String>,
+    /// The owner record's slot, rendered once the record is final (`None`: too large for a
+    /// slot, written whole in the older format).
+    owner_slot: Option<Vec<u8>>,
+    /// Whether the owner record is written whole (no file yet, or too large for a slot).
+    owner_whole: bool,
     /// Processes a crashed owner's cgroup held, ended.
     leftovers: Vec<u32>,
     /// Whether [`Act::EndCgroup`] already ran.
@@ -1407,6 +1429,8 @@ impl AcquireSteps {
             epoch_tmp: None,
             marker_tmp: None,
             owner_tmp: None,
+            owner_slot: None,
+            owner_whole: false,
             leftovers: Vec::new(),
             leftovers_done: false,
             cgroup: None,
@@ -1791,8 +1815,43 @@ impl AcquireSteps {
         self.st = if self.new_marker {
             St::WriteMarker
         } else {
-            St::WriteOwner
+            self.owner_next()
         };
+    }
+
+    /// The record is final (its epoch, its cgroup): render the owner record's write once, then
+    /// write the epoch.
+    fn records_ready(&mut self) -> St {
+        self.owner_slot = self.record.as_ref().and_then(record::owner_slot);
+        self.owner_whole = self.owner_slot.is_none() || !self.found.owner_file;
+        self.write_epoch()
+    }
+
+    fn owner_in_place(&self) -> bool {
+        !self.owner_whole
+    }
+
+    /// After the epoch's and a new marker's data: the owner record's temp file, or (written in
+    /// place) first the renames of the epoch file and marker, then the record.
+    fn owner_next(&self) -> St {
+        if !self.owner_in_place() {
+            St::WriteOwner
+        } else if self.epoch_tmp.is_some() {
+            St::RenameEpoch
+        } else if self.new_marker {
+            St::RenameMarker
+        } else {
+            St::WriteOwnerInPlace
+        }
+    }
+
+    /// The owner record's last step: its rename, or its write in place.
+    fn owner_last(&self) -> St {
+        if self.owner_in_place() {
+            St::WriteOwnerInPlace
+        } else {
+            St::RenameOwner
+        }
     }
 
     /// The registry folders are made once, by the first owner (their listings said whether
@@ -1933,14 +1992,17 @@ impl Inspection {
                 }
                 e => e,
             })),
-            (ISt::ReadOwner, Res::Bytes(b)) => match owner_from(b, self.control_path(OWNER_FILE)) {
-                Ok(o) => {
-                    self.found.owner = o;
-                    self.st = ISt::ReadEpoch;
-                    None
+            (ISt::ReadOwner, Res::Bytes(b)) => {
+                self.found.owner_file = b.is_some();
+                match owner_from(b, self.control_path(OWNER_FILE)) {
+                    Ok(o) => {
+                        self.found.owner = o;
+                        self.st = ISt::ReadEpoch;
+                        None
+                    }
+                    Err(e) => Some(Err(e)),
                 }
-                Err(e) => Some(Err(e)),
-            },
+            }
             (ISt::ReadEpoch, res) => match epoch_from(res, self.control_path(epoch::EPOCH_FILE)) {
                 Ok(stored) => {
                     self.found.epoch = stored.map_or(0, epoch::Stored::epoch);
@@ -2099,9 +2161,13 @@ impl Steps for AcquireSteps {
             St::FsyncMarker => fsync(Loc::Control, self.marker_tmp.as_ref()?, "lease.marker"),
             St::WriteOwner => Act::WriteTemp {
                 dir: Loc::Control,
-                bytes: to_json(self.record.as_ref()?),
+                bytes: match &self.owner_slot {
+                    Some(slot) => slot.clone(),
+                    None => to_json(self.record.as_ref()?),
+                },
                 label: "lease.owner",
             },
+            St::WriteOwnerInPlace => owner_in_place(self.owner_slot.as_ref()?),
             St::RenameEpoch => Act::Rename {
                 dir: Loc::Control,
                 from: self.epoch_tmp.clone()?,
@@ -2377,7 +2443,7 @@ impl Steps for AcquireSteps {
                         self.st = if self.input.cgroup {
                             St::CreateCgroup
                         } else {
-                            self.write_epoch()
+                            self.records_ready()
                         };
                     }
                     Err(e) => self.fail(e),
@@ -2393,7 +2459,7 @@ impl Steps for AcquireSteps {
                     }
                     Err(why) => self.cgroup_error = Some(why),
                 }
-                self.st = self.write_epoch();
+                self.st = self.records_ready();
             }
             (St::WriteEpoch, Res::Temp(t)) => {
                 self.temps.push((Loc::Control, t.clone()));
@@ -2424,19 +2490,23 @@ impl Steps for AcquireSteps {
                 // data unsynced: the successor trusts a marker, and after a power loss it can
                 // be empty.
                 self.st = if crate::mutant::on("lease-marker-not-synced") {
-                    St::WriteOwner
+                    self.owner_next()
                 } else {
                     St::FsyncMarker
                 };
             }
-            (St::FsyncMarker, Res::Done) => self.st = St::WriteOwner,
+            (St::FsyncMarker, Res::Done) => self.st = self.owner_next(),
             (St::WriteOwner, Res::Temp(t)) => {
                 self.temps.push((Loc::Control, t.clone()));
                 self.owner_tmp = Some(t);
                 // The owner record is evidence for live processes, written and never synced
                 // (issue 11): a power loss that takes it (or leaves it empty) also took every
-                // process it could speak for.
-                self.st = if self.epoch_tmp.is_some() {
+                // process it could speak for. (After a failed write in place, the epoch file and
+                // marker are in place already.)
+                let fallback = self.owner_slot.is_some() && self.found.owner_file;
+                self.st = if fallback {
+                    St::RenameOwner
+                } else if self.epoch_tmp.is_some() {
                     St::RenameEpoch
                 } else if self.new_marker {
                     St::RenameMarker
@@ -2454,14 +2524,20 @@ impl Steps for AcquireSteps {
                 self.st = if self.new_marker {
                     St::RenameMarker
                 } else {
-                    St::RenameOwner
+                    self.owner_last()
                 };
             }
             (St::RenameMarker, Res::Done) => {
                 self.forget_temp(self.marker_tmp.clone());
-                self.st = St::RenameOwner;
+                self.st = self.owner_last();
             }
-            (St::RenameOwner, Res::Done) => {
+            // No owner record file yet (a new dir, or one an operator removed): it is written
+            // whole, once.
+            (St::WriteOwnerInPlace, Res::Failed(LeaseError::Fs(FsError::NotFound { .. }))) => {
+                self.owner_whole = true;
+                self.st = St::WriteOwner;
+            }
+            (St::RenameOwner | St::WriteOwnerInPlace, Res::Done) => {
                 self.forget_temp(self.owner_tmp.clone());
                 // The control folder is synced only when an entry that must outlive a power
                 // loss was renamed into it: a new epoch file (the first, or the one replacing
@@ -2723,8 +2799,8 @@ enum WSt {
     Done,
 }
 
-/// Replaces a file of `dir` with `bytes` through a temp file (the replace of every record the
-/// lease rewrites: the owner record's phases and release, registry entries): write, rename,
+/// Replaces a file of `dir` with `bytes` through a temp file (registry entries, and an owner
+/// record file that does not exist yet or a record too large for its slot): write, rename,
 /// never a sync (issue 11: these records are evidence for live processes, and a power loss
 /// ends every process they speak for). A reader sees the old or the new content, never a mix;
 /// after a power loss the record can be the old one or empty, which readers take for absent.
@@ -2796,10 +2872,84 @@ impl Replace {
     }
 }
 
+/// Writes the owner record (issue 11): its slot in place over the existing file — one
+/// `pwrite`, no temp file, no rename, no sync ([`record::OWNER_SLOT`]); only a dir without the
+/// file yet (or a record too large for the slot) writes it whole through a temp file and a
+/// rename. Never synced: the record is evidence for live processes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct OwnerWrite {
+    /// The slot, until it is written in place (or found to have no file to go into).
+    in_place: Option<Vec<u8>>,
+    /// The whole-file write, once needed.
+    whole: Option<Replace>,
+}
+
+impl OwnerWrite {
+    fn new(record: &OwnerRecord) -> OwnerWrite {
+        match record::owner_slot(record) {
+            Some(slot) => OwnerWrite {
+                in_place: Some(slot),
+                whole: None,
+            },
+            None => OwnerWrite {
+                in_place: None,
+                whole: Some(Replace::new(
+                    Loc::Control,
+                    OWNER_FILE.to_owned(),
+                    to_json(record),
+                    "lease.owner",
+                )),
+            },
+        }
+    }
+
+    fn op(&self) -> Option<Act> {
+        match (&self.in_place, &self.whole) {
+            (Some(slot), _) => Some(owner_in_place(slot)),
+            (None, Some(w)) => w.op(),
+            (None, None) => None,
+        }
+    }
+
+    fn handle(&mut self, res: Res) -> Option<Result<(), Failure>> {
+        if let Some(slot) = self.in_place.take() {
+            return match res {
+                Res::Done => Some(Ok(())),
+                // No file yet (a new dir, or an operator removed it): it is written whole.
+                Res::Failed(LeaseError::Fs(FsError::NotFound { .. })) => {
+                    self.whole = Some(Replace::new(
+                        Loc::Control,
+                        OWNER_FILE.to_owned(),
+                        slot,
+                        "lease.owner",
+                    ));
+                    None
+                }
+                other => Some(Err(Failure::new(unexpected(other)))),
+            };
+        }
+        match self.whole.as_mut() {
+            Some(w) => w.handle(res),
+            None => Some(Err(Failure::new(unexpected(res)))),
+        }
+    }
+}
+
+/// The in-place write of the owner record's slot.
+fn owner_in_place(slot: &[u8]) -> Act {
+    Act::WriteAt {
+        dir: Loc::Control,
+        name: OWNER_FILE.to_owned(),
+        offset: 0,
+        bytes: slot.to_vec(),
+        label: "lease.owner",
+    }
+}
+
 /// Rewrites the owner record with a new phase (card H8; [`super::Lease::set_phase`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SetPhaseSteps {
-    write: Replace,
+    write: OwnerWrite,
     out: Option<Result<(), Failure>>,
 }
 
@@ -2807,12 +2957,7 @@ impl SetPhaseSteps {
     /// Writes `record` (the owner's record with its new phase).
     pub fn new(record: &OwnerRecord) -> SetPhaseSteps {
         SetPhaseSteps {
-            write: Replace::new(
-                Loc::Control,
-                OWNER_FILE.to_owned(),
-                to_json(record),
-                "lease.owner",
-            ),
+            write: OwnerWrite::new(record),
             out: None,
         }
     }
@@ -3041,7 +3186,7 @@ enum RSt {
 pub struct ReleaseSteps {
     epoch: u64,
     instances: Vec<String>,
-    write: Replace,
+    write: OwnerWrite,
     st: RSt,
     failure: Option<Failure>,
     out: Option<Result<(), Failure>>,
@@ -3053,16 +3198,11 @@ impl ReleaseSteps {
         ReleaseSteps {
             epoch: released.epoch,
             instances: Vec::new(),
-            // The released record is fsynced (a reader never sees a partial one) but its
-            // directory is not: if a power loss undoes the rename, the previous complete record
-            // comes back, naming a process that no longer holds the lock, which `status` shows
-            // as stale.
-            write: Replace::new(
-                Loc::Control,
-                OWNER_FILE.to_owned(),
-                to_json(released),
-                "lease.owner",
-            ),
+            // The released record is written in place, not synced: a reader never trusts a
+            // partial slot, and if a power loss takes the write the previous record comes
+            // back, naming a process that no longer holds the lock, which `status` shows as
+            // stale.
+            write: OwnerWrite::new(released),
             st: RSt::ListInstances,
             failure: None,
             out: None,

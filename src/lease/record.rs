@@ -165,6 +165,94 @@ pub fn parse_owner(bytes: &[u8]) -> Result<OwnerRecord, String> {
     Ok(r)
 }
 
+/// The owner record file (`owner.json`) in the format written in place (issue 11): one
+/// [`OWNER_SLOT`]-byte slot at offset 0 — a 16-byte header (the magic `TOR1`, the
+/// payload's length as u32 LE, and the first 8 bytes of `sha256("tenure owner slot\n" ‖
+/// payload)`), the record as compact JSON, and zeros to the end of the slot. Every rewrite
+/// overwrites the whole slot in place with one `pwrite` (one page: a process killed in the
+/// middle of it leaves the old page or the new one); no temp file, no rename, no unlink, no
+/// sync. A slot whose checksum does not match was torn — by a power loss, which ended every
+/// process the record could speak for, or by a rewrite a reader raced — and holds no record:
+/// it is never trusted.
+///
+/// Older tenure wrote the file as one pretty JSON document (replaced by rename); it is still
+/// read (a file starting with `{`), and overwritten in place by the next write.
+pub const OWNER_SLOT: usize = 4096;
+
+/// The bytes of the owner slot's header.
+const OWNER_HEADER: usize = 16;
+
+/// The largest record payload the slot holds; a larger record (an absurdly long executable or
+/// cgroup path) is written whole, in the older format, instead.
+const OWNER_CAPACITY: usize = OWNER_SLOT - OWNER_HEADER;
+
+const OWNER_MAGIC: &[u8; 4] = b"TOR1";
+const OWNER_DOMAIN: &[u8] = b"tenure owner slot\n";
+
+fn owner_checksum(payload: &[u8]) -> [u8; 8] {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    h.update(OWNER_DOMAIN);
+    h.update(payload);
+    let d = h.finalize();
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&d[..8]);
+    out
+}
+
+/// The slot holding `record` (written at offset 0); `None` when the record does not fit.
+pub(crate) fn owner_slot(record: &OwnerRecord) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(OWNER_SLOT);
+    out.extend_from_slice(OWNER_MAGIC);
+    out.extend_from_slice(&[0; 12]);
+    serde_json::to_writer(&mut out, record).expect("records serialise infallibly");
+    let len = out.len() - OWNER_HEADER;
+    if len > OWNER_CAPACITY {
+        return None;
+    }
+    let sum = owner_checksum(&out[OWNER_HEADER..]);
+    out[4..8].copy_from_slice(&(len as u32).to_le_bytes());
+    out[8..16].copy_from_slice(&sum);
+    out.resize(OWNER_SLOT, 0);
+    Some(out)
+}
+
+/// The payload of the slot at the start of `bytes`, if its checksum matches.
+fn owner_payload(bytes: &[u8]) -> Option<&[u8]> {
+    let h = bytes.get(..OWNER_HEADER)?;
+    let len = u32::from_le_bytes(h[4..8].try_into().ok()?) as usize;
+    // The mutant `lease-owner-slot-unchecked` trusts the slot as it reads: a torn one
+    // (garbage) then claims a payload of garbage.
+    if crate::mutant::on("lease-owner-slot-unchecked") {
+        let end = (OWNER_HEADER + len.min(OWNER_CAPACITY)).min(bytes.len());
+        return Some(&bytes[OWNER_HEADER..end]);
+    }
+    if &h[..4] != OWNER_MAGIC || len > OWNER_CAPACITY {
+        return None;
+    }
+    let payload = bytes.get(OWNER_HEADER..OWNER_HEADER + len)?;
+    (h[8..16] == owner_checksum(payload)).then_some(payload)
+}
+
+/// Parses an owner record file in either format: `Ok(None)` when it holds no record — empty or
+/// zeros (a power loss took the data of a record written without a sync) or a torn slot (see
+/// [`OWNER_SLOT`]); an error names what is wrong with a record that is there.
+pub fn decode_owner(bytes: &[u8]) -> Result<Option<OwnerRecord>, String> {
+    if bytes.first() == Some(&b'{') {
+        return parse_owner(bytes).map(Some);
+    }
+    match owner_payload(bytes) {
+        Some(payload) => parse_owner(payload).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Whether `bytes` hold an owner slot whose checksum matches (or a record in the older
+/// format): a reader that finds neither in a non-empty file may have raced a rewrite.
+pub(crate) fn owner_is_whole(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&b| b == 0) || bytes.first() == Some(&b'{') || owner_payload(bytes).is_some()
+}
+
 /// Parses a dir identity marker (`identity.json`) and checks its version.
 pub fn parse_marker(bytes: &[u8]) -> Result<DirIdentity, String> {
     let m: DirIdentity = parse(bytes)?;
@@ -241,6 +329,53 @@ mod tests {
             format_unix_ms(1_714_564_800_000),
             "2024-05-01T12:00:00.000Z"
         );
+    }
+
+    fn sample_owner() -> OwnerRecord {
+        OwnerRecord {
+            version: RECORD_VERSION,
+            token: Token([1; 16]),
+            epoch: 3,
+            acquired_at: 5,
+            phase: PhaseKind::Ready,
+            identity: Identity {
+                pid: 7,
+                start_time: 8,
+                exe: PathBuf::from("/bin/x"),
+                pidfs_ino: None,
+            },
+            root_id: Some(Token([2; 16])),
+            containment: None,
+        }
+    }
+
+    /// Issue 11: the owner record's slot round-trips, fills one page, and a slot torn anywhere
+    /// (garbage, or zeros) holds no record; the older whole-JSON format is still read, and a
+    /// damaged one is an error.
+    #[test]
+    fn owner_slot_round_trips_and_torn_slots_hold_nothing() {
+        let rec = sample_owner();
+        let slot = owner_slot(&rec).unwrap();
+        assert_eq!(slot.len(), OWNER_SLOT);
+        assert_eq!(decode_owner(&slot), Ok(Some(rec.clone())));
+        for at in [0, 5, 12, OWNER_HEADER + 3, OWNER_HEADER + 40] {
+            let mut torn = slot.clone();
+            torn[at] ^= 0xff;
+            assert_eq!(decode_owner(&torn), Ok(None), "byte {at} flipped");
+            assert!(!owner_is_whole(&torn));
+        }
+        let mut cut = slot.clone();
+        cut[OWNER_HEADER + 10..].fill(0);
+        assert_eq!(decode_owner(&cut), Ok(None));
+        assert_eq!(decode_owner(&[0u8; OWNER_SLOT]), Ok(None));
+        assert_eq!(decode_owner(b""), Ok(None));
+        assert_eq!(decode_owner(&vec![0xff; OWNER_SLOT]), Ok(None));
+        let legacy = serde_json::to_vec_pretty(&rec).unwrap();
+        assert_eq!(decode_owner(&legacy), Ok(Some(rec.clone())));
+        assert!(decode_owner(b"{not-json").is_err());
+        let mut big = rec;
+        big.identity.exe = PathBuf::from("/x".repeat(OWNER_SLOT));
+        assert_eq!(owner_slot(&big), None);
     }
 
     #[test]

@@ -396,6 +396,13 @@ impl Env {
         fs::read(self.dir.join(".tenure/owner.json")).expect("owner record")
     }
 
+    /// The owner record, decoded from either format of its file.
+    pub fn owner_record(&self) -> tenure::lease::OwnerRecord {
+        tenure::lease::record::decode_owner(&self.owner_bytes())
+            .expect("a valid owner record")
+            .expect("an owner record")
+    }
+
     /// CURRENT's bytes, if any.
     pub fn current_bytes(&self) -> Option<Vec<u8>> {
         fs::read(self.dir.join("checkpoints/CURRENT")).ok()
