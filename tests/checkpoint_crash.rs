@@ -84,6 +84,9 @@ fn run_crash_child(state: &Path, g: u64, point: &str, action: &str) -> Ended {
             ("TENURE_CKPT_STATE", state.display().to_string()),
             ("TENURE_CKPT_GEN", g.to_string()),
             ("TENURE_FAILPOINTS", format!("{point}={action}")),
+            // The payload (40,000 bytes) gets its own fsync, the small files the batch's
+            // syncfs: every publish takes both durability paths.
+            ("TENURE_OWN_FSYNC_MIN", "32768".to_string()),
         ],
     );
     let out = child.wait_with_output().unwrap();

@@ -1196,6 +1196,7 @@ impl<'s> CheckpointStore<'s> {
             count,
             created_at_ms,
         );
+        p = p.own_fsync_from(own_fsync_min());
         if let Some((parent, id)) = over {
             p = p.over(parent, id);
         }
@@ -1406,6 +1407,20 @@ impl<'s> CheckpointStore<'s> {
         let parent = root.open_dir(VIEWS_DIR)?;
         tree::remove_tree(&parent, &view.name, "view")
     }
+}
+
+/// The size from which a new blob gets its own fsync ([`plan::OWN_FSYNC_MIN`]). With the
+/// `failpoints` feature, `TENURE_OWN_FSYNC_MIN` sets it, so the crash tests reach both
+/// durability paths (a blob's own fsync, the batch's `syncfs`) with small files.
+fn own_fsync_min() -> u64 {
+    #[cfg(feature = "failpoints")]
+    if let Some(n) = std::env::var("TENURE_OWN_FSYNC_MIN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return n;
+    }
+    plan::OWN_FSYNC_MIN
 }
 
 /// How many threads check blobs at once: the available cores, at most 8 (each holds one
