@@ -619,6 +619,7 @@ fn write_many_child(dir: &str, n: usize) {
 fn bench_many_under_run(tmp: &Path, n: usize, runs: usize) {
     let me = std::env::current_exe().unwrap();
     let (mut plain_t, mut run_t) = (Vec::new(), Vec::new());
+    let mut parts: [Vec<f64>; 3] = Default::default();
     for r in 0..runs {
         quiesce();
         let plain = tmp.join(format!("plain-many-{r}"));
@@ -653,6 +654,15 @@ fn bench_many_under_run(tmp: &Path, n: usize, runs: usize) {
         );
         let events = std::fs::read_to_string(dir.join(".tenure/events.jsonl")).unwrap();
         assert!(events.contains("checkpoint-published"), "nothing published");
+        let at = event_times(&events);
+        let ph = [
+            at("child-exited") - at("spawned"),
+            at("checkpoint-published") - at("child-exited"),
+            at("released") - at("checkpoint-published"),
+        ];
+        for (all, p) in parts.iter_mut().zip(ph) {
+            all.push(p);
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
     let (p, r) = (median(plain_t), median(run_t));
@@ -663,6 +673,29 @@ fn bench_many_under_run(tmp: &Path, n: usize, runs: usize) {
         r.as_secs_f64(),
         r.as_secs_f64() / p.as_secs_f64()
     );
+    let [mut c, mut p, mut l] = parts;
+    println!(
+        "  the runner's event log (medians): child {:.2} s, publish {:.2} s, release (staging removal) {:.2} s",
+        median_f(&mut c) / 1e3,
+        median_f(&mut p) / 1e3,
+        median_f(&mut l) / 1e3
+    );
+}
+
+/// The time (ms) of the first event of each kind in an event log (NaN when it is missing).
+fn event_times(log: &str) -> impl Fn(&str) -> f64 + '_ {
+    move |kind: &str| {
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["kind"] == kind)
+            .and_then(|v| v["at_ms"].as_f64())
+            .unwrap_or(f64::NAN)
+    }
+}
+
+fn median_f(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 /// Issue 11: a full `load` (every digest checked, blobs on up to the available cores) of
@@ -821,13 +854,7 @@ read _"#;
 /// The runner's own account of a stop, from its event log (ms): signal → child exited, →
 /// checkpoint published, → released.
 fn phases(log: &str) -> [f64; 3] {
-    let at = |kind: &str| {
-        log.lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .find(|v| v["kind"] == kind)
-            .and_then(|v| v["at_ms"].as_f64())
-            .unwrap_or(f64::NAN)
-    };
+    let at = event_times(log);
     let s = at("signal");
     [
         at("child-exited") - s,
@@ -879,16 +906,12 @@ fn bench_stop_publish(tmp: &Path, m: usize) {
         "   overhead: {:+.2} ms  (issue 11 target <= +10 ms)",
         ms(r) - ms(a)
     );
-    let med = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let [mut c, mut p, mut l] = parts;
     println!(
         "   the runner's event log (medians): signal -> child exited {:.1} ms, -> published {:.1} ms, -> released {:.1} ms",
-        med(&mut c),
-        med(&mut p),
-        med(&mut l)
+        median_f(&mut c),
+        median_f(&mut p),
+        median_f(&mut l)
     );
 }
 
