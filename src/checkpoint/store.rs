@@ -316,7 +316,9 @@ impl<'s> CheckpointStore<'s> {
 
     /// Opens the store for its owner (the lease holder), running the owned open
     /// ([`plan::OpenPlan`]): creates the directories when they are missing, removes temp files
-    /// left by a crashed publish (they are never referenced) and removes leftover staging
+    /// left by a crashed publish in the store directory (they are never referenced; those in
+    /// `manifests/` go with the next publish's GC, so the open never lists the history) and
+    /// removes leftover staging
     /// areas, views and the scratch of a crashed publish (trees nothing references). Nothing
     /// else is touched: `CURRENT`, manifests and blobs stay byte-for-byte as they are.
     pub fn open_owned(
