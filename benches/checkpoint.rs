@@ -14,21 +14,29 @@
 //!   (published when it exits 0) vs the same writer into a plain dir followed by `sync -f`
 //!   (`TENURE_BENCH_MANY_RUNS`, default 3, interleaved repetitions; medians); verify (a full
 //!   `load`) of 8 × 32 MiB blobs and of one 256 MiB blob vs `openssl dgst -sha256` of the same
-//!   files (7 interleaved repetitions). `TENURE_BENCH_ISSUE11_ONLY=1` runs only these.
+//!   files (7 interleaved repetitions); SIGTERM → exit of a ready owner whose child staged a
+//!   100 MiB checkpoint vs the publish of the same 100 MiB through the library alone
+//!   (`TENURE_BENCH_PUBLISH_RUNS`, default 5; target ≤ +10 ms); `tenure run -- true` in a dir
+//!   with 10,000 older manifests and 10,000 kept failed outputs (`TENURE_BENCH_HISTORY` sets
+//!   the count) vs a dir with one checkpoint (`TENURE_BENCH_RUNS`, default 40, interleaved;
+//!   target ratio about 1). `TENURE_BENCH_ISSUE11_ONLY=1` runs only these, and
+//!   `TENURE_BENCH_ROW=verify|many|stop|history` only one of them.
 //!
 //! Default sizes run in about a minute (`cargo bench --bench checkpoint`); the issue's sizes
 //! (1 GiB verify, 256 MiB publish, 1 GiB incremental) with `TENURE_BENCH_FULL=1`;
 //! `TENURE_BENCH_QUICK=1` divides sizes and counts by 16 (a smoke run).
 
-use std::fs::File;
+use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest as _, Sha256};
 use tenure::checkpoint::{CheckpointStore, PublishFile, Published, Source, StoreOptions};
+use tenure::lease::{self, AcquireOptions, WaitBound};
+use tenure::machine::PhaseKind;
 use tenure::privfs::StateDir;
 
 const MIB: usize = 1 << 20;
@@ -611,6 +619,7 @@ fn write_many_child(dir: &str, n: usize) {
 fn bench_many_under_run(tmp: &Path, n: usize, runs: usize) {
     let me = std::env::current_exe().unwrap();
     let (mut plain_t, mut run_t) = (Vec::new(), Vec::new());
+    let mut parts: [Vec<f64>; 3] = Default::default();
     for r in 0..runs {
         quiesce();
         let plain = tmp.join(format!("plain-many-{r}"));
@@ -645,6 +654,15 @@ fn bench_many_under_run(tmp: &Path, n: usize, runs: usize) {
         );
         let events = std::fs::read_to_string(dir.join(".tenure/events.jsonl")).unwrap();
         assert!(events.contains("checkpoint-published"), "nothing published");
+        let at = event_times(&events);
+        let ph = [
+            at("child-exited") - at("spawned"),
+            at("checkpoint-published") - at("child-exited"),
+            at("released") - at("checkpoint-published"),
+        ];
+        for (all, p) in parts.iter_mut().zip(ph) {
+            all.push(p);
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
     let (p, r) = (median(plain_t), median(run_t));
@@ -655,6 +673,29 @@ fn bench_many_under_run(tmp: &Path, n: usize, runs: usize) {
         r.as_secs_f64(),
         r.as_secs_f64() / p.as_secs_f64()
     );
+    let [mut c, mut p, mut l] = parts;
+    println!(
+        "  the runner's event log (medians): child {:.2} s, publish {:.2} s, release (staging removal) {:.2} s",
+        median_f(&mut c) / 1e3,
+        median_f(&mut p) / 1e3,
+        median_f(&mut l) / 1e3
+    );
+}
+
+/// The time (ms) of the first event of each kind in an event log (NaN when it is missing).
+fn event_times(log: &str) -> impl Fn(&str) -> f64 + '_ {
+    move |kind: &str| {
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["kind"] == kind)
+            .and_then(|v| v["at_ms"].as_f64())
+            .unwrap_or(f64::NAN)
+    }
+}
+
+fn median_f(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 /// Issue 11: a full `load` (every digest checked, blobs on up to the available cores) of
@@ -706,6 +747,255 @@ fn bench_verify_vs_openssl(tmp: &Path, count: usize, per: usize) {
     );
 }
 
+const TENURE: &str = env!("CARGO_BIN_EXE_tenure");
+
+fn runs(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(default)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Runs a command to its end (stdio discarded) and returns how long it took.
+fn timed(cmd: &mut Command) -> Duration {
+    let t = Instant::now();
+    let st = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("spawn");
+    let d = t.elapsed();
+    assert!(st.success(), "{cmd:?} failed: {st}");
+    d
+}
+
+/// 100 MiB whose first bytes make it unique to `tag` (so no publish finds its blob already
+/// stored and skips the write).
+fn tagged(base: &[u8], tag: &str) -> Vec<u8> {
+    let mut v = base.to_vec();
+    let t = tag.as_bytes();
+    v[..t.len()].copy_from_slice(t);
+    v
+}
+
+/// The library publish alone: own a fresh dir, stage the file, time `publish`.
+fn publish_alone(dir: &Path, data: &[u8]) -> Duration {
+    let sd = StateDir::open(dir, true).unwrap();
+    let opts = AcquireOptions {
+        wait: WaitBound::Try,
+        cancel: None,
+        phase: PhaseKind::Ready,
+        fence: None,
+    };
+    let l = lease::acquire(&sd, &opts, &mut |_| {}).unwrap();
+    let store = CheckpointStore::open_owned(&sd, StoreOptions { keep: 2 }).unwrap();
+    let staging = store.staging().unwrap();
+    let mut f = fs::File::create(staging.path().join("big")).unwrap();
+    f.write_all(data).unwrap();
+    drop(f);
+    let t = Instant::now();
+    store.publish(l.epoch(), &staging).unwrap();
+    let d = t.elapsed();
+    l.release().unwrap();
+    d
+}
+
+/// A ready owner whose child staged `src` (100 MiB) and waits; SIGTERM → the runner's exit.
+fn stop_with_publish(dir: &Path, src: &Path, staged: &Path) -> (Duration, [f64; 3]) {
+    let script = r#"trap 'exit 0' TERM
+cat "$1" > "$TENURE_CHECKPOINT_OUT/big"
+: > "$2"
+read _"#;
+    let mut child = Command::new(TENURE)
+        .arg("run")
+        .arg("--dir")
+        .arg(dir)
+        .args(["--", "sh", "-c", script, "sh"])
+        .arg(src)
+        .arg(staged)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Held until the runner exited: `Child::wait` would close it, and the child's `read _`
+    // would end on EOF instead of on the signal.
+    let stdin = child.stdin.take();
+    let events = dir.join(".tenure/events.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Event wait: the owner says ready and the child says its file is staged.
+    while !(staged.exists()
+        && fs::read_to_string(&events).is_ok_and(|s| s.contains("\"kind\":\"ready\"")))
+    {
+        assert!(Instant::now() < deadline, "the owner never became ready");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    let t = Instant::now();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let st = child.wait().unwrap();
+    let d = t.elapsed();
+    drop(stdin);
+    assert_eq!(st.code(), Some(143), "the owner did not stop in order");
+    let log = fs::read_to_string(&events).unwrap_or_default();
+    assert!(
+        log.contains("checkpoint-published"),
+        "nothing was published:\n{log}"
+    );
+    (d, phases(&log))
+}
+
+/// The runner's own account of a stop, from its event log (ms): signal → child exited, →
+/// checkpoint published, → released.
+fn phases(log: &str) -> [f64; 3] {
+    let at = event_times(log);
+    let s = at("signal");
+    [
+        at("child-exited") - s,
+        at("checkpoint-published") - at("child-exited"),
+        at("released") - at("checkpoint-published"),
+    ]
+}
+
+/// Issue 11: SIGTERM → exit of a ready owner whose child staged 100 MiB against the library's
+/// publish of the same 100 MiB alone, interleaved, with the runner's own account of where the
+/// time went (its event log).
+fn bench_stop_publish(tmp: &Path, m: usize) {
+    println!(
+        "== SIGTERM -> exit of a ready owner publishing 100 MiB  vs  the publish alone ({m} runs each)"
+    );
+    // Incompressible-looking but cheap bytes: a xorshift stream.
+    let base = payload(100 * MIB, 0x9e37_79b9_7f4a_7c15);
+    let (mut alone, mut runner) = (Vec::new(), Vec::new());
+    let mut parts: [Vec<f64>; 3] = Default::default();
+    for i in 0..m {
+        let data = tagged(&base, &format!("library-{i}-"));
+        alone.push(publish_alone(&tmp.join(format!("lib-{i}")), &data));
+        let data = tagged(&base, &format!("runner-{i}-"));
+        let src = tmp.join(format!("src-{i}"));
+        // Written back before the measurement, so that in both cases only the staged copy is
+        // dirty when the publish starts.
+        let mut f = fs::File::create(&src).unwrap();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        let (d, ph) = stop_with_publish(
+            &tmp.join(format!("run-{i}")),
+            &src,
+            &tmp.join(format!("staged-{i}")),
+        );
+        runner.push(d);
+        for (all, p) in parts.iter_mut().zip(ph) {
+            all.push(p);
+        }
+        fs::remove_file(&src).unwrap();
+        // Keep the disk footprint bounded.
+        let _ = fs::remove_dir_all(tmp.join(format!("lib-{i}")));
+        let _ = fs::remove_dir_all(tmp.join(format!("run-{i}")));
+    }
+    let (a, r) = (median(alone), median(runner));
+    println!("   publish alone (library): median {:8.2} ms", ms(a));
+    println!("   SIGTERM -> exit (runner): median {:8.2} ms", ms(r));
+    println!(
+        "   overhead: {:+.2} ms  (issue 11 target <= +10 ms)",
+        ms(r) - ms(a)
+    );
+    let [mut c, mut p, mut l] = parts;
+    println!(
+        "   the runner's event log (medians): signal -> child exited {:.1} ms, -> published {:.1} ms, -> released {:.1} ms",
+        median_f(&mut c),
+        median_f(&mut p),
+        median_f(&mut l)
+    );
+}
+
+/// A store's history as the owner's run path meets it: `k` older manifests (as `--keep` `k`
+/// keeps them; the same one-file checkpoint under ids `1..=k`, CURRENT naming the last) and
+/// `k` kept outputs of failed publishes (`failed/<epoch>.<n>`, empty, as a large keep would
+/// leave them). Written directly because `k` real publishes (one `syncfs` each) take minutes.
+fn plant_history(dir: &Path, k: usize) {
+    let run = Command::new(TENURE)
+        .arg("run")
+        .arg("--dir")
+        .arg(dir)
+        .args(["--", "sh", "-c", "echo hi > \"$TENURE_CHECKPOINT_OUT/f\""])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("spawn");
+    assert!(run.success());
+    let cps = dir.join("checkpoints");
+    let manifests = cps.join("manifests");
+    let first = fs::read_to_string(manifests.join(format!("{:020}.json", 1))).unwrap();
+    let entry = first.lines().nth(1).unwrap().to_string();
+    let at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    for id in 2..=k {
+        let text = format!(
+            "{{\"format\":2,\"id\":\"{id:020}\",\"parent\":\"{:020}\",\"epoch\":1,\"created_at_ms\":{at_ms},\"files\":1}}\n{entry}\n",
+            id - 1
+        );
+        // Private, as the store writes them (a manifest open to others is refused unread).
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(manifests.join(format!("{id:020}.json")))
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .unwrap();
+    }
+    // CURRENT keeps naming checkpoint 1 (its line carries that manifest's digest): the older
+    // manifests are history the run path may list, never load.
+    let failed = cps.join("failed");
+    for n in 0..k {
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(failed.join(format!("1.{n}")))
+            .unwrap();
+    }
+}
+
+/// Issue 11: nothing on the run path is O(size of the dir's history). `tenure run -- true` in
+/// a dir with 10,000 older manifests and 10,000 kept failed outputs against a dir with one
+/// checkpoint, interleaved.
+fn bench_history(tmp: &Path, n: usize) {
+    let k = runs("TENURE_BENCH_HISTORY", 10_000);
+    println!(
+        "== tenure run -- true: a dir with {k} old manifests + {k} failed outputs  vs  one checkpoint ({n} interleaved runs each)"
+    );
+    let (old, fresh) = (tmp.join("history-old"), tmp.join("history-fresh"));
+    plant_history(&old, k);
+    plant_history(&fresh, 1);
+    let run = |dir: &Path| {
+        let mut c = Command::new(TENURE);
+        c.arg("run").arg("--dir").arg(dir).args(["--", "true"]);
+        c
+    };
+    timed(&mut run(&old));
+    timed(&mut run(&fresh));
+    let (mut o, mut f) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        o.push(timed(&mut run(&old)));
+        f.push(timed(&mut run(&fresh)));
+    }
+    let (om, fm) = (median(o), median(f));
+    println!("   with history: median {:7.2} ms", ms(om));
+    println!("   without:      median {:7.2} ms", ms(fm));
+    println!(
+        "   ratio history/none: {:.2}x  (target ~1.0x: nothing on the run path grows with history)",
+        om.as_secs_f64() / fm.as_secs_f64()
+    );
+}
+
 fn have_openssl() -> bool {
     Command::new("openssl")
         .arg("version")
@@ -746,20 +1036,32 @@ fn main() {
         "checkpoint store benchmarks ({} sizes)",
         if full() { "full" } else { "default" }
     );
-    // Issue 11's store rows, with a size knob: TENURE_BENCH_QUICK=1 divides them by 16.
-    if have_openssl() {
-        bench_verify_vs_openssl(tmp.path(), 8, scale(32 * MIB));
-        bench_verify_vs_openssl(tmp.path(), 1, scale(256 * MIB));
-    } else {
-        println!("verify vs openssl: skipped (no `openssl` on this machine)");
+    // Issue 11's store rows, with a size knob: TENURE_BENCH_QUICK=1 divides them by 16;
+    // TENURE_BENCH_ROW=verify|many|stop|history runs that row alone.
+    let row = std::env::var("TENURE_BENCH_ROW").ok();
+    let want = |name: &str| row.as_deref().is_none_or(|r| r == name);
+    if want("verify") {
+        if have_openssl() {
+            bench_verify_vs_openssl(tmp.path(), 8, scale(32 * MIB));
+            bench_verify_vs_openssl(tmp.path(), 1, scale(256 * MIB));
+        } else {
+            println!("verify vs openssl: skipped (no `openssl` on this machine)");
+        }
     }
-    let many_runs = std::env::var("TENURE_BENCH_MANY_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|n| *n > 0)
-        .unwrap_or(3);
-    bench_many_under_run(tmp.path(), scale(20_000), many_runs);
-    bench_many_under_run(tmp.path(), scale(100_000), many_runs);
+    let many_runs = runs("TENURE_BENCH_MANY_RUNS", 3);
+    if want("many") {
+        bench_many_under_run(tmp.path(), scale(20_000), many_runs);
+        bench_many_under_run(tmp.path(), scale(100_000), many_runs);
+    }
+    if want("stop") {
+        bench_stop_publish(tmp.path(), runs("TENURE_BENCH_PUBLISH_RUNS", 5));
+    }
+    if want("history") {
+        bench_history(tmp.path(), runs("TENURE_BENCH_RUNS", 40));
+    }
+    if row.is_some() {
+        return;
+    }
     if std::env::var("TENURE_BENCH_ISSUE11_ONLY").is_ok_and(|v| v == "1") {
         return;
     }

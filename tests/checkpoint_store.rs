@@ -377,8 +377,9 @@ fn sha(b: &[u8]) -> String {
         .collect()
 }
 
-/// Leftover temp files are removed by the next owned open and by nothing else; files the store
-/// did not make are left alone.
+/// Leftover temp files of the store directory and scratch are removed by the next owned open
+/// and by nothing else; a manifest temp waits for the next publish's GC (issue 11: the run path
+/// does not list the manifests); files the store did not make are left alone.
 #[test]
 fn owned_open_sweeps_only_temp_files_and_scratch() {
     let fx = Fixture::new(1);
@@ -413,19 +414,27 @@ fn owned_open_sweeps_only_temp_files_and_scratch() {
     assert_eq!(generation_of(&ro, &ro.load().unwrap().unwrap()), 1);
     assert_eq!(before, snapshot(&d));
 
-    let _store = CheckpointStore::open_owned(&sd, opts()).unwrap();
-    assert!(temp_files(&d).is_empty(), "{:?}", temp_files(&d));
+    let store = CheckpointStore::open_owned(&sd, opts()).unwrap();
+    assert_eq!(
+        temp_files(&d),
+        vec![std::path::PathBuf::from("manifests/.tmp-aa")],
+        "only the manifest temp is left to the GC"
+    );
     let after = snapshot(&d);
     let mut expected = before.clone();
     expected.retain(|p, _| {
         let n = p.file_name().map_or("", |n| n.to_str().unwrap());
-        let temp = n.starts_with(".tmp-");
+        let temp = n.starts_with(".tmp-") && !p.starts_with("manifests");
         let scratch =
             (p.starts_with("staging") || p.starts_with("views")) && p.components().count() > 1;
         !temp && !scratch && !p.starts_with("incoming")
     });
     // Directory mtimes are not part of the snapshot, so only the removed entries differ.
     assert_eq!(after, expected);
+    assert_eq!(std::fs::read(d.join("notes.txt")).unwrap(), b"mine");
+    // The next publish's GC, which lists the manifests anyway, removes the manifest temp.
+    publish_gen(&store, 1, 2);
+    assert!(temp_files(&d).is_empty(), "{:?}", temp_files(&d));
     assert_eq!(std::fs::read(d.join("notes.txt")).unwrap(), b"mine");
 }
 
@@ -837,8 +846,11 @@ fn random_kill_9_never_loses_an_acknowledged_checkpoint() {
             last_acked = got;
         }
         drop(CheckpointStore::open_owned(&sd, opts()).unwrap());
-        if !temp_files(&fx.store_dir()).is_empty() {
-            println!("trial {trial}: temp files survive an owned open");
+        // A manifest temp waits for the next publish's GC (the next trial's child).
+        let mut temps = temp_files(&fx.store_dir());
+        temps.retain(|p| !p.starts_with("manifests"));
+        if !temps.is_empty() {
+            println!("trial {trial}: temp files survive an owned open: {temps:?}");
             violations += 1;
         }
     }

@@ -33,6 +33,10 @@ fn publish_with(env: &Env, point: &str, action: &str) -> Finished {
         .args(["--keep", "1", "--"])
         .args(sh(r#"echo new > "$TENURE_CHECKPOINT_OUT/a""#, &[]))
         .env("TENURE_FAILPOINTS", format!("{point}={action}"));
+    // The one small file takes the batch's syncfs; for the large-blob fsync it is made large.
+    if point == "publish.blob.fsync" {
+        c.env("TENURE_OWN_FSYNC_MIN", "1");
+    }
     let mut r = env.start(c);
     r.close_stdin();
     r.wait()

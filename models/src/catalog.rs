@@ -421,6 +421,13 @@ pub fn src_mutants() -> Vec<SrcMutant> {
             checkpoint::CURRENT_VALID_AFTER_CRASH,
         ),
         m(
+            "own-blob-fsync-skipped",
+            "src/checkpoint/plan/publish.rs `PublishPlan` (ChmodBlob)",
+            "a large blob counts as made durable by its own fsync, which never runs (the batch is then the manifest's fsync alone)",
+            Checkpoint,
+            checkpoint::CURRENT_VALID_AFTER_CRASH,
+        ),
+        m(
             "blobs-named-before-batch-sync",
             "src/checkpoint/plan/publish.rs `PublishPlan::manifest_done`",
             "the new blobs get their names in blobs/sha256/ before the batch makes their data durable",

@@ -340,9 +340,15 @@ fn is_valid(n: &Named) -> bool {
 fn content(f: usize, run: u8) -> Vec<u8> {
     match f {
         0 => b"shared by every run\n".to_vec(),
-        _ => format!("run {run}\n").into_bytes(),
+        _ => format!("run {run}, a blob of its own\n").into_bytes(),
     }
 }
+
+/// The size from which the model's publish gives a blob its own fsync: the run's own file
+/// (28 bytes) is large, the shared one (20 bytes) small, so the first run's batch is a
+/// `syncfs` (the shared blob is new and small) and every later run's is the manifest's
+/// fsync alone (its only new blob synced itself): both durability paths of the publish.
+const OWN_FSYNC_MIN: u64 = 24;
 
 fn store_path() -> StorePath {
     StorePath::new("/sim/checkpoints")
@@ -468,15 +474,18 @@ impl CheckpointState {
         }
         let fds = self.fds.expect("the owned open ran before the publish");
         self.stage = Stage::Publishing(
-            Shared::new(PublishPlan::new(
-                store_path(),
-                fds,
-                Limits::DEFAULT,
-                usize::from(self.keep),
-                u64::from(self.run),
-                FILES.len() as u64,
-                0,
-            )),
+            Shared::new(
+                PublishPlan::new(
+                    store_path(),
+                    fds,
+                    Limits::DEFAULT,
+                    usize::from(self.keep),
+                    u64::from(self.run),
+                    FILES.len() as u64,
+                    0,
+                )
+                .own_fsync_from(OWN_FSYNC_MIN),
+            ),
             0,
         );
     }

@@ -21,15 +21,19 @@
 //! directory descriptors at any depth (`tree`).
 //!
 //! # Publish protocol ([`CheckpointStore::publish`])
-//! Fence on the epoch; write each new blob (temp, fsync, `renameat` without replacing), fsync the
-//! blob directory; write the manifest the same way and fsync its directory; fence again; replace
-//! `CURRENT` (temp in the same directory, fsync, `renameat`, fsync the directory). The publish is
-//! acknowledged only after that last fsync returns, and only then are superseded manifests and
-//! blobs collected (keeping the last `keep` checkpoints; manifests before blobs; the deletions
-//! are not fsynced, because a deletion lost in a power cut only leaves garbage for the next GC).
-//! Blobs already present are not rewritten. While a blob is written, sha256 runs on a helper
-//! thread and writeback is started every 8 MiB (`fadvise(DONTNEED)`), so hashing, copying and
-//! the disk overlap and the final fsync has little left to do. Every failure before the `CURRENT` rename leaves `CURRENT` untouched; an fsync
+//! Fence on the epoch; write each new blob into `incoming/` (temp, `renameat` to its digest
+//! without replacing); make the new blobs and the manifest durable in one batch (a `syncfs`; a
+//! blob of 1 MiB or more gets its own `fdatasync` instead, and when every new blob did, the
+//! batch is the manifest's fsync alone — see [`plan::PublishPlan`]); move the blobs into
+//! `blobs/sha256/` and the manifest into place, and fsync those directories; fence again;
+//! replace `CURRENT` (temp in the same directory, fsync, `renameat`, fsync the directory). The
+//! publish is acknowledged only after that last fsync returns, and only then are superseded
+//! manifests and blobs collected (keeping the last `keep` checkpoints; manifests before blobs;
+//! the deletions are not fsynced, because a deletion lost in a power cut only leaves garbage for
+//! the next GC). Blobs already present are not rewritten. While a large blob is written, sha256
+//! runs on a helper thread and writeback is started every 8 MiB (`fadvise(DONTNEED)`), so
+//! hashing, copying and the disk overlap and its fsync has little left to do. Every failure
+//! before the `CURRENT` rename leaves `CURRENT` untouched; an fsync
 //! error is never retried on the same descriptor (privfs consumes the file, and poisons a
 //! directory, so the store must be reopened). `store::replace_current` is the only function in
 //! the crate that replaces `CURRENT`.
@@ -111,6 +115,7 @@ pub const FAILPOINTS: &[&str] = &[
     "publish.incoming.mkdir",
     "publish.blob.create",
     "publish.blob.write",
+    "publish.blob.fsync",
     "publish.blob.rename",
     "publish.manifest.create",
     "publish.manifest.write",

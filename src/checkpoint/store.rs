@@ -316,7 +316,9 @@ impl<'s> CheckpointStore<'s> {
 
     /// Opens the store for its owner (the lease holder), running the owned open
     /// ([`plan::OpenPlan`]): creates the directories when they are missing, removes temp files
-    /// left by a crashed publish (they are never referenced) and removes leftover staging
+    /// left by a crashed publish in the store directory (they are never referenced; those in
+    /// `manifests/` go with the next publish's GC, so the open never lists the history) and
+    /// removes leftover staging
     /// areas, views and the scratch of a crashed publish (trees nothing references). Nothing
     /// else is touched: `CURRENT`, manifests and blobs stay byte-for-byte as they are.
     pub fn open_owned(
@@ -1196,6 +1198,7 @@ impl<'s> CheckpointStore<'s> {
             count,
             created_at_ms,
         );
+        p = p.own_fsync_from(own_fsync_min());
         if let Some((parent, id)) = over {
             p = p.over(parent, id);
         }
@@ -1406,6 +1409,20 @@ impl<'s> CheckpointStore<'s> {
         let parent = root.open_dir(VIEWS_DIR)?;
         tree::remove_tree(&parent, &view.name, "view")
     }
+}
+
+/// The size from which a new blob gets its own fsync ([`plan::OWN_FSYNC_MIN`]). With the
+/// `failpoints` feature, `TENURE_OWN_FSYNC_MIN` sets it, so the crash tests reach both
+/// durability paths (a blob's own fsync, the batch's `syncfs`) with small files.
+fn own_fsync_min() -> u64 {
+    #[cfg(feature = "failpoints")]
+    if let Some(n) = std::env::var("TENURE_OWN_FSYNC_MIN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return n;
+    }
+    plan::OWN_FSYNC_MIN
 }
 
 /// How many threads check blobs at once: the available cores, at most 8 (each holds one

@@ -2,7 +2,9 @@
 //! the policy of [`crate::checkpoint::gc::plan`] applied, the blobs the kept checkpoints name
 //! gathered by streaming their manifests (8 bytes per file), then superseded manifests unlinked
 //! before any blob, then every blob no kept checkpoint names (and any temp file an earlier
-//! version left among the blobs).
+//! version left among the blobs). The temp files a crashed publish left in `manifests/` are
+//! unlinked as the listing finds them (the owned open does not list `manifests/`: a run that
+//! publishes nothing must not pay for the store's history).
 //!
 //! Nothing is synced: a deletion lost in a power cut only leaves garbage that the next GC
 //! removes again, and what GC deletes is never what a kept checkpoint needs, so the order of
@@ -36,6 +38,8 @@ enum At {
     ListManifests,
     ManifestPage(Fd),
     CloseManifestList(Fd),
+    /// Unlinking the `n`th temp file the listing found in `manifests/`.
+    UnlinkTemp(usize),
     /// Reading the header of the `n`th listed manifest.
     HeaderOpen(usize),
     HeaderRead(usize, Fd),
@@ -78,6 +82,8 @@ pub struct GcPlan {
     referenced: Referenced,
     page: Vec<OsString>,
     page_pos: usize,
+    /// Temp files of crashed publishes found in `manifests/` (a store of its own only).
+    temps: Vec<OsString>,
     report: GcReport,
     /// A store shared by the machines of a cluster (issue 14): the publisher's epoch.
     shared: Option<u64>,
@@ -109,6 +115,7 @@ impl GcPlan {
             referenced: Referenced::default(),
             page: Vec::new(),
             page_pos: 0,
+            temps: Vec::new(),
             report: GcReport::default(),
             shared: None,
             epochs: BTreeMap::new(),
@@ -149,6 +156,17 @@ impl GcPlan {
             self.name = id.manifest_file_name();
         }
         self.at = at;
+    }
+
+    /// The temp files from the `n`th on, then the headers of the listed manifests.
+    fn after_temps(&mut self, n: usize) {
+        if n < self.temps.len() {
+            self.at = At::UnlinkTemp(n);
+        } else if self.ids.is_empty() {
+            self.decide();
+        } else {
+            self.go(At::HeaderOpen(0));
+        }
     }
 
     fn next_header(&mut self, n: usize) {
@@ -316,6 +334,13 @@ impl Plan for GcPlan {
             | At::CloseRootList(fd)
             | At::HeaderClose(_, fd)
             | At::RefClose(_, fd) => step("gc", Op::Close { fd }),
+            At::UnlinkTemp(n) => step(
+                "gc.temp",
+                Op::Unlink {
+                    dir: m,
+                    name: &self.temps[n],
+                },
+            ),
             At::HeaderOpen(_) | At::RefOpen(_) => step(
                 "gc",
                 Op::Open {
@@ -380,22 +405,35 @@ impl Plan for GcPlan {
                     self.at = At::CloseManifestList(l);
                 }
                 for (name, kind) in entries {
-                    if kind == FileKind::Regular
-                        && let Some(id) = name
-                            .to_str()
-                            .and_then(CheckpointId::from_manifest_file_name)
+                    if kind != FileKind::Regular {
+                        continue;
+                    }
+                    if let Some(id) = name
+                        .to_str()
+                        .and_then(CheckpointId::from_manifest_file_name)
                     {
                         self.ids.push(id);
+                    } else if self.shared.is_none()
+                        && name.as_bytes().starts_with(TEMP_PREFIX.as_bytes())
+                    {
+                        // A crashed publish's manifest temp (never named by anything): the
+                        // owned open leaves them to this listing, which every publish makes
+                        // anyway, so that a run that publishes nothing lists no history. In a
+                        // shared store one may be a newer owner's publish in progress.
+                        self.temps.push(name);
                     }
                 }
             }
             At::CloseManifestList(_) => {
                 r?;
-                if self.ids.is_empty() {
-                    self.decide();
-                } else {
-                    self.go(At::HeaderOpen(0));
+                self.after_temps(0);
+            }
+            At::UnlinkTemp(n) => {
+                match r {
+                    Ok(_) | Err(FsError::NotFound { .. }) => {}
+                    Err(e) => return Err(e.into()),
                 }
+                self.after_temps(n + 1);
             }
             At::HeaderOpen(n) => match r {
                 Ok(d) => {

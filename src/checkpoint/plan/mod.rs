@@ -33,7 +33,7 @@ pub use gc::GcPlan;
 pub use load::{LoadPlan, Loaded};
 pub(crate) use load::{blob_mismatch, check_blob};
 pub use open::{OpenPlan, StagingPlan};
-pub use publish::{Input, PublishPlan, Src};
+pub use publish::{Input, OWN_FSYNC_MIN, PublishPlan, Src};
 
 use super::error::CheckpointError;
 use super::format::{CheckpointId, Digest};

@@ -1,8 +1,9 @@
 //! The owner's open of the store, as steps: its directories opened, each created durably when
 //! it is missing (the parent is synced after the `mkdir`, so nothing is put into a directory
 //! whose own entry could vanish); with the sweep (the first open of an ownership), temp files
-//! of a crashed publish removed from the store and manifest directories (each directory synced
-//! if anything was removed) and the scratch trees of an earlier ownership removed: staging
+//! of a crashed publish removed from the store directory (synced if anything was removed; those
+//! in `manifests/` are left to the next publish's GC, so that the run path never lists the
+//! history) and the scratch trees of an earlier ownership removed: staging
 //! areas, views and the blobs a crashed publish left in `incoming/`. Nothing else is touched:
 //! `CURRENT`, manifests and blobs stay byte for byte as they are.
 //!
@@ -118,14 +119,17 @@ impl OpenPlan {
         };
     }
 
+    /// After the temp sweep of the store directory: a store of its own goes on to the scratch
+    /// directories and leaves `manifests/` unlisted — listing it costs as much as the history
+    /// is long, so its temp files wait for the next publish's GC, which lists it anyway (a temp
+    /// file is never named by anything). A shared store's sweep (no scratch, and a GC that
+    /// leaves temps alone) lists `manifests/` as well.
     fn after_temps(&mut self, k: usize) {
         self.removed = false;
-        self.at = if k == 0 {
-            At::TempList(1)
-        } else if self.temps_only {
-            At::Done
-        } else {
-            At::ScratchOpen(0)
+        self.at = match (k, self.temps_only) {
+            (0, true) => At::TempList(1),
+            (_, true) => At::Done,
+            (_, false) => At::ScratchOpen(0),
         };
     }
 
