@@ -83,7 +83,7 @@ fn io_err(path: &Path) -> impl Fn(rustix::io::Errno) -> CgroupError + '_ {
 /// host, `/sys/fs/cgroup/unified` on a hybrid one.
 const WELL_KNOWN_MOUNTS: [&str; 2] = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"];
 
-/// The mount point of the cgroup v2 hierarchy: one of the [`WELL_KNOWN_MOUNTS`] when `statfs`
+/// The mount point of the cgroup v2 hierarchy: one of the well-known mount points when `statfs`
 /// says it is a cgroup v2 filesystem (one system call: the kernel renders
 /// `/proc/self/mountinfo` anew for every reader, a visible part of `tenure run -- true`,
 /// issue 11), else the first `cgroup2` mount of `/proc/self/mountinfo`.
