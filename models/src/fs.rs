@@ -194,7 +194,7 @@ impl fmt::Debug for Name {
     }
 }
 
-/// A directory's entries, in name order (a sorted vector kept inline up to [`INLINE_ENTRIES`]
+/// A directory's entries, in name order (a sorted vector kept inline up to `INLINE_ENTRIES`
 /// names: directories here hold a handful, and a directory inode is copied whenever a step
 /// changes it, so a copy of a small one allocates nothing but the inode).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]

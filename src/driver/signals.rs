@@ -20,7 +20,7 @@
 //! registry's: `tenure run -- true` is a benchmark row (issue 11), and registering 49 signals
 //! through `signal-hook` cost two `rt_sigaction` calls and a copy of the whole registry each,
 //! plus two socket pairs. The read and write ends are non-blocking pipes, made once per
-//! [`Slot`] and never closed, so a handler that races with a [`SignalIntake`] being dropped
+//! slot and never closed, so a handler that races with a [`SignalIntake`] being dropped
 //! writes into its own pipe, never into a descriptor number that was reused. A handler that was
 //! installed before ours (a host's) is still called first, as `signal-hook` chained it.
 //!
