@@ -26,6 +26,9 @@
 //! (1 GiB verify, 256 MiB publish, 1 GiB incremental) with `TENURE_BENCH_FULL=1`;
 //! `TENURE_BENCH_QUICK=1` divides sizes and counts by 16 (a smoke run).
 
+mod common;
+
+use common::{TENURE, ms, runs, timed};
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -745,34 +748,6 @@ fn bench_verify_vs_openssl(tmp: &Path, count: usize, per: usize) {
         mibs(count * per, t_ssl),
         t_ssl.as_secs_f64() / t_load.as_secs_f64()
     );
-}
-
-const TENURE: &str = env!("CARGO_BIN_EXE_tenure");
-
-fn runs(var: &str, default: usize) -> usize {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|n| *n > 0)
-        .unwrap_or(default)
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-/// Runs a command to its end (stdio discarded) and returns how long it took.
-fn timed(cmd: &mut Command) -> Duration {
-    let t = Instant::now();
-    let st = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("spawn");
-    let d = t.elapsed();
-    assert!(st.success(), "{cmd:?} failed: {st}");
-    d
 }
 
 /// 100 MiB whose first bytes make it unique to `tag` (so no publish finds its blob already

@@ -15,20 +15,13 @@
 //! Run with `cargo bench --bench runner`; `TENURE_BENCH_RUNS` (default 40) sets the
 //! repetitions. Nothing is asserted: speed is reported, never tested.
 
+mod common;
+
+use common::{TENURE, ms, runs, timed};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-const TENURE: &str = env!("CARGO_BIN_EXE_tenure");
-
-fn runs(var: &str, default: usize) -> usize {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|n| *n > 0)
-        .unwrap_or(default)
-}
 
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
@@ -38,24 +31,6 @@ fn median(v: &mut [Duration]) -> Duration {
 fn p90(v: &mut [Duration]) -> Duration {
     v.sort();
     v[(v.len() * 9 / 10).min(v.len() - 1)]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-/// Runs a command to its end (stdio discarded) and returns how long it took.
-fn timed(cmd: &mut Command) -> Duration {
-    let t = Instant::now();
-    let st = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("spawn");
-    let d = t.elapsed();
-    assert!(st.success(), "{cmd:?} failed: {st}");
-    d
 }
 
 /// The peak RSS in KiB of a command, from `/usr/bin/time -f %M` (max over `n` runs).

@@ -308,6 +308,14 @@ fn l5_d7_recycled_pid_is_never_signalled() {
     let lease = acquire_here(&sd).unwrap();
     assert_eq!(lease.epoch(), 2);
     lease.release().unwrap();
+    // The forged record was in the older format (one JSON document, issue 11): it was read, and
+    // the takeover overwrote it with a slot of the current format.
+    let after = owner_bytes(&dir);
+    assert_eq!(after.len(), tenure::lease::record::OWNER_SLOT);
+    let rec = tenure::lease::record::decode_owner(&after)
+        .unwrap()
+        .unwrap();
+    assert_eq!((rec.epoch, rec.phase), (2, PhaseKind::Released));
     assert!(
         bystander.child.try_wait().unwrap().is_none(),
         "the bystander is alive"

@@ -1164,11 +1164,10 @@ impl SimFs {
         count == n
     }
 
-    /// The live tree: every path (relative, `/`-separated) with its content, or `None` for a
-    /// directory.
-    pub fn tree(&self) -> BTreeMap<String, Option<Content>> {
-        let mut out = BTreeMap::new();
-        let mut stack = vec![(ROOT_INO, String::new())];
+    /// Visits every live entry under the directory `root` (whose path is `prefix`), depth
+    /// first: `f` gets each entry's path (relative, `/`-separated) and node.
+    fn walk(&self, root: Ino, prefix: String, mut f: impl FnMut(String, &Node)) {
+        let mut stack = vec![(root, prefix)];
         while let Some((dir, prefix)) = stack.pop() {
             let Some(d) = self.dir_node(dir) else {
                 continue;
@@ -1180,17 +1179,30 @@ impl SimFs {
                     format!("{prefix}/{}", name.to_string_lossy())
                 };
                 match self.nodes.get(child) {
-                    Some(Node::File(f)) => {
-                        out.insert(p, Some(f.data().clone()));
-                    }
-                    Some(Node::Dir(_)) => {
-                        out.insert(p.clone(), None);
+                    Some(n @ Node::Dir(_)) => {
+                        f(p.clone(), n);
                         stack.push((*child, p));
                     }
+                    Some(n) => f(p, n),
                     None => {}
                 }
             }
         }
+    }
+
+    /// The live tree: every path (relative, `/`-separated) with its content, or `None` for a
+    /// directory.
+    pub fn tree(&self) -> BTreeMap<String, Option<Content>> {
+        let mut out = BTreeMap::new();
+        self.walk(ROOT_INO, String::new(), |p, n| {
+            out.insert(
+                p,
+                match n {
+                    Node::File(f) => Some(f.data().clone()),
+                    Node::Dir(_) => None,
+                },
+            );
+        });
         out
     }
 
@@ -1201,24 +1213,11 @@ impl SimFs {
         let Some(root) = self.resolve(dir) else {
             return out;
         };
-        let mut stack = vec![(root, dir.trim_matches('/').to_owned())];
-        while let Some((d, prefix)) = stack.pop() {
-            let Some(d) = self.dir_node(d) else {
-                continue;
-            };
-            for (name, child) in &d.live {
-                let p = if prefix.is_empty() {
-                    name.to_string_lossy().into_owned()
-                } else {
-                    format!("{prefix}/{}", name.to_string_lossy())
-                };
-                match self.nodes.get(child) {
-                    Some(Node::File(_)) => out.push(p),
-                    Some(Node::Dir(_)) => stack.push((*child, p)),
-                    None => {}
-                }
+        self.walk(root, dir.trim_matches('/').to_owned(), |p, n| {
+            if matches!(n, Node::File(_)) {
+                out.push(p);
             }
-        }
+        });
         out.sort_unstable();
         out
     }

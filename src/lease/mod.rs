@@ -417,19 +417,22 @@ impl fmt::Display for Contention {
     }
 }
 
+/// Reads a record file of the control folder whole; `Ok(None)` when absent. A file far larger
+/// than any record is corrupt (named), not read.
+fn read_record_bytes(dir: &Dir, name: &str) -> Result<Option<Vec<u8>>, LeaseError> {
+    match dir.read_optional(name, MAX_RECORD) {
+        Ok(b) => Ok(b),
+        Err(FsError::TooLarge { path, len, .. }) => Err(LeaseError::CorruptRecord {
+            path,
+            reason: format!("{len} bytes, far larger than any record tenure writes"),
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Reads and parses a JSON record of the control folder; `Ok(None)` when absent.
 fn read_json<T: DeserializeOwned>(dir: &Dir, name: &str) -> Result<Option<T>, LeaseError> {
-    let bytes = match dir.read_optional(name, MAX_RECORD) {
-        Ok(b) => b,
-        Err(FsError::TooLarge { path, len, .. }) => {
-            return Err(LeaseError::CorruptRecord {
-                path,
-                reason: format!("{len} bytes, far larger than any record tenure writes"),
-            });
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let Some(bytes) = bytes else {
+    let Some(bytes) = read_record_bytes(dir, name)? else {
         return Ok(None);
     };
     record::parse(&bytes)
@@ -475,17 +478,9 @@ fn read_marker(control: &Dir) -> Result<Option<DirIdentity>, LeaseError> {
 fn read_stored_owner(control: &Dir) -> Result<Option<OwnerRecord>, LeaseError> {
     let mut tries = 0;
     loop {
-        let bytes = match control.read_optional(OWNER_FILE, MAX_RECORD) {
-            Ok(b) => b,
-            Err(FsError::TooLarge { path, len, .. }) => {
-                return Err(LeaseError::CorruptRecord {
-                    path,
-                    reason: format!("{len} bytes, far larger than any record tenure writes"),
-                });
-            }
-            Err(e) => return Err(e.into()),
+        let Some(bytes) = read_record_bytes(control, OWNER_FILE)? else {
+            return Ok(None);
         };
-        let Some(bytes) = bytes else { return Ok(None) };
         if !record::owner_is_whole(&bytes) && tries < 3 {
             tries += 1;
             std::thread::yield_now();

@@ -381,19 +381,8 @@ mod tests {
     #[test]
     fn owner_record_phase_is_lowercase() {
         let rec = OwnerRecord {
-            version: RECORD_VERSION,
-            token: Token([1; 16]),
-            epoch: 3,
-            acquired_at: 5,
             phase: PhaseKind::Recovering,
-            identity: Identity {
-                pid: 7,
-                start_time: 8,
-                exe: PathBuf::from("/bin/x"),
-                pidfs_ino: None,
-            },
-            root_id: Some(Token([2; 16])),
-            containment: None,
+            ..sample_owner()
         };
         let json = serde_json::to_string(&rec).unwrap();
         assert!(json.contains("\"phase\":\"recovering\""), "{json}");
