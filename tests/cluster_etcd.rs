@@ -790,6 +790,22 @@ fn randomized_failover_rounds_lose_no_acknowledged_checkpoint() {
             c.machines[i].workload_pid();
         }
         let r = c.runs[i].take().unwrap();
+        // The waiter was started just now: it is stopped once it logged its first event
+        // (waiting, or owned), so the stop tests a wait, not a process still starting up.
+        let pid = r.pid();
+        wait_for(
+            "the last waiter's first event",
+            DEADLINE,
+            || {
+                c.machines[i]
+                    .env
+                    .events()
+                    .iter()
+                    .any(|e| e["pid"] == pid)
+                    .then_some(())
+            },
+            || c.machines[i].env.events_text(),
+        );
         r.signal(Signal::TERM);
         let f = r.wait();
         let e = c.machines[i]

@@ -193,6 +193,46 @@ fn drain(fd: BorrowedFd<'_>) {
     while matches!(rustix::io::read(fd, &mut buf), Ok(n) if n > 0) {}
 }
 
+/// The signals an intake catches, blocked in the calling thread from [`SignalHold::start`] until
+/// the hold is dropped: a signal that arrives meanwhile stays pending, and is handled by the
+/// intake's handler if one was installed by then (or by its default action if none was).
+///
+/// The runner takes the hold first thing, then parses its arguments, and installs its handlers
+/// only for commands that need them (`--version` and `--help` pay for none, issue 11), yet a
+/// stop that arrives while it parses is still seen (card G1), as it was when the handlers
+/// came first.
+#[must_use = "the signals are blocked only while the hold lives"]
+pub struct SignalHold {
+    old: libc::sigset_t,
+}
+
+impl SignalHold {
+    /// Blocks, in this thread, every signal an intake catches (one `sigprocmask`).
+    pub fn start() -> SignalHold {
+        let stops = Signal::ALL.map(Signal::number);
+        // SAFETY: zeroed sets are valid values; `sigemptyset`/`sigaddset` fill them, and the
+        // pointers are to locals.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for n in stops.into_iter().chain(RELAYED).chain([SIGCHLD]) {
+                libc::sigaddset(&mut set, i32::from(n));
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            SignalHold { old }
+        }
+    }
+}
+
+impl Drop for SignalHold {
+    /// Restores the thread's mask as it was; a pending signal is handled now.
+    fn drop(&mut self) {
+        // SAFETY: a valid set saved by `start`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
 /// The registered handlers and the read ends of their pipes.
 pub struct SignalIntake {
     slot: &'static Slot,
@@ -360,6 +400,20 @@ mod tests {
         assert!(c.take().is_empty());
         assert!(c.take_others().relay.is_empty());
         assert_eq!(a.take_others().relay, vec![12]);
+    }
+
+    /// A stop that arrives while the runner parses its arguments (a hold, no handlers yet) is
+    /// seen by the intake installed afterwards (card G1).
+    #[test]
+    fn a_stop_during_a_hold_reaches_the_intake_installed_after_it() {
+        let hold = SignalHold::start();
+        // SAFETY: `raise` only makes SIGTERM pending here: this thread blocks it.
+        assert_eq!(unsafe { libc::raise(libc::SIGTERM) }, 0);
+        let intake = SignalIntake::install().expect("intake");
+        assert!(!intake.pending(), "still blocked by the hold");
+        drop(hold);
+        assert!(intake.pending(), "delivered once the hold ended");
+        assert_eq!(intake.take(), vec![Signal::Term]);
     }
 
     #[test]

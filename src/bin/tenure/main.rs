@@ -7,7 +7,10 @@ mod cli;
 use cli::{CheckpointCommand, Cli, Command, Parsed, RunArgs};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use tenure::driver::{self, CgroupMode, RunOptions, signals::SignalIntake};
+use tenure::driver::{
+    self, CgroupMode, RunOptions,
+    signals::{SignalHold, SignalIntake},
+};
 use tenure::lease::WaitBound;
 use tenure::machine::{EXIT_USAGE, HupPolicy, KillMode, ReadyMode};
 
@@ -75,9 +78,12 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<u8, Usage> {
-    // Arguments first: `--version`, `--help`, a usage error, `completions` and `man` only print,
-    // and pay for no signal handlers. Nothing on disk has been touched before the handlers
-    // are installed below, so a signal that ends the process while it parses ends it cleanly.
+    // The signals an intake catches are held (blocked, one system call) while the arguments
+    // are parsed: `--version`, `--help`, a usage error, `completions` and `man` only print and
+    // pay for no signal handlers (when the hold ends, a signal that came meanwhile has its
+    // default action), and every other command installs its handlers before the hold ends,
+    // so a stop that arrives while it parses is seen (card G1).
+    let hold = SignalHold::start();
     let args = match <Cli as clap::Parser>::try_parse() {
         Ok(a) => a,
         Err(e) => {
@@ -112,6 +118,7 @@ fn run() -> Result<u8, Usage> {
             return Ok(tenure::machine::EXIT_IO);
         }
     };
+    drop(hold);
     install_logger(quiet);
     match args.command {
         Command::Run(a) => {
