@@ -568,6 +568,8 @@ pub fn acquire_for_workload(
         phase: opts.phase,
         cgroup,
         fence: opts.fence,
+        session: epoch::session(dir),
+        epoch_batch: epoch::BATCH,
     };
     let mut lock = exec::LockIo::default();
     let acquired = {
