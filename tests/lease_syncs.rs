@@ -250,7 +250,10 @@ fn a_new_reservation_costs_one_fdatasync() {
         .iter()
         .position(|o| o.kind == OpKind::Fsync)
         .expect("the reservation is fdatasynced");
-    assert!(ops[fsync].dir == control && ops[fsync].name == "epoch", "{s:#?}");
+    assert!(
+        ops[fsync].dir == control && ops[fsync].name == "epoch",
+        "{s:#?}"
+    );
     assert!(
         !ops.iter()
             .any(|o| o.kind == OpKind::Rename && o.name == "epoch"),
@@ -259,7 +262,10 @@ fn a_new_reservation_costs_one_fdatasync() {
     let b = batched(&dir);
     let highs: Vec<u64> = b.reserved.iter().flatten().map(|r| r.high).collect();
     assert_eq!(highs, vec![batch, 2 * batch], "{b:?}");
-    assert_eq!(b.scratch.map(|s| (s.epoch, s.high)), Some((batch + 1, 2 * batch)));
+    assert_eq!(
+        b.scratch.map(|s| (s.epoch, s.high)),
+        Some((batch + 1, 2 * batch))
+    );
 
     tenure::privfs::start_recording();
     assert_eq!(one_run(&sd), batch + 2);
@@ -319,7 +325,10 @@ fn older_epoch_files_are_upgraded_once() {
     assert_eq!(one_run(&sd), 1);
     let path = dir.join(".tenure/epoch");
     let control = dir.join(".tenure");
-    for (older, want) in [(b"41\n".to_vec(), 41), (lease::epoch::encode(50, Some(49)), 50)] {
+    for (older, want) in [
+        (b"41\n".to_vec(), 41),
+        (lease::epoch::encode(50, Some(49)), 50),
+    ] {
         std::fs::remove_file(&path).unwrap();
         std::fs::write(&path, &older).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();

@@ -60,8 +60,6 @@ fn owner_slot_unchecked() {
     killed("lease-owner-slot-unchecked");
 }
 
-
-
 /// I2 (issue 11): the epoch file's scratch slot, never synced, trusted after a power loss: it
 /// can be older than an epoch already handed out, and that epoch is handed out again.
 #[test]

@@ -170,7 +170,13 @@ impl Stored {
             Stored::Legacy(e) | Stored::Slots { epoch: e, .. } => e,
             Stored::Batched(b) => match b.scratch {
                 Some(s) => s.epoch,
-                None => b.reserved.iter().flatten().map(|r| r.epoch).max().unwrap_or(0),
+                None => b
+                    .reserved
+                    .iter()
+                    .flatten()
+                    .map(|r| r.epoch)
+                    .max()
+                    .unwrap_or(0),
             },
         }
     }
