@@ -598,6 +598,7 @@ pub fn acquire_for_workload(
         leftovers: acquired.leftovers,
         cgroup,
         cgroup_error: acquired.cgroup_error,
+        instances: Vec::new(),
     })
 }
 
@@ -629,6 +630,9 @@ pub struct Lease {
     leftovers: Vec<u32>,
     cgroup: Option<cgroup::Cgroup>,
     cgroup_error: Option<String>,
+    /// The instance entries this ownership registered and did not unregister (removed by the
+    /// release without listing the folder).
+    instances: Vec<String>,
 }
 
 fn valid_instance_name(name: &str) -> bool {
@@ -708,6 +712,11 @@ impl Lease {
             since: now_ms(),
             root_id: self.record.root_id,
         };
+        // Recorded before the write: a write that failed halfway may have left the entry.
+        let entry = format!("{}-{name}.json", self.record.epoch);
+        if !self.instances.contains(&entry) {
+            self.instances.push(entry);
+        }
         self.run(&mut plan::Register::new(plan::RegisterSteps::new(&rec)))
             .map_err(plan::Failure::into_error)
     }
@@ -722,10 +731,12 @@ impl Lease {
         let entry = format!("{}-{name}.json", self.record.epoch);
         self.run(&mut plan::Remove::new(plan::RemoveSteps::new(
             plan::Loc::Instances,
-            entry,
+            entry.clone(),
             "lease.registry",
         )))
-        .map_err(plan::Failure::into_error)
+        .map_err(plan::Failure::into_error)?;
+        self.instances.retain(|e| *e != entry);
+        Ok(())
     }
 
     /// Stops the live orphans an earlier, crashed owner left running (its supervised child
@@ -749,8 +760,11 @@ impl Lease {
     pub fn release(mut self) -> Result<(), LeaseError> {
         let mut next = self.record.clone();
         next.phase = PhaseKind::Released;
-        self.run(&mut plan::Release::new(plan::ReleaseSteps::new(&next)))
-            .map_err(plan::Failure::into_error)
+        let registered = std::mem::take(&mut self.instances);
+        self.run(&mut plan::Release::new(plan::ReleaseSteps::with_instances(
+            &next, registered,
+        )))
+        .map_err(plan::Failure::into_error)
     }
 
     /// The descriptor holding the kernel lock, e.g. to check in a test that it is `O_CLOEXEC`.

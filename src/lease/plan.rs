@@ -1212,6 +1212,12 @@ impl SweepKind {
     }
 }
 
+/// After an orderly release, the waiter entries of dead waiters are swept by the acquisition
+/// of every epoch that is a multiple of this (and by every acquisition after a crash), not by
+/// every acquisition: listing them is a cost on the run path (issue 11), and they are evidence
+/// only.
+pub const FULL_SWEEP_EVERY: u64 = 64;
+
 /// Where an acquisition is.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum St {
@@ -1368,6 +1374,10 @@ pub struct AcquireSteps {
     instances: Vec<String>,
     /// Whether both registry folders exist (their listings found them).
     registry_made: bool,
+    /// The previous owner released in order (in this session, at the epoch the file holds)
+    /// and this is not an epoch of the periodic full sweep: the owner entries and the waiter
+    /// entries are neither listed nor swept (see [`AcquireSteps::sweep_control`]).
+    quick: bool,
     /// The waiter entries (names) under the lock.
     waiters: Vec<String>,
     /// The highest epoch recorded outside the epoch file.
@@ -1429,6 +1439,7 @@ impl AcquireSteps {
             leases: Vec::new(),
             instances: Vec::new(),
             registry_made: false,
+            quick: false,
             waiters: Vec::new(),
             highest: None,
             marker: None,
@@ -1559,7 +1570,14 @@ impl AcquireSteps {
     /// file not yet in the slot format (its replace writes a temp file). Only then is the
     /// folder listed and swept, so that an orderly run after an orderly run lists nothing
     /// (issue 11: the run path is not a sweep).
-    fn sweep_control(&self) -> St {
+    ///
+    /// After an orderly release the registry holds no owner entry a sweep would remove (the
+    /// previous owner removed its own; the acquisition before it swept the dead ones, or its
+    /// owner did not release in order), so the owner entries are not listed; dead waiters'
+    /// entries are evidence only, swept every [`FULL_SWEEP_EVERY`] epochs or after a crash.
+    /// Instance entries are always listed: a live orphan an earlier owner could not stop must
+    /// never be missed (card T2).
+    fn sweep_control(&mut self) -> St {
         let in_session = match self.found.stored {
             Some(epoch::Stored::Batched(b)) => b.confirmed(self.input.session).is_some(),
             Some(epoch::Stored::Legacy(_) | epoch::Stored::Slots { .. }) | None => false,
@@ -1570,7 +1588,10 @@ impl AcquireSteps {
                 .owner
                 .as_ref()
                 .is_some_and(|o| o.phase == PhaseKind::Released && o.epoch == self.found.epoch);
-        if orderly {
+        self.quick = orderly && self.found.epoch.wrapping_add(1) % FULL_SWEEP_EVERY != 0;
+        if self.quick {
+            St::ListInstances
+        } else if orderly {
             St::ListLeases
         } else {
             St::ListControl
@@ -1751,6 +1772,7 @@ impl AcquireSteps {
                     .collect();
                 self.sweep_from(SweepKind::Instances, 0);
             }
+            SweepKind::Instances if self.quick => self.st = St::WriteEntry,
             SweepKind::Instances => self.st = St::ListWaiters,
             SweepKind::Waiters => self.st = St::WriteEntry,
         }
@@ -2484,7 +2506,7 @@ impl Steps for AcquireSteps {
                 self.st = St::ListInstances;
             }
             (St::ListInstances, Res::Listed(entries)) => {
-                self.registry_made &= entries.is_some();
+                self.registry_made = entries.is_some() && (self.quick || self.registry_made);
                 self.instances = names(entries);
                 self.st = St::CheckpointEpoch;
             }
@@ -3261,7 +3283,8 @@ pub struct ReleaseSteps {
 }
 
 impl ReleaseSteps {
-    /// Releases the ownership whose record (with phase `released`) is `released`.
+    /// Releases the ownership whose record (with phase `released`) is `released`, listing the
+    /// instance entries for this ownership's.
     pub fn new(released: &OwnerRecord) -> ReleaseSteps {
         ReleaseSteps {
             epoch: released.epoch,
@@ -3275,6 +3298,16 @@ impl ReleaseSteps {
             failure: None,
             out: None,
         }
+    }
+
+    /// [`ReleaseSteps::new`] for an owner that knows the instance entries it registered and
+    /// did not unregister (`<epoch>-<name>.json`; only this ownership writes names with its
+    /// epoch): those are removed without listing the folder.
+    pub fn with_instances(released: &OwnerRecord, registered: Vec<String>) -> ReleaseSteps {
+        let mut r = ReleaseSteps::new(released);
+        r.instances = registered;
+        r.next_instance(0);
+        r
     }
 
     /// Whether the plan still holds the lock (it has not unlocked yet).
