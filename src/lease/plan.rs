@@ -1588,7 +1588,12 @@ impl AcquireSteps {
                 .owner
                 .as_ref()
                 .is_some_and(|o| o.phase == PhaseKind::Released && o.epoch == self.found.epoch);
-        self.quick = orderly && self.found.epoch.wrapping_add(1) % FULL_SWEEP_EVERY != 0;
+        self.quick = orderly
+            && !self
+                .found
+                .epoch
+                .wrapping_add(1)
+                .is_multiple_of(FULL_SWEEP_EVERY);
         if self.quick {
             St::ListInstances
         } else if orderly {
