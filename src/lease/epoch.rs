@@ -866,6 +866,27 @@ mod tests {
         assert_eq!(Stored::Batched(b).base(now), (8, None));
     }
 
+    /// A reservation of one epoch (a cluster lease's, whose epoch is the cluster's revision):
+    /// after another boot the base is that epoch, not a batch above it, so the cluster's next
+    /// revision is still above what the dir records.
+    #[test]
+    fn a_reservation_of_one_epoch_ends_at_it() {
+        let now = session(1);
+        let EpochWrite::Whole { reservation } = plan_write(None, now, 40, 1) else {
+            panic!("a new file is written whole")
+        };
+        assert_eq!((reservation.epoch, reservation.high), (40, 40));
+        let b = Batched {
+            reserved: [Some(reservation), None],
+            scratch: Some(reservation),
+        };
+        assert_eq!(Stored::Batched(b).base(session(2)), (40, None));
+        assert!(matches!(
+            plan_write(Some(Stored::Batched(b)), now, 41, 1),
+            EpochWrite::Reserve { slot: 1, .. }
+        ));
+    }
+
     /// A torn slot of the current format is caught by its checksum; no valid slot at all is
     /// corrupt.
     #[test]

@@ -1681,11 +1681,18 @@ impl AcquireSteps {
             },
         };
         self.rewound = rewound;
+        // A cluster lease's epoch is the cluster's revision, durable in the cluster: its
+        // reservation is that epoch alone, so that after a reboot the dir's next local epoch
+        // is one above it and the cluster's next revision is not refused as behind the dir.
+        let batch = match self.input.fence {
+            Some(_) => 1,
+            None => self.input.epoch_batch,
+        };
         self.epoch_write = Some(epoch::plan_write(
             self.found.stored,
             self.input.session,
             next,
-            self.input.epoch_batch,
+            batch,
         ));
         let (marker, new_marker) = match &self.found.marker {
             Some(m) if !crate::mutant::on("lease-marker-every-acquisition") => (m.clone(), false),
