@@ -1069,11 +1069,13 @@ impl LeaseState {
     /// Runs `p`'s plan: up to and including its next visible operation (or lock operation,
     /// with atomic steps); never past a wait.
     fn run_job(&mut self, m: &LeaseModel, p: usize) {
+        let Some(job) = self.procs[p].job.take() else {
+            return;
+        };
+        // The plan is taken out of the state once (copied if other states share it) and put
+        // back when the step ends, not re-wrapped after every operation.
+        let mut job = Arc::unwrap_or_clone(job);
         loop {
-            let Some(job) = self.procs[p].job.take() else {
-                return;
-            };
-            let mut job = Arc::unwrap_or_clone(job);
             let Some(op) = job.op() else {
                 self.finish_job(m, p, job);
                 return;
@@ -1115,7 +1117,6 @@ impl LeaseState {
                 }
                 return;
             }
-            self.procs[p].job = Some(Arc::new(job));
         }
     }
 
