@@ -1772,6 +1772,7 @@ impl Executor for SimFs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     fn run(fs: &mut SimFs, op: Op<'_>) -> Done {
         fs.run(Step::new("test", op)).unwrap()
