@@ -677,16 +677,17 @@ impl SimFs {
     /// directory with no live name). Built in one buffer: plans probe for files that are not
     /// there yet, and every such miss carries its path.
     fn child_path(&self, dir: Ino, name: &OsStr) -> PathBuf {
-        let mut p = PathBuf::from("/sim");
-        if dir != ROOT_INO {
-            let mut chain = Vec::new();
-            if self.name_chain(ROOT_INO, dir, &mut chain) {
-                for n in chain {
-                    p.push(n.as_os_str());
-                }
-            } else {
-                p.push("?");
-            }
+        let mut chain = Vec::new();
+        let found = dir == ROOT_INO || self.name_chain(ROOT_INO, dir, &mut chain);
+        // The buffer is sized once: growing it name by name cost more than the walk.
+        let len = "/sim/?/".len() + name.len() + chain.iter().map(|n| n.len() + 1).sum::<usize>();
+        let mut p = PathBuf::with_capacity(len);
+        p.push("/sim");
+        for n in chain {
+            p.push(n.as_os_str());
+        }
+        if !found {
+            p.push("?");
         }
         p.push(name);
         p

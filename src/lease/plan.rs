@@ -1822,7 +1822,11 @@ impl AcquireSteps {
     /// The record is final (its epoch, its cgroup): render the owner record's write once, then
     /// write the epoch.
     fn records_ready(&mut self) -> St {
-        self.owner_slot = self.record.as_ref().and_then(record::owner_slot).map(Arc::from);
+        self.owner_slot = self
+            .record
+            .as_ref()
+            .and_then(record::owner_slot)
+            .map(Arc::from);
         self.owner_whole = self.owner_slot.is_none() || !self.found.owner_file;
         self.write_epoch()
     }
