@@ -900,7 +900,9 @@ impl Exec for World<'_> {
 
 /// The root id the marker file's `bytes` name (`None`: not a marker), as `record::parse_marker`
 /// reads it. Every finished plan looks at the marker and it is written once per dir, so the
-/// answer for the bytes seen last is remembered (per checker thread).
+/// answer for the bytes seen last is remembered (per checker thread). No mutant changes
+/// `parse_marker`; one that did would have to be part of what is remembered, as a thread that
+/// runs several mutants' searches in turn keeps the memo.
 fn marker_root_id(bytes: &[u8]) -> Option<Token> {
     thread_local! {
         static LAST: std::cell::RefCell<Option<(Vec<u8>, Option<Token>)>> =
