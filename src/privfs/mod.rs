@@ -1021,13 +1021,20 @@ impl Dir {
     ) -> Result<File, FsError> {
         let name = self.name(name.as_ref())?;
         let path = self.child_path(name);
-        match self.create_exclusive(name, label) {
-            Ok(file) => return file_rw_checked(file, &path),
-            Err(FsError::AlreadyExists { .. }) => {}
-            Err(e) => return Err(e),
+        // The file exists on every use but the first: look first, create only when it is
+        // missing (an exclusive create that fails costs an `openat` on every run, issue 11),
+        // and look again when someone else created it in between.
+        let lst = match rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Err(rustix::io::Errno::NOENT) => match self.create_exclusive(name, label) {
+                Ok(file) => return file_rw_checked(file, &path),
+                Err(FsError::AlreadyExists { .. }) => {
+                    rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+                }
+                Err(e) => return Err(e),
+            },
+            other => other,
         }
-        let lst = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
-            .map_err(|e| FsError::io("look at", path.clone(), e))?;
+        .map_err(|e| FsError::io("look at", path.clone(), e))?;
         check_file_stat(&path, &lst, Links::Single)?;
         let fd = self.open_nofollow(
             name,
