@@ -42,7 +42,7 @@
 //! nothing durable refers to and the next owner removes again).
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::ops::{Deref, Index};
@@ -677,16 +677,17 @@ impl SimFs {
     /// directory with no live name). Built in one buffer: plans probe for files that are not
     /// there yet, and every such miss carries its path.
     fn child_path(&self, dir: Ino, name: &OsStr) -> PathBuf {
-        let mut p = PathBuf::from("/sim");
-        if dir != ROOT_INO {
-            let mut chain = Vec::new();
-            if self.name_chain(ROOT_INO, dir, &mut chain) {
-                for n in chain {
-                    p.push(n.as_os_str());
-                }
-            } else {
-                p.push("?");
-            }
+        let mut chain = Vec::new();
+        let found = dir == ROOT_INO || self.name_chain(ROOT_INO, dir, &mut chain);
+        // The buffer is sized once: growing it name by name cost more than the walk.
+        let len = "/sim/?/".len() + name.len() + chain.iter().map(|n| n.len() + 1).sum::<usize>();
+        let mut p = PathBuf::with_capacity(len);
+        p.push("/sim");
+        for n in chain {
+            p.push(n.as_os_str());
+        }
+        if !found {
+            p.push("?");
         }
         p.push(name);
         p
@@ -754,13 +755,23 @@ impl SimFs {
 
     fn write_at(&mut self, ino: Ino, pos: u64, bytes: &[u8]) {
         let f = self.file_mut(ino).expect("a file handle names a file");
-        let mut data = f.data().bytes().to_vec();
+        let old = f.data().bytes();
         let pos = pos as usize;
-        if data.len() < pos + bytes.len() {
-            data.resize(pos + bytes.len(), 0);
-        }
-        data[pos..pos + bytes.len()].copy_from_slice(bytes);
-        f.pending.push(Content::new(&data));
+        let end = pos + bytes.len();
+        // A write over the whole content (the owner slot, an epoch file's first write) is the
+        // new content as it is: one copy, not two.
+        let content = if pos == 0 && end >= old.len() {
+            Content::new(bytes)
+        } else {
+            let mut data = Vec::with_capacity(old.len().max(end));
+            data.extend_from_slice(old);
+            if data.len() < end {
+                data.resize(end, 0);
+            }
+            data[pos..end].copy_from_slice(bytes);
+            Content::new(&data)
+        };
+        f.pending.push(content);
     }
 
     fn new_file(&mut self, dir: Ino, name: OsString) -> Fd {
@@ -887,8 +898,6 @@ impl SimFs {
         outcomes
     }
 
-    // The inodes' cached hashes are interior mutability that order and equality never see.
-    #[allow(clippy::mutable_key_type)]
     fn enumerate_power_loss(&self, reorder: Reorder) -> Vec<SimFs> {
         let n = self.pending.len();
         let choices: Vec<Vec<bool>> = match reorder {
@@ -900,7 +909,31 @@ impl SimFs {
                 .collect(),
             Reorder::Prefix => (0..=n).map(|k| (0..n).map(|i| i < k).collect()).collect(),
         };
-        let mut out = BTreeSet::new();
+        // Per file with pending writes, the inode as each content it may hold leaves it (the
+        // durable one first): built once and shared by every outcome (and their cached hashes
+        // with them), as entry ops never change a file inode.
+        let mut contents: Vec<Option<Vec<Shared<Node>>>> = vec![None; self.nodes.len()];
+        for (ino, node) in self.nodes.0.iter().enumerate() {
+            if let Node::File(f) = &**node
+                && !f.pending.is_empty()
+            {
+                contents[ino] = Some(
+                    std::iter::once(&f.durable)
+                        .chain(f.pending.iter())
+                        .map(|c| {
+                            Shared::new(Node::File(FileNode {
+                                durable: c.clone(),
+                                pending: Vec::new(),
+                            }))
+                        })
+                        .collect(),
+                );
+            }
+        }
+        // Per directory, the last inode seen (as the ops applied left it) and its durable
+        // version: a directory no further op touched is not rebuilt for the next choice.
+        let mut dirs: Vec<Option<(Shared<Node>, Shared<Node>)>> = vec![None; self.nodes.len()];
+        let mut out = Vec::new();
         // The durable entries with a prefix of the pending ops applied: each prefix is the one
         // before it plus one op (for a subset, the ops are applied to a fresh copy).
         let mut prefix = self.nodes.clone();
@@ -928,21 +961,30 @@ impl SimFs {
             // The disk as these entries leave it: every directory as its durable entries,
             // every file as its durable content (the files reachable now are then given each
             // content they may hold). Inodes are replaced, not copied and changed.
-            for node in &mut nodes.0 {
-                let fresh = match &**node {
-                    Node::Dir(d) if d.live != d.durable => Node::Dir(DirNode {
-                        live: d.durable.clone(),
-                        durable: d.durable.clone(),
-                    }),
-                    Node::File(f) if !f.pending.is_empty() => Node::File(FileNode {
-                        durable: f.durable.clone(),
-                        pending: Vec::new(),
-                    }),
-                    Node::Dir(_) | Node::File(_) => continue,
+            for (ino, node) in nodes.0.iter_mut().enumerate() {
+                if let Some(options) = &contents[ino] {
+                    *node = options[0].clone();
+                    continue;
+                }
+                let Node::Dir(d) = &**node else {
+                    continue;
                 };
-                *node = Shared::new(fresh);
+                if d.live == d.durable {
+                    continue;
+                }
+                if let Some((seen, fresh)) = &dirs[ino]
+                    && Shared::ptr_eq(seen, node)
+                {
+                    *node = fresh.clone();
+                    continue;
+                }
+                let fresh = Shared::new(Node::Dir(DirNode {
+                    live: d.durable.clone(),
+                    durable: d.durable.clone(),
+                }));
+                dirs[ino] = Some((std::mem::replace(node, fresh.clone()), fresh));
             }
-            let base = SimFs {
+            let mut base = SimFs {
                 nodes,
                 pending: Vec::new(),
                 handles: BTreeMap::new(),
@@ -950,36 +992,32 @@ impl SimFs {
             let files: Vec<Ino> = base
                 .reachable()
                 .into_iter()
-                .filter(|i| self.file_node(*i).is_some_and(|f| !f.pending.is_empty()))
+                .filter(|i| contents[*i as usize].is_some())
                 .collect();
+            // Normalising renumbers by the entries alone, never by what files hold: the base
+            // is normalised once and each content is put where its inode went.
+            let map = base.normalize_map();
             let mut states = vec![base];
             for ino in files {
-                let f = self.file_node(ino).expect("a file");
-                let options: Vec<&Content> = std::iter::once(&f.durable)
-                    .chain(f.pending.iter())
-                    .collect();
+                let options = contents[ino as usize].as_ref().expect("a file");
+                let at = map.as_ref().map_or(ino, |m| m[ino as usize]) as usize;
                 let mut next = Vec::with_capacity(states.len() * options.len());
                 for s in &states {
-                    for c in &options {
+                    for c in options {
                         let mut s = s.clone();
-                        s.nodes.insert(
-                            ino,
-                            Node::File(FileNode {
-                                durable: (*c).clone(),
-                                pending: Vec::new(),
-                            }),
-                        );
+                        s.nodes.0[at] = c.clone();
                         next.push(s);
                     }
                 }
                 states = next;
             }
-            for mut s in states {
-                s.normalize();
-                out.insert(s);
-            }
+            out.extend(states);
         }
-        out.into_iter().collect()
+        // Sorted and deduplicated (a stable sort keeps the first of equal disks, as a set
+        // would).
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// Inodes reachable from the root through live entries.
@@ -1005,8 +1043,14 @@ impl SimFs {
     /// pending ops and handles name) and drops the ones nothing names, so that equal
     /// filesystems are equal values.
     pub fn normalize(&mut self) {
+        let _ = self.normalize_map();
+    }
+
+    /// [`SimFs::normalize`], and where each inode went (`None`: nowhere, the numbering was
+    /// canonical already).
+    fn normalize_map(&mut self) -> Option<Vec<Ino>> {
         if self.is_canonical() {
-            return;
+            return None;
         }
         let n = self.nodes.len();
         let mut order: Vec<Ino> = Vec::with_capacity(n);
@@ -1060,7 +1104,7 @@ impl SimFs {
                 .enumerate()
                 .all(|(new, old)| *old as usize == new)
         {
-            return;
+            return None;
         }
         let mut map: Vec<Ino> = vec![Ino::MAX; n];
         for (new, old) in order.iter().enumerate() {
@@ -1101,6 +1145,7 @@ impl SimFs {
                 Handle::List { dir, .. } => *dir = map[*dir as usize],
             }
         }
+        Some(map)
     }
 
     /// Whether [`SimFs::normalize`] would leave every inode where it is: the same walk, without
@@ -1728,6 +1773,7 @@ impl Executor for SimFs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     fn run(fs: &mut SimFs, op: Op<'_>) -> Done {
         fs.run(Step::new("test", op)).unwrap()

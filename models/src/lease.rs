@@ -68,6 +68,7 @@
 
 use crate::driver::{ChildView, Driver, Request, Restart};
 use crate::fs::{Reorder, SimFs};
+use crate::shared::Shared;
 use stateright::{Model, Property, Representative};
 use std::ffi::OsStr;
 use std::path::PathBuf;
@@ -504,7 +505,7 @@ pub struct Proc {
     /// Its driver and machine (frozen once it crashed or exited).
     pub drv: Driver,
     /// The plan it runs.
-    pub job: Option<Arc<Job>>,
+    pub job: Option<Shared<Job>>,
     /// The owner record of its lease, once granted.
     pub lease: Option<Arc<OwnerRecord>>,
     /// The lock file (by generation) this process holds the kernel lock on.
@@ -902,6 +903,28 @@ impl Exec for World<'_> {
     }
 }
 
+/// The root id the marker file's `bytes` name (`None`: not a marker), as `record::parse_marker`
+/// reads it. Every finished plan looks at the marker and it is written once per dir, so the
+/// answer for the bytes seen last is remembered (per checker thread). No mutant changes
+/// `parse_marker`; one that did would have to be part of what is remembered, as a thread that
+/// runs several mutants' searches in turn keeps the memo.
+fn marker_root_id(bytes: &[u8]) -> Option<Token> {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(Vec<u8>, Option<Token>)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| {
+        if let Some((seen, id)) = last.as_ref()
+            && seen.as_slice() == bytes
+        {
+            return *id;
+        }
+        let id = record::parse_marker(bytes).ok().map(|m| m.root_id);
+        *last = Some((bytes.to_vec(), id));
+        id
+    })
+}
+
 impl LeaseState {
     fn holds_lock(&self, p: usize) -> bool {
         self.procs[p].lock.is_some()
@@ -1033,11 +1056,7 @@ impl LeaseState {
     /// Card L7: the marker's root id never changes once seen (a power loss may take back a
     /// marker that was never made durable, and then a new one may come).
     fn observe_marker(&mut self) {
-        let now = self
-            .fs
-            .read(MARKER_PATH)
-            .and_then(|b| record::parse_marker(b).ok())
-            .map(|m| m.root_id);
+        let now = self.fs.read(MARKER_PATH).and_then(marker_root_id);
         match (self.marker, now) {
             (Some(old), Some(new)) if old != new => self.violations |= V_MARKER,
             (None, Some(new)) => self.marker = Some(new),
@@ -1074,17 +1093,19 @@ impl LeaseState {
     /// Runs `p`'s plan: up to and including its next visible operation (or lock operation,
     /// with atomic steps); never past a wait.
     fn run_job(&mut self, m: &LeaseModel, p: usize) {
+        let Some(job) = self.procs[p].job.take() else {
+            return;
+        };
+        // The plan is taken out of the state once (copied if other states share it) and put
+        // back when the step ends, not re-wrapped after every operation.
+        let mut job = Shared::into_inner(job);
         loop {
-            let Some(job) = self.procs[p].job.take() else {
-                return;
-            };
-            let mut job = Arc::unwrap_or_clone(job);
             let Some(op) = job.op() else {
                 self.finish_job(m, p, job);
                 return;
             };
             if matches!(op, LeaseOp::Wait) {
-                self.procs[p].job = Some(Arc::new(job));
+                self.procs[p].job = Some(Shared::new(job));
                 return;
             }
             let boundary = if m.atomic_steps {
@@ -1116,11 +1137,10 @@ impl LeaseState {
                 if job.op().is_none() {
                     self.finish_job(m, p, job);
                 } else {
-                    self.procs[p].job = Some(Arc::new(job));
+                    self.procs[p].job = Some(Shared::new(job));
                 }
                 return;
             }
-            self.procs[p].job = Some(Arc::new(job));
         }
     }
 
@@ -1234,7 +1254,7 @@ impl LeaseState {
         match a {
             Action::AcquireLease => {
                 let plan = Acquire::new(AcquireSteps::new(self.input(m, p)));
-                self.procs[p].job = Some(Arc::new(Job::Acquire(Box::new(plan))));
+                self.procs[p].job = Some(Shared::new(Job::Acquire(Box::new(plan))));
             }
             // `lease::acquire` returned `Cancelled` and removed its waiter entry itself.
             Action::AbandonAcquire => {}
@@ -1250,7 +1270,7 @@ impl LeaseState {
                         next.containment = Some(Containment::LockFd);
                     }
                     let plan = SetPhase::new(SetPhaseSteps::new(&next));
-                    self.procs[p].job = Some(Arc::new(Job::SetPhase(Box::new(plan), k)));
+                    self.procs[p].job = Some(Shared::new(Job::SetPhase(Box::new(plan), k)));
                 }
             }
             Action::ReleaseLease => self.start_release(p),
@@ -1309,7 +1329,7 @@ impl LeaseState {
             let mut next = (**l).clone();
             next.phase = PhaseKind::Released;
             let plan = Release::new(ReleaseSteps::new(&next));
-            self.procs[p].job = Some(Arc::new(Job::Release(Box::new(plan))));
+            self.procs[p].job = Some(Shared::new(Job::Release(Box::new(plan))));
         } else {
             self.feed(p, Event::LeaseReleased);
         }
@@ -1893,7 +1913,7 @@ impl LeaseState {
     /// Answers `p`'s wait, then lets its plan run on.
     fn answer_wait(&mut self, m: &LeaseModel, p: usize, end: WaitEnd) {
         if let Some(job) = self.procs[p].job.as_mut() {
-            Arc::make_mut(job).handle(LeaseRes::Waited(end));
+            job.make_mut().handle(LeaseRes::Waited(end));
         }
         if m.atomic_steps || end == WaitEnd::Cancelled {
             self.run_job(m, p);
@@ -2258,11 +2278,11 @@ fn steps_told(m: &LeaseModel, s: &LeaseState, p: u8) -> String {
                 .unwrap_or("?")
                 .to_lowercase(),
         });
-        let mut job = Arc::unwrap_or_clone(s.procs[p].job.take().expect("checked above"));
+        let mut job = Shared::into_inner(s.procs[p].job.take().expect("checked above"));
         let res = World { s: &mut s, m, p }.execute(job.op().expect("checked above"));
         job.handle(res);
         let done = job.op().is_none();
-        s.procs[p].job = Some(Arc::new(job));
+        s.procs[p].job = Some(Shared::new(job));
         if done || boundary {
             break;
         }

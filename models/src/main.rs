@@ -25,6 +25,10 @@ use tenure_models::lease::{Contain, LeaseModel};
 use tenure_models::run::{self, Report, Search};
 use tenure_models::signals::SignalModel;
 
+/// The allocator of the checker binary (see models/Cargo.toml).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const USAGE: &str = "usage:
   tenure-models check [lease|signals|checkpoint|all] [--processes N] [--symmetry] [--dfs]
                       [--threads T] [--mutant NAME] [--explore ADDR]

@@ -168,8 +168,8 @@ pub enum Act {
         name: String,
         /// Where the bytes go.
         offset: u64,
-        /// The bytes.
-        bytes: Vec<u8>,
+        /// The bytes (shared: a plan that is cloned keeps one copy of its owner slot).
+        bytes: Arc<[u8]>,
         /// Crash point label.
         label: &'static str,
     },
@@ -1400,7 +1400,7 @@ pub struct AcquireSteps {
     owner_tmp: Option<String>,
     /// The owner record's slot, rendered once the record is final (`None`: too large for a
     /// slot, written whole in the older format).
-    owner_slot: Option<Vec<u8>>,
+    owner_slot: Option<Arc<[u8]>>,
     /// Whether the owner record is written whole (no file yet, or too large for a slot).
     owner_whole: bool,
     /// Processes a crashed owner's cgroup held, ended.
@@ -1862,7 +1862,7 @@ impl AcquireSteps {
             dir: Loc::Control,
             name: epoch::EPOCH_FILE.to_owned(),
             offset,
-            bytes,
+            bytes: bytes.into(),
             label: "epoch",
         })
     }
@@ -1874,7 +1874,7 @@ impl AcquireSteps {
             dir: Loc::Control,
             name: epoch::EPOCH_FILE.to_owned(),
             offset: epoch::SCRATCH_OFFSET,
-            bytes: epoch::slot(&scratch).to_vec(),
+            bytes: epoch::slot(&scratch)[..].into(),
             label: "epoch",
         })
     }
@@ -1902,7 +1902,11 @@ impl AcquireSteps {
     /// The record is final (its epoch, its cgroup): render the owner record's write once, then
     /// write the epoch.
     fn records_ready(&mut self) -> St {
-        self.owner_slot = self.record.as_ref().and_then(record::owner_slot);
+        self.owner_slot = self
+            .record
+            .as_ref()
+            .and_then(record::owner_slot)
+            .map(Arc::from);
         self.owner_whole = self.owner_slot.is_none() || !self.found.owner_file;
         self.write_epoch()
     }
@@ -2248,7 +2252,7 @@ impl Steps for AcquireSteps {
             St::WriteOwner => Act::WriteTemp {
                 dir: Loc::Control,
                 bytes: match &self.owner_slot {
-                    Some(slot) => slot.clone(),
+                    Some(slot) => slot.to_vec(),
                     None => to_json(self.record.as_ref()?),
                 },
                 label: "lease.owner",
@@ -2980,8 +2984,9 @@ impl Replace {
 /// rename. Never synced: the record is evidence for live processes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct OwnerWrite {
-    /// The slot, until it is written in place (or found to have no file to go into).
-    in_place: Option<Vec<u8>>,
+    /// The slot, until it is written in place (or found to have no file to go into); shared
+    /// with the act that writes it.
+    in_place: Option<Arc<[u8]>>,
     /// The whole-file write, once needed.
     whole: Option<Replace>,
 }
@@ -2990,7 +2995,7 @@ impl OwnerWrite {
     fn new(record: &OwnerRecord) -> OwnerWrite {
         match record::owner_slot(record) {
             Some(slot) => OwnerWrite {
-                in_place: Some(slot),
+                in_place: Some(slot.into()),
                 whole: None,
             },
             None => OwnerWrite {
@@ -3022,7 +3027,7 @@ impl OwnerWrite {
                     self.whole = Some(Replace::new(
                         Loc::Control,
                         OWNER_FILE.to_owned(),
-                        slot,
+                        slot.to_vec(),
                         "lease.owner",
                     ));
                     None
@@ -3038,12 +3043,12 @@ impl OwnerWrite {
 }
 
 /// The in-place write of the owner record's slot.
-fn owner_in_place(slot: &[u8]) -> Act {
+fn owner_in_place(slot: &Arc<[u8]>) -> Act {
     Act::WriteAt {
         dir: Loc::Control,
         name: OWNER_FILE.to_owned(),
         offset: 0,
-        bytes: slot.to_vec(),
+        bytes: Arc::clone(slot),
         label: "lease.owner",
     }
 }
