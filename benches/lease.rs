@@ -1,7 +1,9 @@
 //! Lease benchmarks. Prints ratios against baselines measured in the same run; asserts
 //! nothing. Run: `cargo bench --bench lease`. Knobs: `LEASE_BENCH_N` (samples),
 //! `LEASE_BENCH_SETTLE_MS` (how long a waiter parks before the release, default 10),
-//! `LEASE_BENCH_RAW=1` (print every sample, e.g. to see bimodal fsync latency on a shared disk).
+//! `LEASE_BENCH_RAW=1` (print every sample, e.g. to see bimodal fsync latency on a shared disk),
+//! `LEASE_BENCH_ONLY` (a comma-separated list of `uncontended`, `history`, `handoff`, `syncs`,
+//! `takeover`: only those sections).
 //!
 //! 1. Uncontended acquire + release (in process) vs the floor issue 11 sets: open the lock file,
 //!    flock, one `fdatasync` of a small file written in place, unlock, close (the least a lease
@@ -568,9 +570,25 @@ fn main() {
         println!("lease bench: run with `cargo bench --bench lease` to measure");
         return;
     }
-    uncontended();
-    epoch_rule_history();
-    handoff();
-    syncs_per_run();
-    crash_takeover();
+    // `LEASE_BENCH_ONLY=uncontended,handoff` runs only the named sections (all by default).
+    let only = std::env::var("LEASE_BENCH_ONLY").ok();
+    let run = |name: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|n| n == name))
+    };
+    if run("uncontended") {
+        uncontended();
+    }
+    if run("history") {
+        epoch_rule_history();
+    }
+    if run("handoff") {
+        handoff();
+    }
+    if run("syncs") {
+        syncs_per_run();
+    }
+    if run("takeover") {
+        crash_takeover();
+    }
 }

@@ -4,8 +4,10 @@
 //! dir; the recorder sees every fsync, fdatasync, directory fsync and syncfs that privfs makes.
 //!
 //! The durability principle (spec/lifecycle.md, "Durability"): only the epoch must outlive a
-//! power loss on a run that publishes nothing — one fdatasync of the epoch file, written in
-//! place into one of its two slots (no temp file, no rename, no directory sync). The owner
+//! power loss on a run that publishes nothing, and it is made durable in batches: one
+//! fdatasync of the epoch file per reservation of epochs (written in place, no temp file, no
+//! rename, no directory sync), none for an epoch within the reservation this boot made
+//! durable (`src/lease/epoch.rs`). The owner
 //! record, its phases, the registry, the waiter entries, the sweeps and the release record are
 //! written and never synced.
 
@@ -59,30 +61,20 @@ fn one_run(sd: &StateDir) -> u64 {
     epoch
 }
 
-/// Asserts that `ops` hold exactly the epoch's one sync: the epoch is written in place into
-/// `.tenure/epoch` (one slot of it) and fdatasynced, and no directory is synced.
-fn only_the_epoch(ops: &[Op], control: &Path) {
+/// Asserts that `ops` hold no sync at all, and that the epoch was written in place into
+/// `.tenure/epoch` (its scratch slot): no temp file, no rename, no directory sync.
+fn no_sync(ops: &[Op], control: &Path) {
     let s = syncs(ops);
     println!("syncs: {s:#?}");
-    assert_eq!(
-        s.len(),
-        1,
-        "a run without publish syncs the epoch only: {s:#?}"
-    );
-    let fsync = ops
-        .iter()
-        .position(|o| o.kind == OpKind::Fsync)
-        .expect("the epoch is fdatasynced");
     assert!(
-        ops[fsync].dir == control && ops[fsync].name == "epoch",
-        "one fdatasync, of the epoch file itself: {s:#?}"
+        s.is_empty(),
+        "an acquisition within the session's reservation syncs nothing: {s:#?}"
     );
-    // Written in place just before: no temp file, no rename, no directory sync.
-    let write = ops
-        .iter()
-        .position(|o| o.kind == OpKind::Write && o.dir == control && o.name == "epoch")
-        .expect("the epoch is written in place");
-    assert!(write < fsync, "{ops:#?}");
+    assert!(
+        ops.iter()
+            .any(|o| o.kind == OpKind::Write && o.dir == control && o.name == "epoch"),
+        "the epoch is written in place: {ops:#?}"
+    );
     assert!(
         !ops.iter()
             .any(|o| o.kind == OpKind::Rename && o.name == "epoch"),
@@ -95,10 +87,33 @@ fn only_the_epoch(ops: &[Op], control: &Path) {
     );
 }
 
-/// Issue 11: once the dir exists, a run that publishes nothing makes the epoch durable and
-/// nothing else (the first run of a dir also makes its new folders and marker durable).
+/// The epoch file's slots.
+fn batched(dir: &Path) -> lease::epoch::Batched {
+    let bytes = std::fs::read(dir.join(".tenure/epoch")).unwrap();
+    match lease::epoch::decode(&bytes) {
+        Ok(lease::epoch::Stored::Batched(b)) => b,
+        other => panic!("not in the current format: {other:?}"),
+    }
+}
+
+/// Asserts that the epoch file was replaced whole, durably: its temp file fdatasynced and the
+/// control folder synced after the rename — two syncs in all.
+fn replaced_whole(ops: &[Op], control: &Path) {
+    let s = syncs(ops);
+    println!("syncs: {s:#?}");
+    assert_eq!(s.len(), 2, "the file is replaced durably, once: {s:#?}");
+    assert!(
+        ops.iter()
+            .any(|o| o.kind == OpKind::Rename && o.dir == control && o.name == "epoch"),
+        "{ops:#?}"
+    );
+}
+
+/// Issue 11: once the dir exists, a run that publishes nothing syncs nothing: its epoch is
+/// within the reservation this boot made durable (the first run of a dir makes its new
+/// folders, marker and epoch file durable).
 #[test]
-fn run_without_publish_syncs_only_the_epoch() {
+fn run_without_publish_syncs_nothing() {
     let _one = serial();
     let t = private_tempdir();
     let dir = t.path().join("state");
@@ -109,18 +124,19 @@ fn run_without_publish_syncs_only_the_epoch() {
     println!("first run (a new dir): {:#?}", syncs(&first));
     assert!(
         syncs(&first).len() <= 9,
-        "the first run syncs the new folders and the marker, once: {:#?}",
+        "the first run syncs the new folders, the marker and the epoch file, once: {:#?}",
         syncs(&first)
     );
 
     tenure::privfs::start_recording();
     assert_eq!(one_run(&sd), 2);
     let ops = tenure::privfs::take_recording_under(&dir);
-    only_the_epoch(&ops, &dir.join(".tenure"));
+    no_sync(&ops, &dir.join(".tenure"));
+    assert_eq!(lease::read_epoch(&sd).unwrap(), 2);
 }
 
 /// Issue 11: a run that publishes adds the checkpoint's syncs (the store's business) and
-/// nothing in the control folder beyond the epoch's.
+/// none in the control folder.
 #[test]
 fn run_with_publish_adds_only_the_checkpoints_syncs() {
     let _one = serial();
@@ -154,7 +170,7 @@ fn run_with_publish_adds_only_the_checkpoints_syncs() {
         .filter(|o| o.dir.starts_with(&control))
         .cloned()
         .collect();
-    only_the_epoch(&in_control, &control);
+    no_sync(&in_control, &control);
     let store_syncs: Vec<&Op> = ops
         .iter()
         .filter(|o| is_sync(o) && !o.dir.starts_with(&control))
@@ -166,10 +182,10 @@ fn run_with_publish_adds_only_the_checkpoints_syncs() {
     );
 }
 
-/// Issue 11: a handoff — a waiter woken by the owner's release — costs the waiter the epoch's
-/// syncs and nothing else, and the release none.
+/// Issue 11: a handoff — a waiter woken by the owner's release — costs no sync, in the
+/// waiter or in the release.
 #[test]
-fn handoff_syncs_only_the_waiters_epoch() {
+fn handoff_syncs_nothing() {
     let _one = serial();
     let t = private_tempdir();
     let dir = t.path().join("state");
@@ -208,76 +224,59 @@ fn handoff_syncs_only_the_waiters_epoch() {
         "a waiter's entry is not synced: {:#?}",
         syncs(&before_release)
     );
-    only_the_epoch(&ops, &dir.join(".tenure"));
+    no_sync(&ops, &dir.join(".tenure"));
 }
 
-/// Issue 11, migration: a dir whose epoch file an older tenure wrote (`<decimal>\n`) is read as
-/// before; the next acquisition replaces it once with the slot format (temp file, fdatasync,
-/// rename, one sync of the control folder), and every acquisition after that writes in place
-/// with one sync.
+/// Issue 11: the acquisition that runs past the reservation makes a new one durable: one
+/// fdatasync of the epoch file, written in place into the other reservation slot (no
+/// rename); the ones after it sync nothing again.
 #[test]
-fn legacy_epoch_file_is_upgraded_once() {
-    use std::os::unix::fs::PermissionsExt;
+fn a_new_reservation_costs_one_fdatasync() {
     let _one = serial();
     let t = private_tempdir();
     let dir = t.path().join("state");
     let sd = StateDir::open(&dir, true).unwrap();
-    assert_eq!(one_run(&sd), 1);
-    // What a tenure before issue 11 leaves: one decimal number and a newline.
-    let path = dir.join(".tenure/epoch");
-    std::fs::remove_file(&path).unwrap();
-    std::fs::write(&path, b"41\n").unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    assert_eq!(lease::read_epoch(&sd).unwrap(), 41);
-
+    let batch = lease::epoch::BATCH;
+    for want in 1..=batch {
+        assert_eq!(one_run(&sd), want);
+    }
+    let control = dir.join(".tenure");
     tenure::privfs::start_recording();
-    assert_eq!(one_run(&sd), 42);
+    assert_eq!(one_run(&sd), batch + 1);
     let ops = tenure::privfs::take_recording_under(&dir);
     let s = syncs(&ops);
-    println!("the upgrade's syncs: {s:#?}");
-    let control = dir.join(".tenure");
-    assert_eq!(
-        s.len(),
-        2,
-        "the upgrade replaces the file durably, once: {s:#?}"
+    assert_eq!(s.len(), 1, "one fdatasync for the new reservation: {s:#?}");
+    let fsync = ops
+        .iter()
+        .position(|o| o.kind == OpKind::Fsync)
+        .expect("the reservation is fdatasynced");
+    assert!(
+        ops[fsync].dir == control && ops[fsync].name == "epoch",
+        "{s:#?}"
     );
     assert!(
-        ops.iter()
-            .any(|o| o.kind == OpKind::Rename && o.dir == control && o.name == "epoch"),
+        !ops.iter()
+            .any(|o| o.kind == OpKind::Rename && o.name == "epoch"),
         "{ops:#?}"
     );
-    let bytes = std::fs::read(&path).unwrap();
-    assert_eq!(bytes.len() as u64, lease::epoch::FILE_LEN);
+    let b = batched(&dir);
+    let highs: Vec<u64> = b.reserved.iter().flatten().map(|r| r.high).collect();
+    assert_eq!(highs, vec![batch, 2 * batch], "{b:?}");
     assert_eq!(
-        lease::epoch::decode(&bytes),
-        Ok(lease::epoch::Stored::Slots {
-            epoch: 42,
-            newest: 0
-        })
+        b.scratch.map(|s| (s.epoch, s.high)),
+        Some((batch + 1, 2 * batch))
     );
 
     tenure::privfs::start_recording();
-    assert_eq!(one_run(&sd), 43);
-    let ops = tenure::privfs::take_recording_under(&dir);
-    only_the_epoch(&ops, &control);
-    assert_eq!(lease::read_epoch(&sd).unwrap(), 43);
-    // The in-place writes alternate between the two slots.
-    assert_eq!(one_run(&sd), 44);
-    let bytes = std::fs::read(&path).unwrap();
-    assert_eq!(
-        lease::epoch::decode(&bytes),
-        Ok(lease::epoch::Stored::Slots {
-            epoch: 44,
-            newest: 0
-        })
-    );
+    assert_eq!(one_run(&sd), batch + 2);
+    no_sync(&tenure::privfs::take_recording_under(&dir), &control);
 }
 
-/// Issue 11: a torn slot (what a power loss during the in-place write can leave) is skipped,
-/// and the other slot's epoch is the file's; the next acquisition hands out the epoch after
-/// it and rewrites the torn slot, never the valid one.
+/// Issue 11: a scratch slot another session wrote (another boot: a power loss may have taken
+/// its later, unsynced writes) is not trusted: the next epoch is above the highest
+/// reservation, made durable in a whole new file. A torn scratch slot is treated the same.
 #[test]
-fn torn_slot_falls_back_to_the_other() {
+fn another_boot_starts_above_the_reservation() {
     let _one = serial();
     let t = private_tempdir();
     let dir = t.path().join("state");
@@ -286,22 +285,66 @@ fn torn_slot_falls_back_to_the_other() {
         assert_eq!(one_run(&sd), want);
     }
     let path = dir.join(".tenure/epoch");
+    let control = dir.join(".tenure");
+    // What the disk can hold after a power loss: the scratch slot of the last boot, older than
+    // the epoch handed out last.
+    let mut b = batched(&dir);
+    let mut old = b.scratch.unwrap();
+    old.epoch = 1;
+    old.session.boot = [0xb0; 16];
+    b.scratch = Some(old);
+    std::fs::write(&path, lease::epoch::encode_batched(&b)).unwrap();
+    std::fs::remove_file(dir.join(".tenure/owner.json")).unwrap();
+    tenure::privfs::start_recording();
+    let batch = lease::epoch::BATCH;
+    assert_eq!(one_run(&sd), batch + 1);
+    replaced_whole(&tenure::privfs::take_recording_under(&dir), &control);
+    tenure::privfs::start_recording();
+    assert_eq!(one_run(&sd), batch + 2);
+    no_sync(&tenure::privfs::take_recording_under(&dir), &control);
+
+    // A torn scratch slot: the same.
     let mut bytes = std::fs::read(&path).unwrap();
-    let stored = lease::epoch::decode(&bytes).unwrap();
-    let lease::epoch::Stored::Slots { epoch: 3, newest } = stored else {
-        panic!("{stored:?}")
-    };
-    // Tear the newest slot as an interrupted write would (its epoch was never granted then).
-    let o = lease::epoch::slot_offset(newest) as usize;
+    let o = lease::epoch::SCRATCH_OFFSET as usize;
     bytes[o..o + lease::epoch::SLOT_LEN].fill(0xff);
     std::fs::write(&path, &bytes).unwrap();
-    assert_eq!(lease::read_epoch(&sd).unwrap(), 2);
-    // The owner record of epoch 3 is gone too (a power loss takes unsynced records).
-    std::fs::remove_file(dir.join(".tenure/owner.json")).unwrap();
-    assert_eq!(one_run(&sd), 3);
-    let after = std::fs::read(&path).unwrap();
-    assert_eq!(
-        lease::epoch::decode(&after),
-        Ok(lease::epoch::Stored::Slots { epoch: 3, newest })
-    );
+    assert_eq!(one_run(&sd), 2 * batch + 1);
+}
+
+/// Issue 11, migration: a dir whose epoch file an older tenure wrote — `<decimal>\n`, or the
+/// two-slot format of the first issue 11 tenure — is read as before; the next acquisition
+/// replaces it once with the current format (temp file, fdatasync, rename, one sync of the
+/// control folder), and the acquisitions after that sync nothing.
+#[test]
+fn older_epoch_files_are_upgraded_once() {
+    use std::os::unix::fs::PermissionsExt;
+    let _one = serial();
+    let t = private_tempdir();
+    let dir = t.path().join("state");
+    let sd = StateDir::open(&dir, true).unwrap();
+    assert_eq!(one_run(&sd), 1);
+    let path = dir.join(".tenure/epoch");
+    let control = dir.join(".tenure");
+    for (older, want) in [
+        (b"41\n".to_vec(), 41),
+        (lease::epoch::encode(50, Some(49)), 50),
+    ] {
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, &older).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(lease::read_epoch(&sd).unwrap(), want);
+
+        tenure::privfs::start_recording();
+        assert_eq!(one_run(&sd), want + 1);
+        replaced_whole(&tenure::privfs::take_recording_under(&dir), &control);
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes.len() as u64, lease::epoch::FILE_LEN);
+        let b = batched(&dir);
+        assert_eq!(b.scratch.map(|s| s.epoch), Some(want + 1));
+
+        tenure::privfs::start_recording();
+        assert_eq!(one_run(&sd), want + 2);
+        no_sync(&tenure::privfs::take_recording_under(&dir), &control);
+        assert_eq!(lease::read_epoch(&sd).unwrap(), want + 2);
+    }
 }

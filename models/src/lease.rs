@@ -196,6 +196,9 @@ const V_MARKER: u16 = 32;
 /// The model's state dir as plans and messages name it.
 const DIR: &str = "/sim";
 const EPOCH_PATH: &str = ".tenure/epoch";
+/// Epochs per durable reservation in the model: two, so that runs explore both an epoch
+/// handed out within the confirmed reservation (no sync) and one that needs a new reservation.
+const EPOCH_BATCH: u64 = 2;
 const OWNER_PATH: &str = ".tenure/owner.json";
 const MARKER_PATH: &str = ".tenure/identity.json";
 const LOCK_PATH: &str = ".tenure/lock";
@@ -370,7 +373,10 @@ impl LeaseModel {
     pub fn power_ci() -> LeaseModel {
         LeaseModel {
             processes: 1,
-            restarts: 2,
+            // Four runs: with two epochs per reservation, the third run's acquisition writes a
+            // new reservation in place (the first replaces the file whole, the second writes
+            // its scratch slot only), and a fourth run follows a power loss in the third.
+            restarts: 3,
             crashes: 0,
             signals: 0,
             stopper: false,
@@ -395,8 +401,7 @@ impl LeaseModel {
             | "lease-epoch-data-unsynced"
             | "lease-epoch-slot-unchecked"
             | "lease-owner-slot-unchecked"
-            | "lease-epoch-both-slots"
-            | "lease-epoch-same-slot"
+            | "lease-epoch-session-unchecked"
             | "lease-marker-not-synced"
             | "lease-empty-record-refused" => LeaseModel::power_ci(),
             "lease-skip-leftovers" => LeaseModel::tree_small(Contain::Cgroup),
@@ -1232,6 +1237,13 @@ impl LeaseState {
             phase: PhaseKind::Recovering,
             cgroup: m.contain() == Some(Contain::Cgroup),
             fence: None,
+            // A power loss ends the boot: the session the epoch file's scratch slot is trusted
+            // in (issue 11).
+            session: epoch::Session {
+                boot: [self.boot; 16],
+                mount: 0,
+            },
+            epoch_batch: EPOCH_BATCH,
         }
     }
 

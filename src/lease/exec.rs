@@ -36,6 +36,10 @@ pub(crate) struct LockIo {
     pub(crate) guard: Option<LockGuard>,
     /// The ownership's cgroup, once made.
     pub(crate) cgroup: Option<Cgroup>,
+    /// The close watch of a wait that ended with the lock, kept until the lease ends: handing
+    /// it to its closer thread wakes that thread, which is not to happen between the wake-up
+    /// and the grant (the handoff, issue 11).
+    watch: Option<CloseWatch>,
 }
 
 /// Runs lease plans on the real system.
@@ -132,7 +136,10 @@ impl<'a> Real<'a> {
         let end =
             lock::wait(&file, &watch, self.deadline, self.cancel).map_err(|e| self.wait_err(e))?;
         match end {
-            lock::WaitEnd::Acquired => self.locked(file)?,
+            lock::WaitEnd::Acquired => {
+                self.locked(file)?;
+                self.lock.watch = Some(watch);
+            }
             lock::WaitEnd::Expired | lock::WaitEnd::Cancelled => self.lock.lock_file = Some(file),
         }
         Ok(end)

@@ -118,6 +118,7 @@ pub(crate) const DEGRADED_WAKE: Duration = Duration::from_millis(20);
 /// An inotify watch for closes of the lock file. When the kernel refuses one (inotify instance
 /// or watch limits exhausted, or no inotify at all), waiting degrades to trying every
 /// [`DEGRADED_WAKE`] with a warning, rather than failing the acquisition.
+#[derive(Debug)]
 pub(crate) struct CloseWatch {
     inotify: Option<OwnedFd>,
     /// Hands the instance to the thread that closes it (see `Drop`).

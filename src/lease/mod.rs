@@ -5,7 +5,8 @@
 //! ```text
 //! DIR/.tenure/                 0700, created by the first contender
 //!     lock                     0600, empty; the flock target (never removed)
-//!     epoch                    two checksummed slots, bumped in place at every acquisition
+//!     epoch                    checksummed slots: two durable reservations, one scratch slot
+//!                              bumped in place at every acquisition (`epoch`)
 //!     identity.json            the directory identity marker (root id, canonical path, times)
 //!     owner.json               the owner record (token, epoch, acquired_at, phase, identity):
 //!                              one checksummed slot, overwritten in place (`record::OWNER_SLOT`)
@@ -46,9 +47,11 @@
 //!    is the one that counts);
 //! 4. under the lock: inspect again; write the next epoch (one above every epoch the dir
 //!    records — epoch file, owner record, registry names, the checkpoint `CURRENT` names: card
-//!    P3, [`epoch::next_after`]) in place into the epoch file's other slot and fdatasync it (see
-//!    [`epoch`]; a dir without the file, or with one of an older tenure, gets a whole new file
-//!    through a temp file instead); write the marker (if the dir is cold: to a temp file,
+//!    P3, [`epoch::next_after`]) in place into the epoch file's scratch slot, unsynced while it
+//!    is within the reservation this boot made durable; past it, a new reservation is written
+//!    in place and fdatasynced first (see [`epoch`]; a dir without the file, another boot's
+//!    file or one of an older tenure gets a whole new file through a temp file instead, and its
+//!    scratch slot once the folder's sync made it durable); write the marker (if the dir is cold: to a temp file,
 //!    fdatasynced, renamed into place without replacing) and the owner record (its slot in
 //!    place, not synced; a dir without the file gets it through a temp file and a rename); sync
 //!    the control folder only if a new epoch file or marker was renamed into it; then write the registry entry (created under its epoch's name, which is
@@ -56,13 +59,13 @@
 //!    when the inspection saw a trace of a crash: an owner record not released in order,
 //!    missing or behind the epoch file) and remove our own waiter entry, none of it synced.
 //!    Only then is the [`Lease`]
-//!    returned, so the epoch is durable before the caller owns (and before any child can see
-//!    it).
+//!    returned, so a durable reservation covers the epoch before the caller owns (and before
+//!    any child can see it).
 //!
 //! ## Durability (issue 11, spec/lifecycle.md "Durability")
 //! A process crash keeps the page cache; only a power loss drops unsynced writes, and it ends
-//! every owner, child and waiter with them. So the lease syncs only the epoch (and, once, the
-//! marker and the folders of a new dir): the owner record, its phase updates, the release
+//! every owner, child and waiter with them. So the lease syncs only the epoch's high-water mark,
+//! once per batch of epochs and boot (and, once, the marker and the folders of a new dir): the owner record, its phase updates, the release
 //! record, waiter and registry entries and every sweep are written and never synced. After a
 //! power loss they may be old or empty; an empty owner record reads as absent. The lease model
 //! checks this with power loss (`a successor after power loss starts clean`, `epochs
@@ -568,6 +571,8 @@ pub fn acquire_for_workload(
         phase: opts.phase,
         cgroup,
         fence: opts.fence,
+        session: epoch::session(dir),
+        epoch_batch: epoch::BATCH,
     };
     let mut lock = exec::LockIo::default();
     let acquired = {
@@ -593,6 +598,7 @@ pub fn acquire_for_workload(
         leftovers: acquired.leftovers,
         cgroup,
         cgroup_error: acquired.cgroup_error,
+        instances: Vec::new(),
     })
 }
 
@@ -624,6 +630,9 @@ pub struct Lease {
     leftovers: Vec<u32>,
     cgroup: Option<cgroup::Cgroup>,
     cgroup_error: Option<String>,
+    /// The instance entries this ownership registered and did not unregister (removed by the
+    /// release without listing the folder).
+    instances: Vec<String>,
 }
 
 fn valid_instance_name(name: &str) -> bool {
@@ -703,6 +712,11 @@ impl Lease {
             since: now_ms(),
             root_id: self.record.root_id,
         };
+        // Recorded before the write: a write that failed halfway may have left the entry.
+        let entry = format!("{}-{name}.json", self.record.epoch);
+        if !self.instances.contains(&entry) {
+            self.instances.push(entry);
+        }
         self.run(&mut plan::Register::new(plan::RegisterSteps::new(&rec)))
             .map_err(plan::Failure::into_error)
     }
@@ -717,10 +731,12 @@ impl Lease {
         let entry = format!("{}-{name}.json", self.record.epoch);
         self.run(&mut plan::Remove::new(plan::RemoveSteps::new(
             plan::Loc::Instances,
-            entry,
+            entry.clone(),
             "lease.registry",
         )))
-        .map_err(plan::Failure::into_error)
+        .map_err(plan::Failure::into_error)?;
+        self.instances.retain(|e| *e != entry);
+        Ok(())
     }
 
     /// Stops the live orphans an earlier, crashed owner left running (its supervised child
@@ -744,8 +760,11 @@ impl Lease {
     pub fn release(mut self) -> Result<(), LeaseError> {
         let mut next = self.record.clone();
         next.phase = PhaseKind::Released;
-        self.run(&mut plan::Release::new(plan::ReleaseSteps::new(&next)))
-            .map_err(plan::Failure::into_error)
+        let registered = std::mem::take(&mut self.instances);
+        self.run(&mut plan::Release::new(plan::ReleaseSteps::with_instances(
+            &next, registered,
+        )))
+        .map_err(plan::Failure::into_error)
     }
 
     /// The descriptor holding the kernel lock, e.g. to check in a test that it is `O_CLOEXEC`.

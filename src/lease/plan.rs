@@ -1143,6 +1143,11 @@ pub struct AcquireInput {
     /// A cluster lease's epoch (issue 14, [`super::AcquireOptions::fence`]): the ownership's
     /// epoch is exactly this, through [`super::fenced_epoch`].
     pub fence: Option<u64>,
+    /// What tells this boot and mount apart from the one that wrote the epoch file (issue 11:
+    /// epochs are durable in batches, see [`epoch`]).
+    pub session: epoch::Session,
+    /// How many epochs one durable reservation covers ([`epoch::BATCH`] in the runtime).
+    pub epoch_batch: u64,
 }
 
 /// What a successful acquisition found and wrote.
@@ -1182,9 +1187,8 @@ struct Found {
     owner_file: bool,
     /// The epoch file (0 when absent).
     epoch: u64,
-    /// The slot holding the epoch, when the file is in the slot format (it is then written in
-    /// place; absent or legacy, it is replaced whole).
-    epoch_slot: Option<usize>,
+    /// What the epoch file holds (`None`: absent).
+    stored: Option<epoch::Stored>,
 }
 
 /// The sweeps of an acquisition, in the order they run.
@@ -1207,6 +1211,12 @@ impl SweepKind {
         }
     }
 }
+
+/// After an orderly release, the waiter entries of dead waiters are swept by the acquisition
+/// of every epoch that is a multiple of this (and by every acquisition after a crash), not by
+/// every acquisition: listing them is a cost on the run path (issue 11), and they are evidence
+/// only.
+pub const FULL_SWEEP_EVERY: u64 = 64;
 
 /// Where an acquisition is.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -1259,13 +1269,17 @@ enum St {
     CheckpointEpoch,
     /// Create the ownership's cgroup.
     CreateCgroup,
-    /// Write the epoch in place, into the slot that does not hold the current one.
+    /// Write a new reservation in place, into the slot that does not hold the confirmed one.
     WriteEpochInPlace,
-    /// Write the epoch file whole to a temp file (the dir has none yet, or one in the legacy
-    /// format).
+    /// Write the epoch file whole to a temp file (no reservation of this session is
+    /// confirmed: a new dir, another boot, an older format).
     WriteEpoch,
-    /// fdatasync it (the epoch must outlive a power loss once a child could have seen it).
+    /// fdatasync it (the reservation must outlive a power loss before an epoch of its batch
+    /// is handed out: a child may fence an external system with it).
     FsyncEpoch,
+    /// Write the epoch into the scratch slot in place (never synced: within the confirmed
+    /// reservation).
+    WriteScratch,
     /// Write the new marker to a temp file.
     WriteMarker,
     /// fdatasync it (a successor trusts the marker).
@@ -1360,6 +1374,10 @@ pub struct AcquireSteps {
     instances: Vec<String>,
     /// Whether both registry folders exist (their listings found them).
     registry_made: bool,
+    /// The previous owner released in order (in this session, at the epoch the file holds)
+    /// and this is not an epoch of the periodic full sweep: the owner entries and the waiter
+    /// entries are neither listed nor swept (see [`AcquireSteps::sweep_control`]).
+    quick: bool,
     /// The waiter entries (names) under the lock.
     waiters: Vec<String>,
     /// The highest epoch recorded outside the epoch file.
@@ -1372,6 +1390,8 @@ pub struct AcquireSteps {
     record: Option<OwnerRecord>,
     /// The epoch rule's report.
     rewound: Option<Rewound>,
+    /// How the epoch is written, once computed.
+    epoch_write: Option<epoch::EpochWrite>,
     /// Temp files written and not yet renamed: (what, name).
     temps: Vec<(Loc, String)>,
     /// The temp file names of the epoch, marker and owner record.
@@ -1419,12 +1439,14 @@ impl AcquireSteps {
             leases: Vec::new(),
             instances: Vec::new(),
             registry_made: false,
+            quick: false,
             waiters: Vec::new(),
             highest: None,
             marker: None,
             new_marker: false,
             record: None,
             rewound: None,
+            epoch_write: None,
             temps: Vec::new(),
             epoch_tmp: None,
             marker_tmp: None,
@@ -1548,14 +1570,33 @@ impl AcquireSteps {
     /// file not yet in the slot format (its replace writes a temp file). Only then is the
     /// folder listed and swept, so that an orderly run after an orderly run lists nothing
     /// (issue 11: the run path is not a sweep).
-    fn sweep_control(&self) -> St {
-        let orderly = self.found.epoch_slot.is_some()
+    ///
+    /// After an orderly release the registry holds no owner entry a sweep would remove (the
+    /// previous owner removed its own; the acquisition before it swept the dead ones, or its
+    /// owner did not release in order), so the owner entries are not listed; dead waiters'
+    /// entries are evidence only, swept every [`FULL_SWEEP_EVERY`] epochs or after a crash.
+    /// Instance entries are always listed: a live orphan an earlier owner could not stop must
+    /// never be missed (card T2).
+    fn sweep_control(&mut self) -> St {
+        let in_session = match self.found.stored {
+            Some(epoch::Stored::Batched(b)) => b.confirmed(self.input.session).is_some(),
+            Some(epoch::Stored::Legacy(_) | epoch::Stored::Slots { .. }) | None => false,
+        };
+        let orderly = in_session
             && self
                 .found
                 .owner
                 .as_ref()
                 .is_some_and(|o| o.phase == PhaseKind::Released && o.epoch == self.found.epoch);
-        if orderly {
+        self.quick = orderly
+            && !self
+                .found
+                .epoch
+                .wrapping_add(1)
+                .is_multiple_of(FULL_SWEEP_EVERY);
+        if self.quick {
+            St::ListInstances
+        } else if orderly {
             St::ListLeases
         } else {
             St::ListControl
@@ -1604,10 +1645,16 @@ impl AcquireSteps {
                 }
             }
         }
+        // The epoch file's part: its scratch slot when this session wrote it, else the highest
+        // reservation (a power loss may have taken the unsynced scratch writes).
+        let (base, _) = self
+            .found
+            .stored
+            .map_or((0, None), |s| s.base(self.input.session));
         let (mut next, rewound) = if crate::mutant::on("lease-epoch-file-only") {
-            epoch::next_after(&path, self.found.epoch, None)?
+            epoch::next_after(&path, base, None)?
         } else {
-            epoch::next_after(&path, self.found.epoch, highest.as_ref())?
+            epoch::next_after(&path, base, highest.as_ref())?
         };
         if crate::mutant::on("lease-no-epoch-bump-on-takeover")
             && self
@@ -1634,6 +1681,19 @@ impl AcquireSteps {
             },
         };
         self.rewound = rewound;
+        // A cluster lease's epoch is the cluster's revision, durable in the cluster: its
+        // reservation is that epoch alone, so that after a reboot the dir's next local epoch
+        // is one above it and the cluster's next revision is not refused as behind the dir.
+        let batch = match self.input.fence {
+            Some(_) => 1,
+            None => self.input.epoch_batch,
+        };
+        self.epoch_write = Some(epoch::plan_write(
+            self.found.stored,
+            self.input.session,
+            next,
+            batch,
+        ));
         let (marker, new_marker) = match &self.found.marker {
             Some(m) if !crate::mutant::on("lease-marker-every-acquisition") => (m.clone(), false),
             _ => (
@@ -1724,6 +1784,7 @@ impl AcquireSteps {
                     .collect();
                 self.sweep_from(SweepKind::Instances, 0);
             }
+            SweepKind::Instances if self.quick => self.st = St::WriteEntry,
             SweepKind::Instances => self.st = St::ListWaiters,
             SweepKind::Waiters => self.st = St::WriteEntry,
         }
@@ -1776,31 +1837,27 @@ impl AcquireSteps {
         }
     }
 
-    /// Where the new epoch is written: in place when the file is in the slot format, else a
-    /// whole new file through a temp file.
+    /// Where the new epoch is written ([`epoch::plan_write`]): the scratch slot only, a new
+    /// reservation in place, or a whole new file.
     fn write_epoch(&self) -> St {
-        if self.found.epoch_slot.is_some() {
-            St::WriteEpochInPlace
-        } else {
-            St::WriteEpoch
+        match &self.epoch_write {
+            Some(epoch::EpochWrite::Scratch(_)) => St::WriteScratch,
+            Some(epoch::EpochWrite::Reserve { .. }) => St::WriteEpochInPlace,
+            Some(epoch::EpochWrite::Whole { .. }) | None => St::WriteEpoch,
         }
     }
 
-    /// The in-place write of the new epoch: its slot into the slot that does not hold the
-    /// current epoch, which stays valid whatever a power loss does to this write.
+    /// The in-place write of a new reservation: into the slot that does not hold the
+    /// confirmed one, which stays valid whatever a power loss does to this write.
     fn epoch_in_place(&self) -> Option<Act> {
-        let newest = self.found.epoch_slot?;
-        let e = self.epoch_value();
-        let (offset, bytes) = if crate::mutant::on("lease-epoch-both-slots") {
-            // The bug: both slots are rewritten at once, so a torn write can take both.
-            (0, epoch::encode(e, Some(e)))
-        } else if crate::mutant::on("lease-epoch-same-slot") {
-            // The bug: the slot holding the current epoch is overwritten; torn, it leaves only
-            // the epoch before it.
-            (epoch::slot_offset(newest), epoch::slot(e).to_vec())
-        } else {
-            (epoch::slot_offset(1 - newest), epoch::slot(e).to_vec())
+        let Some(epoch::EpochWrite::Reserve { slot, reservation }) = &self.epoch_write else {
+            return None;
         };
+        // Not the confirmed slot: a power loss that tears this write must leave the durable
+        // high-water mark. (The models' crash filesystem keeps a file's unsynced writes in
+        // order, under which the scratch slot written before would mask a torn confirmed
+        // slot; disks do not, so the choice is asserted by `epoch::plan_write`'s tests.)
+        let (offset, bytes) = (epoch::slot_offset(*slot), epoch::slot(reservation).to_vec());
         Some(Act::WriteAt {
             dir: Loc::Control,
             name: epoch::EPOCH_FILE.to_owned(),
@@ -1808,6 +1865,29 @@ impl AcquireSteps {
             bytes: bytes.into(),
             label: "epoch",
         })
+    }
+
+    /// The scratch slot's write: the epoch handed out, in place, never synced.
+    fn scratch_in_place(&self) -> Option<Act> {
+        let scratch = self.epoch_write.as_ref()?.scratch();
+        Some(Act::WriteAt {
+            dir: Loc::Control,
+            name: epoch::EPOCH_FILE.to_owned(),
+            offset: epoch::SCRATCH_OFFSET,
+            bytes: epoch::slot(&scratch)[..].into(),
+            label: "epoch",
+        })
+    }
+
+    /// The records are in place (and the control folder synced, if it had to be): a whole
+    /// new epoch file gets its scratch slot now that its reservation is durable, then the
+    /// registry.
+    fn records_placed(&mut self) {
+        if self.epoch_tmp.is_some() {
+            self.st = St::WriteScratch;
+        } else {
+            self.after_records();
+        }
     }
 
     /// The epoch's temp file is durable: the marker's (if new), then the owner record's.
@@ -2010,10 +2090,7 @@ impl Inspection {
             (ISt::ReadEpoch, res) => match epoch_from(res, self.control_path(epoch::EPOCH_FILE)) {
                 Ok(stored) => {
                     self.found.epoch = stored.map_or(0, epoch::Stored::epoch);
-                    self.found.epoch_slot = match stored {
-                        Some(epoch::Stored::Slots { newest, .. }) => Some(newest),
-                        Some(epoch::Stored::Legacy(_)) | None => None,
-                    };
+                    self.found.stored = stored;
                     done(self)
                 }
                 Err(e) => Some(Err(e)),
@@ -2147,11 +2224,20 @@ impl Steps for AcquireSteps {
                 name: cgroup_name(&self.root_id().to_string(), self.epoch_value()),
             },
             St::WriteEpochInPlace => self.epoch_in_place()?,
-            St::WriteEpoch => Act::WriteTemp {
-                dir: Loc::Control,
-                bytes: epoch::encode(self.epoch_value(), Some(self.found.epoch)),
-                label: "epoch",
-            },
+            St::WriteScratch => self.scratch_in_place()?,
+            St::WriteEpoch => {
+                let Some(epoch::EpochWrite::Whole { reservation }) = &self.epoch_write else {
+                    return None;
+                };
+                Act::WriteTemp {
+                    dir: Loc::Control,
+                    bytes: epoch::encode_batched(&epoch::Batched {
+                        reserved: [Some(*reservation), None],
+                        scratch: None,
+                    }),
+                    label: "epoch",
+                }
+            }
             St::FsyncEpoch => fsync(
                 Loc::Control,
                 self.epoch_tmp.as_deref().unwrap_or(epoch::EPOCH_FILE),
@@ -2436,7 +2522,7 @@ impl Steps for AcquireSteps {
                 self.st = St::ListInstances;
             }
             (St::ListInstances, Res::Listed(entries)) => {
-                self.registry_made &= entries.is_some();
+                self.registry_made = entries.is_some() && (self.quick || self.registry_made);
                 self.instances = names(entries);
                 self.st = St::CheckpointEpoch;
             }
@@ -2477,16 +2563,32 @@ impl Steps for AcquireSteps {
                 }
             }
             (St::WriteEpochInPlace, Res::Done) => {
-                // The mutant `lease-epoch-not-synced` grants without the fdatasync: after a
-                // power loss the slot can be old again, naming an epoch already handed out
-                // (to a child that may have fenced an external system with it).
+                // The mutant `lease-epoch-not-synced` hands out an epoch of the new
+                // reservation without the fdatasync: after a power loss the reservation can
+                // be old again, below an epoch already handed out (to a child that may have
+                // fenced an external system with it).
                 if crate::mutant::on("lease-epoch-not-synced") {
-                    self.after_epoch_fsync();
+                    self.st = St::WriteScratch;
                 } else {
                     self.st = St::FsyncEpoch;
                 }
             }
-            (St::FsyncEpoch, Res::Done) => self.after_epoch_fsync(),
+            // A whole new file's scratch slot waits for its rename to be durable (after the
+            // records); a reservation in place is durable now.
+            (St::FsyncEpoch, Res::Done) => {
+                if self.epoch_tmp.is_some() {
+                    self.after_epoch_fsync();
+                } else {
+                    self.st = St::WriteScratch;
+                }
+            }
+            (St::WriteScratch, Res::Done) => {
+                if self.epoch_tmp.is_some() {
+                    self.after_records();
+                } else {
+                    self.after_epoch_fsync();
+                }
+            }
             (St::WriteMarker, Res::Temp(t)) => {
                 self.temps.push((Loc::Control, t.clone()));
                 self.marker_tmp = Some(t);
@@ -2553,10 +2655,10 @@ impl Steps for AcquireSteps {
                 if needs_sync {
                     self.st = St::SyncControl;
                 } else {
-                    self.after_records();
+                    self.records_placed();
                 }
             }
-            (St::SyncControl, Res::Done) => self.after_records(),
+            (St::SyncControl, Res::Done) => self.records_placed(),
             (St::MakeRegistry, Res::Made(created)) => {
                 self.st = if created {
                     St::SyncRegistryParent
@@ -3198,7 +3300,8 @@ pub struct ReleaseSteps {
 }
 
 impl ReleaseSteps {
-    /// Releases the ownership whose record (with phase `released`) is `released`.
+    /// Releases the ownership whose record (with phase `released`) is `released`, listing the
+    /// instance entries for this ownership's.
     pub fn new(released: &OwnerRecord) -> ReleaseSteps {
         ReleaseSteps {
             epoch: released.epoch,
@@ -3212,6 +3315,16 @@ impl ReleaseSteps {
             failure: None,
             out: None,
         }
+    }
+
+    /// [`ReleaseSteps::new`] for an owner that knows the instance entries it registered and
+    /// did not unregister (`<epoch>-<name>.json`; only this ownership writes names with its
+    /// epoch): those are removed without listing the folder.
+    pub fn with_instances(released: &OwnerRecord, registered: Vec<String>) -> ReleaseSteps {
+        let mut r = ReleaseSteps::new(released);
+        r.instances = registered;
+        r.next_instance(0);
+        r
     }
 
     /// Whether the plan still holds the lock (it has not unlocked yet).
