@@ -566,7 +566,8 @@ impl Executor for Exec<'_> {
                 let dst = self.dir(to_dir)?;
                 let to = dst.name(to)?;
                 let to_path = dst.child_path(to);
-                hit(label, RecordKind::Link).map_err(|e| FsError::io("link", to_path.clone(), e))?;
+                hit(label, RecordKind::Link)
+                    .map_err(|e| FsError::io("link", to_path.clone(), e))?;
                 rustix::fs::linkat(
                     rustix::fs::CWD,
                     proc.as_str(),

@@ -263,8 +263,9 @@ pub struct PublishPlan {
     adopted: bool,
     /// Whether the input may not be adopted (it is not ours alone, or cannot be linked).
     adopt_refused: bool,
-    /// Files adopted, for the outcome's counts.
+    /// Files adopted, and staged files copied because they were not ours alone.
     adopted_files: u64,
+    refused_files: u64,
     acked: bool,
     /// Whether the second fence (right before `CURRENT` is replaced) passed.
     fenced: bool,
@@ -346,6 +347,7 @@ impl PublishPlan {
             adopted: false,
             adopt_refused: false,
             adopted_files: 0,
+            refused_files: 0,
             acked: false,
             fenced: false,
             over: None,
@@ -438,6 +440,12 @@ impl PublishPlan {
     /// The scratch directory of this publish's new blobs (removed when a publish fails).
     pub fn incoming_dir(&self) -> &str {
         &self.incoming_dir
+    }
+
+    /// Staged files adopted as new blobs so far, and staged files copied because another
+    /// process still held them open for writing or they had another name.
+    pub fn adoption(&self) -> (u64, u64) {
+        (self.adopted_files, self.refused_files)
     }
 
     /// Whether the last fence, right before `CURRENT` is replaced, passed.
@@ -1373,7 +1381,10 @@ impl Plan for PublishPlan {
                 Done::Sole(false) if crate::mutant::on("adopt-ignores-writer") => {
                     self.at = At::AdoptRewind;
                 }
-                Done::Sole(false) => self.at = At::AdoptUndoUnlink,
+                Done::Sole(false) => {
+                    self.refused_files += 1;
+                    self.at = At::AdoptUndoUnlink;
+                }
                 other => panic!("a sole check returns a verdict, not {other:?}"),
             },
             At::AdoptUndoUnlink => {
@@ -1736,6 +1747,13 @@ fn data(d: Done) -> Vec<u8> {
 fn not_linkable(e: &std::io::Error) -> bool {
     matches!(
         e.raw_os_error(),
-        Some(libc::EXDEV | libc::EPERM | libc::EACCES | libc::EMLINK | libc::ENOENT | libc::EOPNOTSUPP)
+        Some(
+            libc::EXDEV
+                | libc::EPERM
+                | libc::EACCES
+                | libc::EMLINK
+                | libc::ENOENT
+                | libc::EOPNOTSUPP
+        )
     )
 }
