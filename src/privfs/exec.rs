@@ -584,7 +584,7 @@ impl Executor for Exec<'_> {
                 let st = rustix::fs::fstat(&*file)
                     .map_err(|e| FsError::io("stat", path.to_path_buf(), e))?;
                 Ok(Done::Sole(
-                    u64::from(st.st_nlink) == links
+                    st.st_nlink == links
                         && st.st_uid == rustix::process::geteuid().as_raw()
                         && no_writer(file),
                 ))
