@@ -405,8 +405,14 @@ mod tests {
     use super::*;
     use crate::privfs::StateDir;
 
-    fn open_fds() -> usize {
-        std::fs::read_dir("/proc/self/fd").unwrap().count()
+    /// The descriptors of this process open on something under `root`: only this test's (the
+    /// other tests of this binary run in parallel and open descriptors of their own).
+    fn open_fds(root: &std::path::Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|target| target.starts_with(root))
+            .count()
     }
 
     /// The walk of a 300-level tree holds at most [`CURSOR_FDS`] (plus a few) descriptors and
@@ -426,7 +432,7 @@ mod tests {
             // whose descriptors it closed.
             top.create_exclusive("z", "t").unwrap();
         }
-        let before = open_fds();
+        let before = open_fds(t.path());
         let limits = crate::checkpoint::Limits {
             max_depth: 1000,
             ..crate::checkpoint::Limits::DEFAULT
@@ -435,10 +441,10 @@ mod tests {
         let mut most = 0;
         let mut found = Vec::new();
         while let Some(f) = w.next().unwrap() {
-            most = most.max(open_fds());
+            most = most.max(open_fds(t.path()));
             found.push(f.name);
             w.dir().unwrap();
-            most = most.max(open_fds());
+            most = most.max(open_fds(t.path()));
         }
         assert_eq!(
             found,
@@ -455,7 +461,7 @@ mod tests {
         for name in &found {
             let (d, leaf) = vw.dir_for(name).unwrap();
             d.create_exclusive(leaf, "t").unwrap();
-            most = most.max(open_fds());
+            most = most.max(open_fds(t.path()));
         }
         vw.finish().unwrap();
         assert!(
