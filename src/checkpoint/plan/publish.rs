@@ -1362,7 +1362,13 @@ impl Plan for PublishPlan {
             },
             At::AdoptLink => match r {
                 Ok(_) => self.at = At::AdoptChmod,
-                // Not linkable here (another filesystem, no hard links, no /proc): copied.
+                // Not linkable here (another filesystem, no hard links, not permitted, or no
+                // /proc to link the handle through: `NotFound`): copied.
+                Err(FsError::NotFound { .. }) => {
+                    self.tmp = None;
+                    self.adopt_refused = true;
+                    self.at = At::CreateBlob;
+                }
                 Err(FsError::Io { source, .. }) if not_linkable(&source) => {
                     self.tmp = None;
                     self.adopt_refused = true;
@@ -1747,13 +1753,6 @@ fn data(d: Done) -> Vec<u8> {
 fn not_linkable(e: &std::io::Error) -> bool {
     matches!(
         e.raw_os_error(),
-        Some(
-            libc::EXDEV
-                | libc::EPERM
-                | libc::EACCES
-                | libc::EMLINK
-                | libc::ENOENT
-                | libc::EOPNOTSUPP
-        )
+        Some(libc::EXDEV | libc::EPERM | libc::EACCES | libc::EMLINK | libc::EOPNOTSUPP)
     )
 }
