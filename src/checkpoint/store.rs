@@ -940,10 +940,36 @@ impl<'s> CheckpointStore<'s> {
         }
     }
 
-    /// Removes a staging area and everything in it (whatever its depth).
+    /// Removes a staging area and everything in it (whatever its depth). An area that is an
+    /// empty private directory of ours is not removed but parked as the store's one spare
+    /// ([`plan::SPARE_STAGING`], unless one is parked already), for the next
+    /// [`CheckpointStore::staging`] to rename into place: removing and making a directory are
+    /// the dearest steps of a run that publishes nothing (issue 11). Call it only once nothing
+    /// can write into the area any more (the writer and everything it started are gone).
     pub fn discard_staging(&self, staging: Staging) -> Result<(), CheckpointError> {
         let (root, _, _) = self.owned_dirs()?;
         let parent = root.open_dir(STAGING_DIR)?;
+        // Parked only when it is a private directory of ours that lists as empty; anything
+        // else (a link, files, a mode the writer opened, an error) is removed as before.
+        let empty = match parent.open_dir(&staging.name) {
+            Ok(area) => {
+                let mut empty = true;
+                let listed = area.for_each_entry(|_, _| -> Result<bool, FsError> {
+                    empty = false;
+                    Ok(false)
+                });
+                listed.is_ok() && empty
+            }
+            Err(_) => false,
+        };
+        // A spare parked already, or a refused rename: the area is removed as before.
+        if empty
+            && parent
+                .rename_to(&staging.name, &parent, plan::SPARE_STAGING, "staging", true)
+                .is_ok()
+        {
+            return Ok(());
+        }
         tree::remove_tree(&parent, &staging.name, "staging")
     }
 

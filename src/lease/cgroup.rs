@@ -98,10 +98,20 @@ pub fn unified_mount() -> Option<PathBuf> {
 /// Reads a small file of `/proc` with one `read` (plus the one that sees its end): without a
 /// size hint (procfs says 0), `std::fs::read_to_string` reads 32 bytes, then 32, 64, ...
 fn read_proc(path: impl AsRef<Path>) -> Option<String> {
+    // Plain reads into a buffer that holds the file: `File::read_to_string` first asks the
+    // size (`statx`, 0 for `/proc`) and the position (`lseek`), two calls on every run.
     let mut f = File::open(path).ok()?;
-    let mut text = String::with_capacity(4096);
-    f.read_to_string(&mut text).ok()?;
-    Some(text)
+    let mut bytes = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
+    loop {
+        match f.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    String::from_utf8(bytes).ok()
 }
 
 /// The first `cgroup2` mount point of `/proc/self/mountinfo`.
@@ -192,10 +202,11 @@ impl Cgroup {
             path: path.clone(),
             source,
         };
-        match rustix::fs::mkdir(&path, Mode::from_raw_mode(0o755)) {
-            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+        let existed = match rustix::fs::mkdir(&path, Mode::from_raw_mode(0o755)) {
+            Ok(()) => false,
+            Err(rustix::io::Errno::EXIST) => true,
             Err(e) => return Err(create(e.into())),
-        }
+        };
         let dir = open_dir(&path).map_err(|e| create(e.into()))?;
         if !is_cgroup2(dir.as_fd()) {
             return Err(create(io::Error::other("not a cgroup v2 directory")));
@@ -225,7 +236,8 @@ impl Cgroup {
             events: File::from(events),
             procs,
         };
-        if cg.populated()? {
+        // A cgroup this call made is empty; one that was there already may not be.
+        if existed && cg.populated()? {
             return Err(create(io::Error::other(
                 "a cgroup of this name exists and has processes",
             )));

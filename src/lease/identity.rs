@@ -175,10 +175,30 @@ fn pidfs_ino(pidfd: &OwnedFd) -> Option<u64> {
     rustix::fs::fstat(pidfd).ok().map(|st| st.st_ino)
 }
 
+/// Reads a small `/proc` file whole: one `read` into a buffer that holds it, then one that sees
+/// the end. `read_to_string` sizes its buffer from the file's size, 0 for `/proc`, and grows it
+/// from 32 bytes: six reads for `/proc/PID/stat`, each of which makes the kernel render the
+/// line again (issue 11: twice on every run path).
+fn read_small(path: &Path) -> io::Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        match f.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
 /// Reads pid's start time and executable through `/proc`.
 fn read_proc(pid: u32) -> Result<(u64, PathBuf), IdentityError> {
     let stat_path = PathBuf::from(format!("/proc/{pid}/stat"));
-    let stat = std::fs::read_to_string(&stat_path).map_err(|e| {
+    let stat = read_small(&stat_path).map_err(|e| {
         if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc_esrch()) {
             IdentityError::NoSuchProcess { pid }
         } else {

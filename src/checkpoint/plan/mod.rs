@@ -32,7 +32,7 @@ pub use failed::KeepFailedPlan;
 pub use gc::GcPlan;
 pub use load::{LoadPlan, Loaded};
 pub(crate) use load::{blob_mismatch, check_blob};
-pub use open::{OpenPlan, StagingPlan};
+pub use open::{OpenPlan, SPARE_STAGING, StagingPlan};
 pub use publish::{Input, OWN_FSYNC_MIN, PublishPlan, Src};
 
 use super::error::CheckpointError;
