@@ -208,6 +208,29 @@ pub enum Op<'a> {
         /// Fail instead of replacing.
         noreplace: bool,
     },
+    /// Gives the open file `fd` the name `to` in `to_dir` as well: a hard link to the very
+    /// file the handle holds, whatever its old name names now ([`FsError::AlreadyExists`] when
+    /// `to` is taken). Refused without a change where the file cannot be linked there (another
+    /// filesystem, hard links not supported or not permitted). Not durable until `to_dir` is
+    /// synced; the file's data is as durable as it was.
+    LinkFd {
+        /// An open file.
+        fd: Fd,
+        /// Target directory.
+        to_dir: Fd,
+        /// Target name.
+        to: &'a OsStr,
+    },
+    /// Whether the open file `fd` is ours alone ([`Done::Sole`]): it has exactly `links` names
+    /// and no process holds it open for writing or mapped writable (a read lease can be taken,
+    /// which the kernel grants only then). Any doubt (leases unsupported or disabled, a file of
+    /// another owner) answers `false`. Changes nothing.
+    Sole {
+        /// An open file (read-only).
+        fd: Fd,
+        /// The number of names it must have.
+        links: u64,
+    },
     /// Removes a file (not a directory). Not durable until `dir` is synced.
     Unlink {
         /// Directory.
@@ -282,6 +305,8 @@ impl Op<'_> {
             Op::Close { .. } => "close",
             Op::Rename { .. } => "rename",
             Op::Unlink { .. } | Op::Rmdir { .. } | Op::RemoveTree { .. } => "unlink",
+            Op::LinkFd { .. } => "link",
+            Op::Sole { .. } => "sole",
             Op::SyncDir { .. } => "dirfsync",
             Op::SyncFs { .. } => "syncfs",
             Op::Stat { .. } => "stat",
@@ -302,6 +327,7 @@ impl Op<'_> {
             | Op::Chmod { .. }
             | Op::Fsync { .. }
             | Op::Rename { .. }
+            | Op::LinkFd { .. }
             | Op::Unlink { .. }
             | Op::Rmdir { .. }
             | Op::RemoveTree { .. }
@@ -315,6 +341,7 @@ impl Op<'_> {
             | Op::Hash { .. }
             | Op::HashFile { .. }
             | Op::Close { .. }
+            | Op::Sole { .. }
             | Op::Stat { .. }
             | Op::List { .. }
             | Op::ListNext { .. } => false,
@@ -391,6 +418,8 @@ pub enum Done {
     Stat(Option<Meta>),
     /// Listed entries (without `.` and `..`).
     Entries(Vec<(OsString, FileKind)>),
+    /// The answer to [`Op::Sole`].
+    Sole(bool),
 }
 
 impl Done {
@@ -398,7 +427,12 @@ impl Done {
     pub fn fd(&self) -> Option<Fd> {
         match self {
             Done::Opened { fd, .. } | Done::Created { fd, .. } => Some(*fd),
-            Done::Ok | Done::Data(_) | Done::Hashed(_) | Done::Stat(_) | Done::Entries(_) => None,
+            Done::Ok
+            | Done::Data(_)
+            | Done::Hashed(_)
+            | Done::Stat(_)
+            | Done::Entries(_)
+            | Done::Sole(_) => None,
         }
     }
 }

@@ -15,7 +15,8 @@ use std::sync::{Mutex, MutexGuard};
 use checkpoint_support::*;
 use proptest::prelude::*;
 use tenure::checkpoint::{
-    CheckpointError, CheckpointStore, FAILPOINTS, FAILPOINTS_AFTER_RENAME, Published,
+    CheckpointError, CheckpointStore, FAILPOINTS, FAILPOINTS_AFTER_RENAME, FAILPOINTS_COPY_ONLY,
+    Published,
 };
 use tenure::privfs::{FsError, OpKind, StateDir};
 
@@ -65,7 +66,8 @@ fn child_crash_publish() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
-    let res = store.publish(1, &staging);
+    // The runner's publish: staged files are adopted (copied at the copy's own crash points).
+    let res = store.publish_adopting(1, &staging);
     println!("published {res:?}");
 }
 
@@ -87,6 +89,15 @@ fn run_crash_child(state: &Path, g: u64, point: &str, action: &str) -> Ended {
             // The payload (40,000 bytes) gets its own fsync, the small files the batch's
             // syncfs: every publish takes both durability paths.
             ("TENURE_OWN_FSYNC_MIN", "32768".to_string()),
+            (
+                "TENURE_ADOPT",
+                if FAILPOINTS_COPY_ONLY.contains(&point) {
+                    "0"
+                } else {
+                    "1"
+                }
+                .to_string(),
+            ),
         ],
     );
     let out = child.wait_with_output().unwrap();

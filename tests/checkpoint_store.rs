@@ -954,3 +954,101 @@ fn staging_with_more_files_than_descriptors_publishes() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Issue 11 (card P1): a publish that adopts its staging area links each new file into the
+/// store instead of copying it — the blob is the staged file itself, now read-only — but copies
+/// a file that is not ours alone: one another handle still holds open for writing (a late
+/// write through it must not reach the checkpoint) and one with a second name. What loads is
+/// what was staged, in every case.
+#[test]
+fn adopting_publish_links_what_is_ours_alone_and_copies_the_rest() {
+    let fx = Fixture::new(1);
+    let sd = fx.open();
+    let store = CheckpointStore::open_owned(&sd, opts()).unwrap();
+    let staging = store.staging().unwrap();
+    let files = vec![
+        ("adopted".to_string(), b"ours alone".to_vec()),
+        ("dir/deep".to_string(), vec![3u8; 70_000]),
+        ("held".to_string(), b"still open for writing".to_vec()),
+        ("linked".to_string(), b"two names".to_vec()),
+        ("same".to_string(), b"ours alone".to_vec()),
+    ];
+    write_staged(staging.path(), &files);
+    std::fs::hard_link(
+        staging.path().join("linked"),
+        staging.path().join("linked-too"),
+    )
+    .unwrap();
+    let mut held = std::fs::OpenOptions::new()
+        .append(true)
+        .open(staging.path().join("held"))
+        .unwrap();
+    let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+    let staged: Vec<(String, u64)> = ["adopted", "dir/deep", "held", "linked"]
+        .iter()
+        .map(|n| (n.to_string(), ino(&staging.path().join(n))))
+        .collect();
+    let published = store.publish_adopting(1, &staging).unwrap();
+    let Published::New { checkpoint, .. } = published else {
+        panic!("expected a new checkpoint, got {published:?}")
+    };
+    // The late write goes into the staged file only.
+    std::io::Write::write_all(&mut held, b", and written late").unwrap();
+    drop(held);
+
+    let leases =
+        std::fs::read_to_string("/proc/sys/fs/leases-enable").is_ok_and(|v| v.trim() == "1");
+    let blob_of = |name: &str| {
+        let content = &files.iter().find(|(n, _)| n == name).unwrap().1;
+        fx.store_dir().join("blobs/sha256").join(sha(content))
+    };
+    for (name, staged_ino) in &staged {
+        let blob = blob_of(name);
+        let meta = std::fs::metadata(&blob).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o400, "{name}");
+        let shares = meta.ino() == *staged_ino;
+        let expect = leases && (name == "adopted" || name == "dir/deep");
+        assert_eq!(
+            shares, expect,
+            "{name}: adopted {shares}, expected {expect}"
+        );
+    }
+    // `same` has the bytes of `adopted`: one blob, and `same` stays a file of its own.
+    assert_ne!(
+        ino(&staging.path().join("same")),
+        ino(&blob_of("adopted")),
+        "a duplicate is not adopted"
+    );
+    store.discard_staging(staging).unwrap();
+    let ro = CheckpointStore::open(&sd, opts()).unwrap();
+    let loaded = ro.load().unwrap().expect("a checkpoint");
+    assert_eq!(loaded.summary(), checkpoint);
+    let mut want = files.clone();
+    want.insert(4, ("linked-too".to_string(), b"two names".to_vec()));
+    assert_eq!(contents(&ro, &loaded), want);
+    for (p, (mode, _)) in snapshot(&fx.store_dir()) {
+        assert_eq!(mode & 0o077, 0, "{} is not private", p.display());
+    }
+}
+
+/// Issue 11 (card P1): the plain `publish` never adopts: the staging area stays the caller's,
+/// its files untouched (modes and inodes), to be changed and published again.
+#[test]
+fn plain_publish_leaves_the_staging_area_alone() {
+    let fx = Fixture::new(1);
+    let sd = fx.open();
+    let store = CheckpointStore::open_owned(&sd, opts()).unwrap();
+    let staging = store.staging().unwrap();
+    write_staged(staging.path(), &[("a".to_string(), b"one".to_vec())]);
+    let before = snapshot(staging.path());
+    store.publish(1, &staging).unwrap();
+    assert_eq!(snapshot(staging.path()), before);
+    std::fs::write(staging.path().join("a"), b"two").unwrap();
+    store.publish(1, &staging).unwrap();
+    let ro = CheckpointStore::open(&sd, opts()).unwrap();
+    let loaded = ro.load().unwrap().expect("a checkpoint");
+    assert_eq!(
+        contents(&ro, &loaded),
+        vec![("a".to_string(), b"two".to_vec())]
+    );
+}

@@ -12,7 +12,7 @@ mod common;
 
 use common::*;
 use std::os::unix::process::ExitStatusExt;
-use tenure::checkpoint::{FAILPOINTS, FAILPOINTS_AFTER_RENAME};
+use tenure::checkpoint::{FAILPOINTS, FAILPOINTS_AFTER_RENAME, FAILPOINTS_COPY_ONLY};
 
 /// A state dir whose checkpoint 1 holds `a` = `old`, and CURRENT's bytes.
 fn seeded() -> (Env, Vec<u8>) {
@@ -36,6 +36,10 @@ fn publish_with(env: &Env, point: &str, action: &str) -> Finished {
     // The one small file takes the batch's syncfs; for the large-blob fsync it is made large.
     if point == "publish.blob.fsync" {
         c.env("TENURE_OWN_FSYNC_MIN", "1");
+    }
+    // The runner adopts the staged file; the copy's own steps are reached by copying.
+    if FAILPOINTS_COPY_ONLY.contains(&point) {
+        c.env("TENURE_ADOPT", "0");
     }
     let mut r = env.start(c);
     r.close_stdin();
@@ -73,6 +77,16 @@ fn g4_publish_failure_at_every_step_is_reported_truthfully() {
                 );
                 assert_eq!(env.current_bytes().unwrap(), old, "{point}");
             }
+        }
+        // Card P1: a refused output is kept whole (the adopted file too), under its epoch.
+        if !point.starts_with("gc.") {
+            let kept = env.dir.join("checkpoints/failed/2/a");
+            assert_eq!(
+                std::fs::read_to_string(&kept).ok().as_deref(),
+                Some("new\n"),
+                "{point}: {}",
+                kept.display()
+            );
         }
         let v = env.tool("verify", &[]);
         v.expect_code(0);

@@ -421,6 +421,13 @@ pub fn src_mutants() -> Vec<SrcMutant> {
             checkpoint::CURRENT_VALID_AFTER_CRASH,
         ),
         m(
+            "adopt-ignores-writer",
+            "src/checkpoint/plan/publish.rs `PublishPlan` (AdoptSole)",
+            "a staged file another process still holds open for writing is adopted as a blob all the same",
+            Checkpoint,
+            checkpoint::BLOBS_UNALTERED,
+        ),
+        m(
             "blobs-named-before-batch-sync",
             "src/checkpoint/plan/publish.rs `PublishPlan::manifest_done`",
             "the new blobs get their names in blobs/sha256/ before the batch makes their data durable",

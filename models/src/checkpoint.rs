@@ -73,6 +73,9 @@ pub const CLEAN_AFTER_POWER_LOSS: &str = "clean after power loss";
 pub const FENCED_PUBLISH: &str = "fenced publish";
 /// The driver feeds only events its semantics allow and the machine accepts.
 pub const LEGAL_EVENTS: &str = "legal events";
+/// Issue 11: a staged file adopted as a blob is never altered afterwards: a writer that still
+/// holds it open for writing makes the publish copy it, so its late write changes no blob.
+pub const BLOBS_UNALTERED: &str = "adopted blobs unaltered";
 
 const V_CRASH: u16 = 1;
 const V_GC: u16 = 2;
@@ -82,6 +85,7 @@ const V_ILLEGAL: u16 = 16;
 const V_UNCLEAN: u16 = 32;
 const V_FENCE: u16 = 64;
 const V_PUBLISHED: u16 = 128;
+const V_ALTERED: u16 = 256;
 
 const S_KEPT_OLD: u16 = 1;
 const S_KEPT_NEW: u16 = 2;
@@ -92,6 +96,8 @@ const S_ALL_RUNS: u16 = 32;
 const S_LOST_UNSYNCED: u16 = 64;
 const S_FENCED: u16 = 128;
 const S_CLEAN_AFTER_POWER_LOSS: u16 = 256;
+const S_ADOPTED: u16 = 512;
+const S_HELD_COPIED: u16 = 1024;
 
 /// The store's directory and the staging area the writer fills, relative to the state dir.
 const STORE: &str = "checkpoints";
@@ -139,6 +145,9 @@ pub struct CheckpointModel {
     pub corrupt_orphans: bool,
     /// Which entry operations power loss may keep.
     pub reorder: Reorder,
+    /// Runs whose writer leaves a process behind that still holds the run's own staged file
+    /// open for writing during the publish, and writes through it once, at any later point.
+    pub late_writers: u8,
 }
 
 impl CheckpointModel {
@@ -155,6 +164,7 @@ impl CheckpointModel {
             keeps: vec![1],
             corrupt_orphans: true,
             reorder: Reorder::Prefix,
+            late_writers: 1,
         }
     }
 
@@ -225,6 +235,8 @@ pub struct CheckpointState {
     pub corruptions_left: u8,
     /// Takeovers left.
     pub takeovers_left: u8,
+    /// Late writers left.
+    pub late_left: u8,
     /// Milestones reached (for the `sometimes` properties).
     pub seen: u16,
     /// Violations recorded by steps (bit set).
@@ -247,6 +259,8 @@ pub enum CheckpointAction {
     Takeover,
     /// A byte of this file (a path in the state dir) flips between runs.
     Corrupt(String),
+    /// The process that still holds a staged file open for writing appends to it and exits.
+    LateWrite,
 }
 
 /// What `CURRENT` in `fs` names, judged by the format's definition.
@@ -330,6 +344,25 @@ fn judge(fs: &SimFs) -> Named {
         }
     }
     Named::Valid(cur.to_vec(), files)
+}
+
+/// Every blob of the store by its path: those in `blobs/sha256/`, and those a publish named by
+/// their digest in `incoming/` already.
+fn blob_paths(fs: &SimFs) -> Vec<String> {
+    let mut v = fs.file_paths(&format!("{STORE}/blobs/sha256"));
+    v.extend(
+        fs.file_paths(&format!("{STORE}/incoming"))
+            .into_iter()
+            .filter(|p| p.rsplit('/').next().is_some_and(|n| n.len() == 64)),
+    );
+    v
+}
+
+/// Whether the blob at `path` holds the bytes its name is the digest of.
+fn blob_intact(fs: &SimFs, path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or_default();
+    fs.read(path)
+        .is_some_and(|b| tenure::checkpoint::format::Digest(sha(b)).to_hex() == name)
 }
 
 fn is_valid(n: &Named) -> bool {
@@ -470,7 +503,13 @@ impl CheckpointState {
         for (f, name) in FILES.iter().enumerate() {
             self.fs
                 .make_mut()
-                .put_file(&format!("{STAGING}/{name}"), &content(f, self.run));
+                .put_file_unsynced(&format!("{STAGING}/{name}"), &content(f, self.run));
+        }
+        if self.late_left > 0 {
+            self.late_left -= 1;
+            self.fs
+                .make_mut()
+                .hold_for_write(&format!("{STAGING}/{}", FILES[1]));
         }
         let fds = self.fds.expect("the owned open ran before the publish");
         self.stage = Stage::Publishing(
@@ -556,7 +595,7 @@ impl CheckpointState {
                             Input {
                                 name: (*name).to_string(),
                                 mode: 0o600,
-                                src: Src::File { fd, size },
+                                src: Src::Staged { fd, size },
                             }
                         });
                         p.make_mut().give_input(input).map(|()| true)
@@ -597,6 +636,13 @@ impl CheckpointState {
                         {
                             if *bytes_written < checkpoint.bytes {
                                 self.seen |= S_DEDUP;
+                            }
+                            let (adopted, refused) = p.adoption();
+                            if adopted > 0 {
+                                self.seen |= S_ADOPTED;
+                            }
+                            if refused > 0 {
+                                self.seen |= S_HELD_COPIED;
                             }
                             if gc.manifests_removed > 0 {
                                 self.seen |= S_GC_DELETED;
@@ -642,6 +688,10 @@ impl CheckpointState {
     }
 
     fn published(&mut self, ok: bool) {
+        // The late writer overlaps the publish only (a bound of the world).
+        if self.fs.has_writer() {
+            self.fs.make_mut().end_writers();
+        }
         if ok {
             self.published += 1;
             if self.published == self.runs {
@@ -738,12 +788,16 @@ impl CheckpointState {
             power_left: self.power_left,
             corruptions_left: self.corruptions_left,
             takeovers_left: self.takeovers_left,
+            late_left: self.late_left,
             seen: self.seen,
             violations: self.violations,
         }
     }
 
     fn after_process_end(&mut self) {
+        if self.fs.has_writer() {
+            self.fs.make_mut().end_writers();
+        }
         self.stage = Stage::Idle;
         self.fds = None;
         self.drv = Driver::new(Config::in_process());
@@ -787,6 +841,7 @@ impl Model for CheckpointModel {
                 power_left: self.power_losses,
                 corruptions_left: self.corruptions,
                 takeovers_left: self.takeovers,
+                late_left: self.late_writers,
                 seen: 0,
                 violations: 0,
             })
@@ -794,6 +849,9 @@ impl Model for CheckpointModel {
     }
 
     fn actions(&self, s: &CheckpointState, out: &mut Vec<CheckpointAction>) {
+        if s.fs.has_writer() && matches!(s.stage, Stage::Publishing(..)) {
+            out.push(CheckpointAction::LateWrite);
+        }
         match &s.stage {
             Stage::Idle => {
                 if s.run < self.runs {
@@ -885,6 +943,18 @@ impl Model for CheckpointModel {
                     format!("{}\n", u64::from(s.run) + 1).as_bytes(),
                 );
             }
+            CheckpointAction::LateWrite => {
+                // Every blob whose bytes match its name before the write must still match
+                // after it (a corruption may have broken one already: that one is not asked).
+                let whole: Vec<String> = blob_paths(&s.fs)
+                    .into_iter()
+                    .filter(|b| blob_intact(&s.fs, b))
+                    .collect();
+                s.fs.make_mut().late_write(b"written late\n");
+                if whole.iter().any(|b| !blob_intact(&s.fs, b)) {
+                    s.violations |= V_ALTERED;
+                }
+            }
             CheckpointAction::Corrupt(path) => {
                 s.corruptions_left -= 1;
                 s.tampered = true;
@@ -962,7 +1032,21 @@ impl Model for CheckpointModel {
             Property::always(LEGAL_EVENTS, |_, s: &CheckpointState| {
                 s.violations & V_ILLEGAL == 0
             }),
+            Property::sometimes("a staged file is adopted", |_, s: &CheckpointState| {
+                s.seen & S_ADOPTED != 0
+            }),
         ];
+        // The late writer's examples exist only where the world has one.
+        if self.late_writers > 0 {
+            v.push(Property::always(
+                BLOBS_UNALTERED,
+                |_, s: &CheckpointState| s.violations & V_ALTERED == 0,
+            ));
+            v.push(Property::sometimes(
+                "a file held open for writing is copied",
+                |_, s: &CheckpointState| s.seen & S_HELD_COPIED != 0,
+            ));
+        }
         // The corruption and takeover examples exist only where the world has them.
         if self.corruptions > 0 {
             v.push(Property::sometimes(
@@ -1006,6 +1090,9 @@ impl crate::run::Describe for CheckpointModel {
                 CheckpointAction::PowerLoss(n, _) => format!("power loss (outcome {n})"),
                 CheckpointAction::Takeover => "another owner persists a newer epoch".into(),
                 CheckpointAction::Corrupt(p) => format!("a byte of {p} flips"),
+                CheckpointAction::LateWrite => {
+                    "the process still holding the run's staged file open writes to it".into()
+                }
             });
         }
         if let Some((s, _)) = path.last() {
@@ -1059,7 +1146,9 @@ fn describe_op(op: &Op<'_>) -> String {
         | Op::Close { .. }
         | Op::SyncDir { .. }
         | Op::SyncFs { .. }
+        | Op::Sole { .. }
         | Op::List { .. }
         | Op::ListNext { .. } => String::new(),
+        Op::LinkFd { to, .. } => format!("link as {}", to.to_string_lossy()),
     }
 }

@@ -562,6 +562,10 @@ pub struct SimFs {
     nodes: Nodes,
     pending: Vec<Pending>,
     handles: BTreeMap<u32, Handle>,
+    /// Files another process holds open for writing (a writer the store does not control:
+    /// [`Op::Sole`] answers `false` for them; a process crash of the store keeps them, a power
+    /// loss ends them).
+    writers: Vec<Ino>,
 }
 
 impl Default for SimFs {
@@ -614,6 +618,7 @@ impl SimFs {
             nodes: Nodes(vec![Shared::new(Node::Dir(DirNode::default()))]),
             pending: Vec::new(),
             handles: BTreeMap::new(),
+            writers: Vec::new(),
         }
     }
 
@@ -988,6 +993,7 @@ impl SimFs {
                 nodes,
                 pending: Vec::new(),
                 handles: BTreeMap::new(),
+                writers: Vec::new(),
             };
             let files: Vec<Ino> = base
                 .reachable()
@@ -1088,6 +1094,9 @@ impl SimFs {
                 Handle::List { dir, .. } => visit(*dir, &mut order),
             }
         }
+        for w in &self.writers {
+            visit(*w, &mut order);
+        }
         // Directories reached only through pending ops or handles may hold more.
         let mut k = 0;
         while k < order.len() {
@@ -1145,6 +1154,9 @@ impl SimFs {
                 Handle::List { dir, .. } => *dir = map[*dir as usize],
             }
         }
+        for w in &mut self.writers {
+            *w = map[*w as usize];
+        }
         Some(map)
     }
 
@@ -1192,6 +1204,11 @@ impl SimFs {
                 Handle::List { dir, .. } => *dir,
             };
             if !visit(i, &mut count) {
+                return false;
+            }
+        }
+        for w in &self.writers {
+            if !visit(*w, &mut count) {
                 return false;
             }
         }
@@ -1396,6 +1413,56 @@ impl SimFs {
         {
             dn.live.remove(OsStr::new(name));
             dn.durable.remove(OsStr::new(name));
+        }
+        self.normalize();
+    }
+
+    /// How many live names `ino` has.
+    fn names_of(&self, ino: Ino) -> u64 {
+        self.nodes
+            .values()
+            .filter_map(|n| match n {
+                Node::Dir(d) => Some(d.live.values().filter(|i| **i == ino).count() as u64),
+                Node::File(_) => None,
+            })
+            .sum()
+    }
+
+    /// Puts a file with `bytes` at `path` as a workload writes it: its directories and entry
+    /// durable (setup), its data not synced.
+    pub fn put_file_unsynced(&mut self, path: &str, bytes: &[u8]) {
+        self.put_file(path, b"");
+        let ino = self.resolve(path).expect("just put");
+        self.file_mut(ino).expect("a file").pending = vec![Content::new(bytes)];
+    }
+
+    /// Another process opens the file at `path` for writing and keeps it open.
+    pub fn hold_for_write(&mut self, path: &str) {
+        let ino = self.resolve(path).expect("a file to hold");
+        if !self.writers.contains(&ino) {
+            self.writers.push(ino);
+        }
+    }
+
+    /// Whether another process holds a file open for writing.
+    pub fn has_writer(&self) -> bool {
+        !self.writers.is_empty()
+    }
+
+    /// Every process holding a file open for writing closes it without writing.
+    pub fn end_writers(&mut self) {
+        if !self.writers.is_empty() {
+            self.writers.clear();
+            self.normalize();
+        }
+    }
+
+    /// Every process holding a file open for writing appends `bytes` through its handle and
+    /// closes it (a late write of a workload's leftover process).
+    pub fn late_write(&mut self, bytes: &[u8]) {
+        for ino in std::mem::take(&mut self.writers) {
+            let end = self.file_node(ino).expect("a file").data().bytes().len() as u64;
+            self.write_at(ino, end, bytes);
         }
         self.normalize();
     }
@@ -1663,6 +1730,27 @@ impl Executor for SimFs {
                         Ok(Done::Ok)
                     }
                 }
+            }
+            Op::LinkFd { fd, to_dir, to } => {
+                let (ino, _) = self.file_of(fd)?;
+                let td = self.dir_of(to_dir)?;
+                if self.lookup(td, to).is_some() {
+                    return Err(FsError::AlreadyExists {
+                        path: self.child_path(td, to),
+                    });
+                }
+                self.push_entry_op(EntryOp::Add {
+                    dir: td,
+                    name: to.into(),
+                    ino,
+                });
+                Ok(Done::Ok)
+            }
+            Op::Sole { fd, links } => {
+                let (ino, _) = self.file_of(fd)?;
+                Ok(Done::Sole(
+                    !self.writers.contains(&ino) && self.names_of(ino) == links,
+                ))
             }
             Op::Rmdir { dir, name } => {
                 let d = self.dir_of(dir)?;

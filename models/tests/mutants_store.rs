@@ -51,6 +51,13 @@ fn own_blob_fsync_skipped() {
     killed("own-blob-fsync-skipped");
 }
 
+/// Issue 11: a staged file adopted while another process still holds it open for writing;
+/// that process's late write alters a blob the checkpoint names.
+#[test]
+fn adopt_ignores_writer() {
+    killed("adopt-ignores-writer");
+}
+
 /// I17, issue 11: a blob named before its data is durable survives power loss empty under its
 /// digest's name, and the successor's publish fails on it.
 #[test]

@@ -110,9 +110,12 @@ pub const FAILED_DIR: &str = "failed";
 /// Every crash point of a publish, in the order a publish of new files over an earlier
 /// checkpoint reaches them ([`plan::PublishPlan`]): each step is `<label>.<step>`, plus
 /// `publish.acked` (after the `CURRENT` directory fsync, before GC) and the GC steps. Tests
-/// iterate over this list, so a new step shows up in the crash sweep by being added here.
+/// iterate over this list, so a new step shows up in the crash sweep by being added here. A
+/// publish that adopts staged files reaches `publish.adopt.link` instead of the copy's
+/// [`FAILPOINTS_COPY_ONLY`].
 pub const FAILPOINTS: &[&str] = &[
     "publish.incoming.mkdir",
+    "publish.adopt.link",
     "publish.blob.create",
     "publish.blob.write",
     "publish.blob.fsync",
@@ -135,6 +138,10 @@ pub const FAILPOINTS: &[&str] = &[
     "gc.manifest.unlink",
     "gc.blob.unlink",
 ];
+
+/// The crash points only a publish that copies its files reaches (one that adopts staged files
+/// links them instead; with the `failpoints` feature, `TENURE_ADOPT=0` makes it copy).
+pub const FAILPOINTS_COPY_ONLY: &[&str] = &["publish.blob.create", "publish.blob.write"];
 
 /// The crash points at which `CURRENT` has already been replaced (load must yield the new
 /// checkpoint after a crash there); at every earlier point it must yield the old one.

@@ -1015,6 +1015,36 @@ impl<'s> CheckpointStore<'s> {
     /// written (card P2); the second walk hands the files to the plan one at a time. Neither
     /// walk recurses, and both hold a bounded number of descriptors at any depth.
     pub fn publish(&self, epoch: u64, staging: &Staging) -> Result<Published, CheckpointError> {
+        self.publish_staged(epoch, staging, false)
+    }
+
+    /// Publishes a staging area the caller gives away: as [`CheckpointStore::publish`], but a
+    /// staged file that becomes a new blob is **adopted** — hard-linked into the store, made
+    /// read-only and hashed from the bytes read — instead of copied, when it is ours alone: a
+    /// regular file of the effective user, with one name, on the store's filesystem, that no
+    /// process holds open for writing or mapped writable (checked after it was made read-only,
+    /// so only root could open it for writing afterwards). Anything else is copied. Adoption
+    /// writes nothing but names, and the staged originals need no deletion of data afterwards.
+    ///
+    /// The caller must discard the area after the publish ([`CheckpointStore::discard_staging`])
+    /// and write nothing into it meanwhile: its adopted files share their data with blobs of
+    /// the store. If the publish fails, the area keeps every file (the adopted ones read-only)
+    /// for [`CheckpointStore::keep_failed`]. Whatever alters a blob afterwards (root writing
+    /// through a staged name before the discard), the load refuses it by its digest.
+    pub fn publish_adopting(
+        &self,
+        epoch: u64,
+        staging: &Staging,
+    ) -> Result<Published, CheckpointError> {
+        self.publish_staged(epoch, staging, adopt_allowed())
+    }
+
+    fn publish_staged(
+        &self,
+        epoch: u64,
+        staging: &Staging,
+        adopt: bool,
+    ) -> Result<Published, CheckpointError> {
         let (root, _, _) = self.owned_dirs()?;
         let parent = root.open_dir(STAGING_DIR)?;
         let top = match parent.stat(&staging.name)? {
@@ -1046,6 +1076,7 @@ impl<'s> CheckpointStore<'s> {
         drop(walker);
         let mut walker = tree::Walker::new(&top, self.limits)?;
         let top_path = top.path().to_path_buf();
+        let euid = rustix::process::geteuid().as_raw();
         let mut next = |exec: &mut Exec<'_>| -> Result<Option<plan::Input>, CheckpointError> {
             let Some(found) = walker.next()? else {
                 return Ok(None);
@@ -1056,12 +1087,17 @@ impl<'s> CheckpointStore<'s> {
             let st =
                 rustix::fs::fstat(&f).map_err(|e| CheckpointError::io(&path, "stat", e.into()))?;
             let size = st.st_size as u64;
+            // Only a file of ours with one name may be adopted (the plan checks again once it
+            // is linked); the link itself refuses another filesystem.
+            let ours = adopt && st.st_nlink == 1 && st.st_uid == euid;
+            let fd = exec.adopt_file(f, path);
             Ok(Some(plan::Input {
                 name: found.name,
                 mode: st.st_mode & 0o777,
-                src: Src::File {
-                    fd: exec.adopt_file(f, path),
-                    size,
+                src: if ours {
+                    Src::Staged { fd, size }
+                } else {
+                    Src::File { fd, size }
                 },
             }))
         };
@@ -1449,6 +1485,16 @@ fn own_fsync_min() -> u64 {
         return n;
     }
     plan::OWN_FSYNC_MIN
+}
+
+/// Whether a publish that may adopt staged files does. With the `failpoints` feature,
+/// `TENURE_ADOPT=0` makes it copy them, so the crash tests reach the copy's steps too.
+fn adopt_allowed() -> bool {
+    #[cfg(feature = "failpoints")]
+    if std::env::var("TENURE_ADOPT").is_ok_and(|v| v == "0") {
+        return false;
+    }
+    true
 }
 
 /// How many threads check blobs at once: the available cores, at most 8 (each holds one

@@ -1127,7 +1127,7 @@ impl<'a> Runner<'a> {
             self.queue.push_back(Event::CheckpointSkipped);
             return;
         };
-        let result = store.and_then(|s| s.publish(epoch, &rec.staging));
+        let result = store.and_then(|s| s.publish_adopting(epoch, &rec.staging));
         match result {
             Ok(Published::New {
                 checkpoint,

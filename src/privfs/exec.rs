@@ -13,6 +13,7 @@ use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 
 use rustix::fs::{AtFlags, Mode};
@@ -556,6 +557,38 @@ impl Executor for Exec<'_> {
                 self.untrack(dir, name);
                 Ok(Done::Ok)
             }
+            Op::LinkFd { fd, to_dir, to } => {
+                let (file, from) = self.file(fd)?;
+                // The handle's own file, through its /proc name (linkat(2): what an
+                // unprivileged process can link; `AT_EMPTY_PATH` needs a capability).
+                let proc = format!("/proc/self/fd/{}", file.as_raw_fd());
+                let from = from.to_path_buf();
+                let dst = self.dir(to_dir)?;
+                let to = dst.name(to)?;
+                let to_path = dst.child_path(to);
+                hit(label, RecordKind::Link)
+                    .map_err(|e| FsError::io("link", to_path.clone(), e))?;
+                rustix::fs::linkat(
+                    rustix::fs::CWD,
+                    proc.as_str(),
+                    dst,
+                    to,
+                    AtFlags::SYMLINK_FOLLOW,
+                )
+                .map_err(|e| FsError::io("link", to_path.clone(), e))?;
+                record(RecordKind::Link, dst.path(), to, Some(&from));
+                Ok(Done::Ok)
+            }
+            Op::Sole { fd, links } => {
+                let (file, path) = self.file(fd)?;
+                let st = rustix::fs::fstat(&*file)
+                    .map_err(|e| FsError::io("stat", path.to_path_buf(), e))?;
+                Ok(Done::Sole(
+                    st.st_nlink == links
+                        && st.st_uid == rustix::process::geteuid().as_raw()
+                        && no_writer(file),
+                ))
+            }
             Op::Rmdir { dir, name } => {
                 self.dir(dir)?.remove_dir(name, label)?;
                 Ok(Done::Ok)
@@ -632,5 +665,31 @@ impl Dir {
             .map_err(|e| FsError::io("create", path.clone(), e))?;
         record(RecordKind::Mkdir, &self.path, name, None);
         Ok(())
+    }
+}
+
+/// Whether no process holds `file` open for writing (or mapped writable): a read lease is
+/// taken and given back at once, which the kernel grants only when no open file description of
+/// the inode is writable. Should a writer open the file in between, the kernel starts breaking
+/// the lease (its open waits for our release) and signals us: that signal is made `SIGURG`,
+/// which is ignored unless handled, and the broken lease answers `false`. Leases disabled
+/// (`fs.leases-enable`), unsupported by the filesystem or refused answer `false`: the caller
+/// then copies.
+fn no_writer(file: &File) -> bool {
+    /// `F_SETSIG` (fcntl(2); the same on every Linux architecture, not exported by libc).
+    const F_SETSIG: libc::c_int = 10;
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl with integer arguments on a descriptor this executor owns; no memory is
+    // passed to the kernel.
+    unsafe {
+        if libc::fcntl(fd, F_SETSIG, libc::SIGURG) != 0 {
+            return false;
+        }
+        if libc::fcntl(fd, libc::F_SETLEASE, libc::F_RDLCK) != 0 {
+            return false;
+        }
+        let held = libc::fcntl(fd, libc::F_GETLEASE) == libc::F_RDLCK;
+        libc::fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK);
+        held
     }
 }

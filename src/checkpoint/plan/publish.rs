@@ -66,6 +66,16 @@ pub enum Src {
         /// Its size.
         size: u64,
     },
+    /// A file of a staging area the caller gives away (it discards the area after the
+    /// publish): when it must become a new blob it is **adopted** — linked into the store
+    /// instead of copied — if it is ours alone (one name, no writer: [`Op::Sole`]), else
+    /// copied like [`Src::File`].
+    Staged {
+        /// Its handle (open read-only).
+        fd: Fd,
+        /// Its size.
+        size: u64,
+    },
     /// A reader the caller handed to the executor (size unknown until read).
     Reader {
         /// Its handle.
@@ -83,7 +93,7 @@ pub enum Src {
 impl Src {
     fn fd(&self) -> Option<Fd> {
         match self {
-            Src::File { fd, .. } | Src::Reader { fd } => Some(*fd),
+            Src::File { fd, .. } | Src::Staged { fd, .. } | Src::Reader { fd } => Some(*fd),
             Src::Blob { .. } => None,
         }
     }
@@ -149,6 +159,15 @@ enum At {
     CreateBlob,
     CopyBlob,
     StatCopied,
+    // A staged file adopted: linked into `incoming/`, made read-only, found ours alone
+    // (else unlinked and its mode given back, and copied), hashed from its start.
+    AdoptLink,
+    AdoptChmod,
+    AdoptSole,
+    AdoptUndoUnlink,
+    AdoptUndoChmod,
+    AdoptRewind,
+    AdoptHash,
     ChmodBlob,
     FsyncBlob,
     CloseBlob(AfterClose),
@@ -239,6 +258,14 @@ pub struct PublishPlan {
     own_fsync_min: u64,
     /// Whether the blob being stored got its own fsync.
     blob_synced: bool,
+    /// Whether the blob being stored is the input itself, adopted (its temp name in `tmp`
+    /// has no handle of its own: the input's is used).
+    adopted: bool,
+    /// Whether the input may not be adopted (it is not ours alone, or cannot be linked).
+    adopt_refused: bool,
+    /// Files adopted, and staged files copied because they were not ours alone.
+    adopted_files: u64,
+    refused_files: u64,
     acked: bool,
     /// Whether the second fence (right before `CURRENT` is replaced) passed.
     fenced: bool,
@@ -317,6 +344,10 @@ impl PublishPlan {
             unsynced_blobs: 0,
             own_fsync_min: OWN_FSYNC_MIN,
             blob_synced: false,
+            adopted: false,
+            adopt_refused: false,
+            adopted_files: 0,
+            refused_files: 0,
             acked: false,
             fenced: false,
             over: None,
@@ -411,6 +442,12 @@ impl PublishPlan {
         &self.incoming_dir
     }
 
+    /// Staged files adopted as new blobs so far, and staged files copied because another
+    /// process still held them open for writing or they had another name.
+    pub fn adoption(&self) -> (u64, u64) {
+        (self.adopted_files, self.refused_files)
+    }
+
     /// Whether the last fence, right before `CURRENT` is replaced, passed.
     pub fn fenced(&self) -> bool {
         self.fenced
@@ -436,6 +473,8 @@ impl PublishPlan {
                 self.cur = Some(input);
                 self.hint = None;
                 self.got = None;
+                self.adopted = false;
+                self.adopt_refused = false;
                 self.at = At::Hint;
                 self.find_hint()
             }
@@ -501,22 +540,73 @@ impl PublishPlan {
                 self.hex = sha256.to_hex();
                 At::StatCarried
             }
-            Src::File { size, .. } if self.hint.as_ref().is_some_and(|h| h.size == size) => {
+            Src::File { size, .. } | Src::Staged { size, .. }
+                if self.hint.as_ref().is_some_and(|h| h.size == size) =>
+            {
                 // Likely unchanged: hash first, and skip the copy if its blob exists.
                 At::HashSource
             }
-            Src::File { .. } | Src::Reader { .. } => self.create_blob(),
+            Src::File { .. } | Src::Staged { .. } | Src::Reader { .. } => self.create_blob(),
         };
         Ok(())
     }
 
     /// A blob's temp file is created in `incoming/`, which the first new blob creates (a
     /// publish that writes no blob leaves no trace).
-    fn create_blob(&self) -> At {
+    fn create_blob(&mut self) -> At {
         if self.incoming.is_some() {
-            At::CreateBlob
+            self.new_blob()
         } else {
             At::ClearIncoming
+        }
+    }
+
+    /// With `incoming/` open: a staged file is adopted if it may be, anything else copied.
+    fn new_blob(&mut self) -> At {
+        if matches!(self.input().src, Src::Staged { .. }) && !self.adopt_refused {
+            // Its second name while it is checked and hashed, unique in this publish's
+            // `incoming/` (which only this publish uses).
+            self.tmp = Some((None, OsString::from(format!("adopt-{}", self.seen))));
+            At::AdoptLink
+        } else {
+            At::CreateBlob
+        }
+    }
+
+    /// The handle of the new blob's bytes: its temp file, or the adopted input itself.
+    fn blob_fd(&self) -> Fd {
+        if self.adopted {
+            self.input().src.fd().expect("an adopted file")
+        } else {
+            tmp_fd(&self.tmp)
+        }
+    }
+
+    /// After the new blob was made read-only: its own fsync when it is large, then its name.
+    fn after_blob_chmod(&mut self) {
+        let size = self.got.expect("copied").size;
+        self.blob_synced = false;
+        self.at = if size >= self.own_fsync_min {
+            if crate::mutant::on("own-blob-fsync-skipped") {
+                // A planted bug for the mutation table: a large blob counts as
+                // synced by its own fsync, which never runs.
+                self.blob_synced = true;
+                self.after_blob_fsync()
+            } else {
+                At::FsyncBlob
+            }
+        } else {
+            self.after_blob_fsync()
+        };
+    }
+
+    /// A copy's temp file is closed before its rename; an adopted file keeps the input's
+    /// handle (closed with the input).
+    fn after_blob_fsync(&self) -> At {
+        if self.adopted {
+            At::RenameBlob
+        } else {
+            At::CloseBlob(AfterClose::Rename)
         }
     }
 
@@ -612,6 +702,8 @@ impl PublishPlan {
                 let got = self.got.expect("hashed");
                 self.stored(got.size, Digest(got.sha256), 0);
             }
+            // An adopted file's second name goes; its first, in the staging area, stays.
+            AfterVerify::DropTemp if self.adopted => self.at = At::UnlinkBlobTemp,
             AfterVerify::DropTemp => self.at = At::CloseBlob(AfterClose::Unlink),
         }
     }
@@ -817,6 +909,57 @@ impl Plan for PublishPlan {
                     writeback: true,
                 },
             ),
+            At::AdoptLink => op(
+                "publish.adopt",
+                Op::LinkFd {
+                    fd: self.input().src.fd().expect("a staged file"),
+                    to_dir: self.incoming.expect("incoming is open"),
+                    to: tmp_name(&self.tmp),
+                },
+            ),
+            At::AdoptChmod => op(
+                "publish.adopt",
+                // Read-only before the check below, so that no new open for writing (but
+                // root's) can follow it.
+                Op::Chmod {
+                    fd: self.input().src.fd().expect("a staged file"),
+                    mode: 0o400,
+                },
+            ),
+            At::AdoptSole => op(
+                "publish.adopt",
+                Op::Sole {
+                    fd: self.input().src.fd().expect("a staged file"),
+                    links: 2,
+                },
+            ),
+            At::AdoptUndoUnlink => op(
+                "publish.adopt",
+                Op::Unlink {
+                    dir: self.incoming.expect("open"),
+                    name: tmp_name(&self.tmp),
+                },
+            ),
+            At::AdoptUndoChmod => op(
+                "publish.adopt",
+                Op::Chmod {
+                    fd: self.input().src.fd().expect("a staged file"),
+                    mode: self.input().mode & 0o777,
+                },
+            ),
+            At::AdoptRewind => op(
+                "publish.adopt",
+                Op::Rewind {
+                    fd: self.input().src.fd().expect("a staged file"),
+                },
+            ),
+            At::AdoptHash => op(
+                "publish.adopt",
+                Op::Hash {
+                    fd: self.input().src.fd().expect("a staged file"),
+                    limit: None,
+                },
+            ),
             At::ChmodBlob => op(
                 "publish.blob",
                 // Blobs are read-only even to us, so no later open for writing can change
@@ -829,7 +972,7 @@ impl Plan for PublishPlan {
             At::FsyncBlob => op(
                 "publish.blob",
                 Op::Fsync {
-                    fd: tmp_fd(&self.tmp),
+                    fd: self.blob_fd(),
                     data_only: true,
                 },
             ),
@@ -1110,7 +1253,7 @@ impl Plan for PublishPlan {
             }
             At::OpenIncoming => {
                 self.incoming = Some(fd_of(&r.map_err(publish_failed)?));
-                self.at = At::CreateBlob;
+                self.at = self.new_blob();
             }
             At::NextInput => unreachable!("inputs come through give_input"),
             At::Hint => {
@@ -1212,31 +1355,75 @@ impl Plan for PublishPlan {
                 self.at = At::StatCopied;
             }
             At::StatCopied => match r? {
+                Done::Stat(None) if self.adopted => self.after_blob_chmod(),
                 Done::Stat(None) => self.at = At::ChmodBlob,
                 Done::Stat(Some(m)) => self.existing(m.size, AfterVerify::DropTemp)?,
                 other => panic!("a stat returns metadata, not {other:?}"),
             },
+            At::AdoptLink => match r {
+                Ok(_) => self.at = At::AdoptChmod,
+                // Not linkable here (another filesystem, no hard links, not permitted, or no
+                // /proc to link the handle through: `NotFound`): copied.
+                Err(FsError::NotFound { .. }) => {
+                    self.tmp = None;
+                    self.adopt_refused = true;
+                    self.at = At::CreateBlob;
+                }
+                Err(FsError::Io { source, .. }) if not_linkable(&source) => {
+                    self.tmp = None;
+                    self.adopt_refused = true;
+                    self.at = At::CreateBlob;
+                }
+                Err(e) => return Err(publish_failed(e)),
+            },
+            At::AdoptChmod => {
+                r.map_err(publish_failed)?;
+                self.at = At::AdoptSole;
+            }
+            At::AdoptSole => match r.map_err(publish_failed)? {
+                // A planted bug for the mutation table: a file another process still holds
+                // open for writing is adopted all the same.
+                Done::Sole(true) => self.at = At::AdoptRewind,
+                Done::Sole(false) if crate::mutant::on("adopt-ignores-writer") => {
+                    self.at = At::AdoptRewind;
+                }
+                Done::Sole(false) => {
+                    self.refused_files += 1;
+                    self.at = At::AdoptUndoUnlink;
+                }
+                other => panic!("a sole check returns a verdict, not {other:?}"),
+            },
+            At::AdoptUndoUnlink => {
+                r.map_err(publish_failed)?;
+                self.tmp = None;
+                self.at = At::AdoptUndoChmod;
+            }
+            At::AdoptUndoChmod => {
+                r.map_err(publish_failed)?;
+                self.adopt_refused = true;
+                self.at = At::CreateBlob;
+            }
+            At::AdoptRewind => {
+                r.map_err(|e| self.source_error(e.into(), "seek"))?;
+                self.at = At::AdoptHash;
+            }
+            At::AdoptHash => {
+                // From here on the file is the blob: its bytes are hashed after the check,
+                // so the digest is of the bytes no writer can change any more.
+                let got = hashed(r).map_err(|e| self.source_error(e, "read"))?;
+                self.adopted = true;
+                self.got = Some(got);
+                self.hex = Digest(got.sha256).to_hex();
+                self.at = At::StatCopied;
+            }
             At::ChmodBlob => {
                 r?;
-                let size = self.got.expect("copied").size;
-                self.blob_synced = false;
-                self.at = if size >= self.own_fsync_min {
-                    if crate::mutant::on("own-blob-fsync-skipped") {
-                        // A planted bug for the mutation table: a large blob counts as
-                        // synced by its own fsync, which never runs.
-                        self.blob_synced = true;
-                        At::CloseBlob(AfterClose::Rename)
-                    } else {
-                        At::FsyncBlob
-                    }
-                } else {
-                    At::CloseBlob(AfterClose::Rename)
-                };
+                self.after_blob_chmod();
             }
             At::FsyncBlob => {
                 r.map_err(publish_failed)?;
                 self.blob_synced = true;
-                self.at = At::CloseBlob(AfterClose::Rename);
+                self.at = self.after_blob_fsync();
             }
             At::CloseBlob(then) => {
                 r?;
@@ -1254,6 +1441,9 @@ impl Plan for PublishPlan {
                     self.new_blobs += 1;
                     if !self.blob_synced {
                         self.unsynced_blobs += 1;
+                    }
+                    if self.adopted {
+                        self.adopted_files += 1;
                     }
                     self.tmp = None;
                     self.stored(got.size, Digest(got.sha256), got.size);
@@ -1556,4 +1746,13 @@ fn data(d: Done) -> Vec<u8> {
         Done::Data(b) => b,
         other => panic!("a read returns data, not {other:?}"),
     }
+}
+
+/// Whether a hard link failed because this file cannot be linked there (the publish copies it
+/// instead), rather than because the store failed.
+fn not_linkable(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EXDEV | libc::EPERM | libc::EACCES | libc::EMLINK | libc::EOPNOTSUPP)
+    )
 }
