@@ -2,8 +2,8 @@
 //! discard parks an empty area instead of removing it, the next staging area is that directory
 //! renamed, and whatever else is found under the spare's name — files a previous ownership or
 //! anybody else left in it, a link, a file, a directory that is not private — is never handed to
-//! a writer as its own output (crash cards: a successor starts from an empty area). Real files
-//! in temp dirs.
+//! a writer as its own output (card P1: what is published or kept is what this ownership's
+//! writer left; a successor starts from an empty area). Real files in temp dirs.
 
 mod checkpoint_support;
 
@@ -92,7 +92,7 @@ fn the_sweep_keeps_the_spare_and_removes_the_rest() {
     assert_eq!(entries(&staging_dir), vec![".spare"]);
 }
 
-/// Crash cards: files found in the spare (a previous ownership's or anybody's) are never a new
+/// Card P1: files found in the spare (a previous ownership's or anybody's) are never a new
 /// writer's output — the spare is removed and a new empty area made; a spare that is a link
 /// is unlinked and never followed; one that is a file, or a directory open to others, is
 /// replaced too. Nothing outside the store is touched.

@@ -95,23 +95,9 @@ pub fn unified_mount() -> Option<PathBuf> {
         .or_else(mountinfo_cgroup2)
 }
 
-/// Reads a small file of `/proc` with one `read` (plus the one that sees its end): without a
-/// size hint (procfs says 0), `std::fs::read_to_string` reads 32 bytes, then 32, 64, ...
+/// Reads a small file of `/proc` whole with one `read` (the identity's reader).
 fn read_proc(path: impl AsRef<Path>) -> Option<String> {
-    // Plain reads into a buffer that holds the file: `File::read_to_string` first asks the
-    // size (`statx`, 0 for `/proc`) and the position (`lseek`), two calls on every run.
-    let mut f = File::open(path).ok()?;
-    let mut bytes = Vec::with_capacity(4096);
-    let mut chunk = [0u8; 4096];
-    loop {
-        match f.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
-        }
-    }
-    String::from_utf8(bytes).ok()
+    super::identity::read_small(path.as_ref()).ok()
 }
 
 /// The first `cgroup2` mount point of `/proc/self/mountinfo`.

@@ -334,25 +334,11 @@ pub fn plan_write(stored: Option<Stored>, session: Session, next: u64, batch: u6
 }
 
 fn checksum_v1(epoch: u64) -> [u8; 8] {
-    use sha2::Digest as _;
-    let mut h = sha2::Sha256::new();
-    h.update(SLOT_DOMAIN);
-    h.update(epoch.to_le_bytes());
-    let d = h.finalize();
-    let mut out = [0u8; 8];
-    out.copy_from_slice(&d[..8]);
-    out
+    super::record::slot_checksum(SLOT_DOMAIN, &epoch.to_le_bytes())
 }
 
 fn checksum_v2(body: &[u8]) -> [u8; 8] {
-    use sha2::Digest as _;
-    let mut h = sha2::Sha256::new();
-    h.update(SLOT_DOMAIN_V2);
-    h.update(body);
-    let d = h.finalize();
-    let mut out = [0u8; 8];
-    out.copy_from_slice(&d[..8]);
-    out
+    super::record::slot_checksum(SLOT_DOMAIN_V2, body)
 }
 
 /// The bytes of a slot of the two-slot format holding `epoch` (tests of the upgrade).

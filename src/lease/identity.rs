@@ -179,11 +179,11 @@ fn pidfs_ino(pidfd: &OwnedFd) -> Option<u64> {
 /// the end. `read_to_string` sizes its buffer from the file's size, 0 for `/proc`, and grows it
 /// from 32 bytes: six reads for `/proc/PID/stat`, each of which makes the kernel render the
 /// line again (issue 11: twice on every run path).
-fn read_small(path: &Path) -> io::Result<String> {
+pub(crate) fn read_small(path: &Path) -> io::Result<String> {
     use std::io::Read;
     let mut f = std::fs::File::open(path)?;
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
     loop {
         match f.read(&mut chunk) {
             Ok(0) => break,

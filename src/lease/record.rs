@@ -189,15 +189,21 @@ const OWNER_CAPACITY: usize = OWNER_SLOT - OWNER_HEADER;
 const OWNER_MAGIC: &[u8; 4] = b"TOR1";
 const OWNER_DOMAIN: &[u8] = b"tenure owner slot\n";
 
-fn owner_checksum(payload: &[u8]) -> [u8; 8] {
+/// The first 8 bytes of `sha256(domain ‖ body)`: the checksum of the lease's in-place slots
+/// (the owner slot here, the epoch file's slots in `epoch.rs`).
+pub(crate) fn slot_checksum(domain: &[u8], body: &[u8]) -> [u8; 8] {
     use sha2::Digest as _;
     let mut h = sha2::Sha256::new();
-    h.update(OWNER_DOMAIN);
-    h.update(payload);
+    h.update(domain);
+    h.update(body);
     let d = h.finalize();
     let mut out = [0u8; 8];
     out.copy_from_slice(&d[..8]);
     out
+}
+
+fn owner_checksum(payload: &[u8]) -> [u8; 8] {
+    slot_checksum(OWNER_DOMAIN, payload)
 }
 
 /// The slot holding `record` (written at offset 0); `None` when the record does not fit.
