@@ -209,9 +209,10 @@ fn l5_crash_takeover() {
         .collect();
     assert_eq!(
         entries,
-        vec![("leases", "2.json".to_owned())],
-        "stale entry swept"
+        vec![("leases", "owner.slot".to_owned())],
+        "the stale entry is overwritten in place"
     );
+    assert_eq!(st.registry[0].record.as_ref().map(|r| r.epoch), Some(2));
     next.send("release");
     assert_eq!(code(next.wait()), 0);
 }
@@ -253,7 +254,8 @@ fn l5_stale_record_and_registry_are_swept() {
     entries.sort();
     assert_eq!(
         entries,
-        vec!["1-child.json".to_owned(), "2.json".to_owned()]
+        vec!["child.slot".to_owned(), "owner.slot".to_owned()],
+        "the dead instance's entry is vacated, the live orphan's kept"
     );
     second.release().unwrap();
     let st = lease::status(&sd).unwrap();
@@ -1033,6 +1035,7 @@ fn acquisition_crash_points_never_wedge_the_dir() {
         "lease.registry.mkdir",
         "lease.registry.create",
         "lease.registry.write",
+        "lease.registry.rename",
         "lease.waiters.mkdir",
     ];
     let mut table = Vec::new();
@@ -1116,4 +1119,163 @@ fn h7_replaced_dir_is_not_initialised() {
     assert!(matches!(err, LeaseError::Moved { .. }), "{err}");
     assert!(err.to_string().contains("moved or replaced"), "{err}");
     assert_eq!(snapshot(t.path()), before);
+}
+
+/// Issue 11 (the registry written in place): the owner's entry and an instance entry are made
+/// once and then only overwritten — the same inodes across ownerships, registrations and
+/// releases, and no other name ever appears in the registry folders — while `status` shows
+/// exactly the entries of the live ownership (the owner, its registered child) and none once
+/// it released or unregistered.
+#[test]
+fn registry_entries_are_written_in_place() {
+    let t = private_tempdir();
+    let dir = t.path().join("s");
+    let sd = StateDir::open(&dir, true).unwrap();
+    let me = Identity::of_self().unwrap();
+    let ino = |p: &str| {
+        std::fs::metadata(dir.join(".tenure/registry").join(p))
+            .unwrap()
+            .ino()
+    };
+    let names = |kind: &str| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir.join(".tenure/registry").join(kind))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let shown = || -> Vec<(&'static str, String, u64)> {
+        let st = lease::status(&sd).unwrap();
+        st.registry
+            .iter()
+            .map(|r| (r.kind, r.entry.clone(), r.record.as_ref().unwrap().epoch))
+            .collect()
+    };
+    let mut inodes = None;
+    for round in 1..=4u64 {
+        let mut l = acquire_here(&sd).unwrap();
+        assert_eq!(l.epoch(), round);
+        assert_eq!(shown(), [("leases", "owner.slot".to_owned(), round)]);
+        l.register_instance("child", &me).unwrap();
+        assert_eq!(
+            shown(),
+            [
+                ("leases", "owner.slot".to_owned(), round),
+                ("instances", "child.slot".to_owned(), round)
+            ]
+        );
+        if round % 2 == 0 {
+            // Unregistered by hand on even rounds, vacated by the release on odd ones.
+            l.unregister_instance("child").unwrap();
+            assert_eq!(shown(), [("leases", "owner.slot".to_owned(), round)]);
+        }
+        let now = (ino("leases/owner.slot"), ino("instances/child.slot"));
+        assert_eq!(
+            *inodes.get_or_insert(now),
+            now,
+            "round {round}: a new inode"
+        );
+        l.release().unwrap();
+        assert_eq!(
+            shown(),
+            [],
+            "round {round}: entries of a released owner shown"
+        );
+        assert_eq!(names("leases"), ["owner.slot"]);
+        assert_eq!(names("instances"), ["child.slot"]);
+        assert_eq!(
+            (ino("leases/owner.slot"), ino("instances/child.slot")),
+            now,
+            "round {round}: the release made a new inode"
+        );
+    }
+}
+
+/// Issue 11: the registry entries older tenure created per ownership (`<epoch>.json`,
+/// `<epoch>-<name>.json`) are still read: the epoch rule counts their names (card P3), the
+/// next owner sweeps the dead ones, reports a live instance as an orphan and removes its entry
+/// once it stopped it, and `status` shows them meanwhile.
+#[test]
+fn older_registry_entries_are_still_read_and_swept() {
+    let t = private_tempdir();
+    let dir = t.path().join("s");
+    let sd = StateDir::open(&dir, true).unwrap();
+    let first = acquire_here(&sd).unwrap();
+    let root_id = first.root_id();
+    // Dropped, not released: as after a crash, the next acquisition lists and sweeps the
+    // registry (after an orderly release only every 64th epoch does).
+    drop(first);
+    let mut orphan = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let mut gone = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let orphan_id = Identity::of_pid(orphan.id()).unwrap();
+    let gone_id = Identity::of_pid(gone.id()).unwrap();
+    gone.kill().unwrap();
+    gone.wait().unwrap();
+    // What an older tenure's owner of epoch 5 left when it crashed (the owner record stays
+    // at epoch 1: only the names say 5).
+    let entry = |epoch: u64, name: &str, id: &Identity| {
+        serde_json::to_vec_pretty(&lease::RegistryRecord {
+            version: lease::RECORD_VERSION,
+            epoch,
+            token: lease::Token([5; 16]),
+            name: name.to_owned(),
+            identity: id.clone(),
+            since: 1,
+            root_id: Some(root_id),
+        })
+        .unwrap()
+    };
+    let reg = dir.join(".tenure/registry");
+    let me = Identity::of_self().unwrap();
+    write_private(&reg.join("leases/5.json"), &entry(5, "owner", &me));
+    write_private(
+        &reg.join("instances/5-child.json"),
+        &entry(5, "child", &orphan_id),
+    );
+    write_private(
+        &reg.join("instances/5-gone.json"),
+        &entry(5, "gone", &gone_id),
+    );
+    let st = lease::status(&sd).unwrap();
+    let mut shown: Vec<_> = st.registry.iter().map(|r| r.entry.clone()).collect();
+    shown.sort();
+    assert_eq!(
+        shown,
+        ["5-child.json", "5-gone.json", "5.json", "owner.slot"]
+    );
+
+    let mut second = acquire_here(&sd).unwrap();
+    assert_eq!(
+        second.epoch(),
+        6,
+        "the older names count for the epoch rule"
+    );
+    let orphans: Vec<_> = second.orphans().iter().map(|o| o.identity.pid).collect();
+    assert_eq!(orphans, [orphan.id()]);
+    assert!(
+        !reg.join("leases/5.json").exists(),
+        "the dead owner's entry is swept"
+    );
+    assert!(
+        !reg.join("instances/5-gone.json").exists(),
+        "the dead instance is swept"
+    );
+    assert_eq!(
+        second.stop_orphans(Duration::from_secs(10)),
+        Ok(vec![orphan.id()])
+    );
+    orphan.wait().unwrap();
+    assert!(
+        !reg.join("instances/5-child.json").exists(),
+        "the stopped orphan's entry"
+    );
+    second.release().unwrap();
+    assert!(lease::status(&sd).unwrap().registry.is_empty());
 }

@@ -101,7 +101,7 @@ fn p4_an_adopted_copy_never_acts_on_the_originals_records() {
     let copied_instance = fs::read_dir(copy.join(".tenure/registry/instances"))
         .unwrap()
         .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with("-child.json"))
+        .find(|p| p.to_string_lossy().ends_with("child.slot"))
         .expect("the copy holds a's instance record");
     let planted = fs::read(&copied_instance).unwrap();
 
@@ -136,12 +136,15 @@ fn p4_an_adopted_copy_never_acts_on_the_originals_records() {
         assert!(alive(child), "{label}: a's child was signalled: {stderr}");
     };
     run("after adopt");
-    // A record of a's identity that is still there (written back here) is not acted on.
-    write_private(&copied_instance, &planted);
+    // A record of a's identity that is still there (written back here, under a name this
+    // dir's runner does not register) is not acted on.
+    let planted_at = copied_instance.with_file_name("a-child.slot");
+    write_private(&planted_at, &planted);
     run("with a's record planted back");
-    assert!(
-        copied_instance.exists(),
-        "a foreign record is not swept either"
+    assert_eq!(
+        fs::read(&planted_at).unwrap(),
+        planted,
+        "a foreign record is not swept or vacated either"
     );
 
     assert!(owner.running(), "a's owner still runs");

@@ -2082,7 +2082,13 @@ fn leaves_nothing(s: &LeaseState, i: usize) -> bool {
     let owner = s.owner_record().is_some_and(|r| names_me(&r.identity));
     let registry = s.fs.names(LEASES_PATH).iter().any(|n| {
         s.fs.read(&format!("{LEASES_PATH}/{n}"))
-            .and_then(|b| record::parse::<RegistryRecord>(b).ok())
+            .and_then(|b| {
+                if record::is_registry_slot(n) {
+                    record::decode_registry_slot(b).ok().flatten()
+                } else {
+                    record::parse::<RegistryRecord>(b).ok()
+                }
+            })
             .is_some_and(|r| names_me(&r.identity))
     });
     !waiter && !owner && !registry

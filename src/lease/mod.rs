@@ -11,8 +11,10 @@
 //!     owner.json               the owner record (token, epoch, acquired_at, phase, identity):
 //!                              one checksummed slot, overwritten in place (`record::OWNER_SLOT`)
 //!     waiters/<pid>-<start>.json           one per contender while it waits
-//!     registry/leases/<epoch>.json         the owner, while it owns
-//!     registry/instances/<epoch>-<name>.json  processes the owner runs, while it owns
+//!     registry/leases/owner.slot           the owner, while it owns (vacated at release)
+//!     registry/instances/<name>.slot       processes the owner runs, while they run; each a
+//!                                          checksummed slot overwritten in place, vacant
+//!                                          when nobody is registered (`record::OWNER_ENTRY`)
 //! ```
 //! Only the kernel lock says who owns; every file is evidence, written under the lock (except
 //! waiter entries, written by each waiter about itself). The owner record and registry entries
@@ -46,7 +48,8 @@
 //!    was created then but what any contender may create, and the inspection under the lock
 //!    is the one that counts);
 //! 4. under the lock: inspect again; write the next epoch (one above every epoch the dir
-//!    records — epoch file, owner record, registry names, the checkpoint `CURRENT` names: card
+//!    records — epoch file, owner record, the names of older tenure's registry entries (an
+//!    entry written in place carries its owner record's epoch), the checkpoint `CURRENT` names: card
 //!    P3, [`epoch::next_after`]) in place into the epoch file's scratch slot, unsynced while it
 //!    is within the reservation this boot made durable; past it, a new reservation is written
 //!    in place and fdatasynced first (see [`epoch`]; a dir without the file, another boot's
@@ -54,8 +57,8 @@
 //!    scratch slot once the folder's sync made it durable); write the marker (if the dir is cold: to a temp file,
 //!    fdatasynced, renamed into place without replacing) and the owner record (its slot in
 //!    place, not synced; a dir without the file gets it through a temp file and a rename); sync
-//!    the control folder only if a new epoch file or marker was renamed into it; then write the registry entry (created under its epoch's name, which is
-//!    new), sweep leftovers of dead owners and waiters (the control folder's temp files only
+//!    the control folder only if a new epoch file or marker was renamed into it; then write the registry entry (its slot in place in
+//!    `registry/leases/owner.slot`; created once), sweep leftovers of dead owners and waiters (the control folder's temp files only
 //!    when the inspection saw a trace of a crash: an owner record not released in order,
 //!    missing or behind the epoch file) and remove our own waiter entry, none of it synced.
 //!    Only then is the [`Lease`]
@@ -72,7 +75,7 @@
 //! increase`).
 //!
 //! ## Release, in order
-//! [`Lease::release`] removes this owner's registry entries, overwrites the owner record's slot
+//! [`Lease::release`] vacates this owner's registry entries in place, overwrites the owner record's slot
 //! with phase `released` (not synced: evidence for live processes),
 //! then unlocks (`LOCK_UN` before close, so a waiter woken by the close finds the lock free).
 //!
@@ -592,6 +595,7 @@ pub fn acquire_for_workload(
         lock,
         record: acquired.record,
         orphans: acquired.orphans,
+        orphan_entries: acquired.orphan_entries,
         rewound: acquired.rewound,
         previous: acquired.previous,
         root_id: acquired.root_id,
@@ -624,13 +628,15 @@ pub struct Lease {
     lock: exec::LockIo,
     record: OwnerRecord,
     orphans: Vec<RegistryRecord>,
+    /// The registry entry names of `orphans`.
+    orphan_entries: Vec<String>,
     rewound: Option<epoch::Rewound>,
     previous: Option<OwnerRecord>,
     root_id: Token,
     leftovers: Vec<u32>,
     cgroup: Option<cgroup::Cgroup>,
     cgroup_error: Option<String>,
-    /// The instance entries this ownership registered and did not unregister (removed by the
+    /// The instance entries this ownership registered and did not unregister (vacated by the
     /// release without listing the folder).
     instances: Vec<String>,
 }
@@ -713,7 +719,7 @@ impl Lease {
             root_id: self.record.root_id,
         };
         // Recorded before the write: a write that failed halfway may have left the entry.
-        let entry = format!("{}-{name}.json", self.record.epoch);
+        let entry = record::instance_entry(name);
         if !self.instances.contains(&entry) {
             self.instances.push(entry);
         }
@@ -721,15 +727,16 @@ impl Lease {
             .map_err(plan::Failure::into_error)
     }
 
-    /// Removes an instance entry of this ownership (absent is fine).
+    /// Removes an instance entry of this ownership: its slot is vacated in place (absent is
+    /// fine).
     pub fn unregister_instance(&mut self, name: &str) -> Result<(), LeaseError> {
         if !valid_instance_name(name) {
             return Err(LeaseError::BadInstanceName {
                 name: name.to_owned(),
             });
         }
-        let entry = format!("{}-{name}.json", self.record.epoch);
-        self.run(&mut plan::Remove::new(plan::RemoveSteps::new(
+        let entry = record::instance_entry(name);
+        self.run(&mut plan::Remove::new(plan::RemoveSteps::vacate(
             plan::Loc::Instances,
             entry.clone(),
             "lease.registry",
@@ -746,9 +753,10 @@ impl Lease {
     /// stopped, or the orphan still alive at the bound: two workloads on one state dir must
     /// never run at once, so the caller refuses to start its own.
     pub fn stop_orphans(&mut self, bound: Duration) -> Result<Vec<u32>, Box<RegistryRecord>> {
-        let mut stop = plan::StopOrphans::new(plan::StopOrphansSteps::new(std::mem::take(
-            &mut self.orphans,
-        )));
+        let mut stop = plan::StopOrphans::new(plan::StopOrphansSteps::new(
+            std::mem::take(&mut self.orphans),
+            std::mem::take(&mut self.orphan_entries),
+        ));
         let mut real = exec::Real::new(&self.state, &mut self.lock);
         real.orphan_bound = bound;
         plan::run(&mut stop, &mut real)
@@ -986,7 +994,16 @@ pub fn status(dir: &StateDir) -> Result<LeaseStatus, LeaseError> {
                 if entry.starts_with(crate::privfs::TEMP_PREFIX) {
                     continue;
                 }
-                let record = read_json::<RegistryRecord>(&d, &entry).ok().flatten();
+                let record = if record::is_registry_slot(&entry) {
+                    match read_registry_slot(&d, &entry) {
+                        // Vacant: the process is gone, or the ownership released.
+                        Slot::Vacant => continue,
+                        Slot::Entry(r) => Some(r),
+                        Slot::Unreadable => None,
+                    }
+                } else {
+                    read_json::<RegistryRecord>(&d, &entry).ok().flatten()
+                };
                 st.registry.push(RegistryStatus {
                     kind,
                     entry,
@@ -996,6 +1013,37 @@ pub fn status(dir: &StateDir) -> Result<LeaseStatus, LeaseError> {
         }
     }
     Ok(st)
+}
+
+/// What an in-place registry entry holds, as `status` reads it.
+enum Slot {
+    /// No entry: vacant, never written, or torn by a power loss.
+    Vacant,
+    /// An entry.
+    Entry(RegistryRecord),
+    /// A file that cannot be read, or a checksummed entry that does not parse.
+    Unreadable,
+}
+
+/// Reads an in-place registry entry ([`record::decode_registry_slot`]); a read that raced the
+/// owner's rewrite of the slot is retried a few times before the slot is taken for torn.
+fn read_registry_slot(dir: &Dir, name: &str) -> Slot {
+    let mut tries = 0;
+    loop {
+        let Ok(Some(bytes)) = read_record_bytes(dir, name) else {
+            return Slot::Unreadable;
+        };
+        if !record::registry_slot_is_whole(&bytes) && tries < 3 {
+            tries += 1;
+            std::thread::yield_now();
+            continue;
+        }
+        return match record::decode_registry_slot(&bytes) {
+            Ok(Some(r)) => Slot::Entry(r),
+            Ok(None) => Slot::Vacant,
+            Err(_) => Slot::Unreadable,
+        };
+    }
 }
 
 fn probe(lock_file: &File, path: &Path) -> Result<bool, LeaseError> {
@@ -1090,9 +1138,15 @@ fn clear_foreign_records(control: &Dir, root_id: Token) -> Result<(), LeaseError
                 continue;
             };
             for e in d.entries()? {
-                let rec = read_json::<RegistryRecord>(&d, &e.name.to_string_lossy())
-                    .ok()
-                    .flatten();
+                let name = e.name.to_string_lossy();
+                let rec = if record::is_registry_slot(&name) {
+                    match read_registry_slot(&d, &name) {
+                        Slot::Entry(r) => Some(r),
+                        Slot::Vacant | Slot::Unreadable => None,
+                    }
+                } else {
+                    read_json::<RegistryRecord>(&d, &name).ok().flatten()
+                };
                 if !rec.is_some_and(|r| is_ours(r.root_id, root_id)) {
                     gone_ok(d.unlink(&e.name, "lease.adopt"))?;
                 }

@@ -1157,6 +1157,8 @@ pub struct Acquired {
     pub record: OwnerRecord,
     /// Live instances an earlier, crashed owner registered.
     pub orphans: Vec<RegistryRecord>,
+    /// The registry entry names of `orphans`, in the same order (for [`StopOrphansSteps`]).
+    pub orphan_entries: Vec<String>,
     /// Set when the epoch file was behind an epoch recorded elsewhere (card P3).
     pub rewound: Option<Rewound>,
     /// The owner record of the ownership before this one.
@@ -1320,15 +1322,17 @@ enum St {
     SweepLive(SweepKind, usize, Identity),
     /// A sweep: is the process a waiter entry's name records alive?
     SweepPidLive(SweepKind, usize, u32, u64),
-    /// A sweep: remove entry `i`.
+    /// A sweep: remove entry `i` (an older tenure's, created per ownership).
     SweepUnlink(SweepKind, usize),
+    /// A sweep: vacate entry `i` in place (an entry written in place, whose process is gone).
+    SweepVacate(SweepKind, usize),
     /// A sweep: remove temp file `i` (of `temps_found`).
     SweepTemp(SweepKind, usize),
-    /// Write our registry entry, created under its own name (`<epoch>.json`: an epoch is
-    /// never handed out twice, so the name is new; no temp file, no rename).
+    /// Write our registry entry in place into `registry/leases/owner.slot` (issue 11: one
+    /// `pwrite`, no create, no unlink per ownership; [`record::REGISTRY_SLOT_SUFFIX`]).
     WriteEntry,
-    /// The name was taken after all (an entry the epoch rule did not see): replace it through
-    /// a temp file.
+    /// There is no such file yet (the dir's first owner, or an older tenure's dir), or the
+    /// entry does not fit a slot: write it whole through a temp file.
     ReplaceEntry,
     /// Rename that temp file over it.
     RenameEntry(String),
@@ -1412,6 +1416,11 @@ pub struct AcquireSteps {
     cgroup_error: Option<String>,
     /// Live instances of earlier owners.
     orphans: Vec<RegistryRecord>,
+    /// The entry names of `orphans`, in the same order.
+    orphan_entries: Vec<String>,
+    /// The owner's registry entry, rendered once the record is final (`None`: too large for a
+    /// slot, written whole).
+    entry_slot: Option<Arc<[u8]>>,
     /// The instance entry whose process's liveness is being asked.
     candidate: Option<RegistryRecord>,
     /// The owner record replaced (the previous ownership's).
@@ -1458,6 +1467,8 @@ impl AcquireSteps {
             cgroup: None,
             cgroup_error: None,
             orphans: Vec::new(),
+            orphan_entries: Vec::new(),
+            entry_slot: None,
             candidate: None,
             previous: None,
             failure: None,
@@ -1745,8 +1756,10 @@ impl AcquireSteps {
         while j < names.len() {
             let n = &names[j];
             let candidate = match kind {
-                SweepKind::Leases | SweepKind::Instances => {
-                    entry_epoch(n).is_some_and(|e| e < epoch)
+                SweepKind::Leases => entry_epoch(n).is_some_and(|e| e < epoch),
+                // Entries written in place carry their epoch inside: each is read.
+                SweepKind::Instances => {
+                    entry_epoch(n).is_some_and(|e| e < epoch) || record::is_registry_slot(n)
                 }
                 // Our own entry names a live process (this one); it is removed once the
                 // lease is ours, without asking `/proc` about it.
@@ -1817,6 +1830,7 @@ impl AcquireSteps {
             root_id: self.root_id(),
             record,
             orphans: std::mem::take(&mut self.orphans),
+            orphan_entries: std::mem::take(&mut self.orphan_entries),
             rewound: self.rewound.take(),
             previous: self.previous.take(),
             leftovers: std::mem::take(&mut self.leftovers),
@@ -1908,6 +1922,7 @@ impl AcquireSteps {
             .and_then(record::owner_slot)
             .map(Arc::from);
         self.owner_whole = self.owner_slot.is_none() || !self.found.owner_file;
+        self.entry_slot = record::registry_slot(Some(&self.registry_entry())).map(Arc::from);
         self.write_epoch()
     }
 
@@ -2316,26 +2331,33 @@ impl Steps for AcquireSteps {
                 name: self.sweep_names(*kind)[*i].clone(),
                 label: "lease.sweep",
             },
+            St::SweepVacate(kind, i) => {
+                vacate(kind.dir(), &self.sweep_names(*kind)[*i], "lease.sweep")
+            }
             St::SweepTemp(kind, i) => Act::Unlink {
                 dir: kind.dir(),
                 name: self.temps_found[*i].clone(),
                 label: "lease.sweep",
             },
-            St::WriteEntry => Act::WriteNew {
+            St::WriteEntry => Act::WriteAt {
                 dir: Loc::Leases,
-                name: format!("{}.json", self.epoch_value()),
-                bytes: to_json(&self.registry_entry()),
+                name: record::OWNER_ENTRY.to_owned(),
+                offset: 0,
+                bytes: Arc::clone(self.entry_slot.as_ref()?),
                 label: "lease.registry",
             },
             St::ReplaceEntry => Act::WriteTemp {
                 dir: Loc::Leases,
-                bytes: to_json(&self.registry_entry()),
+                bytes: match &self.entry_slot {
+                    Some(slot) => slot.to_vec(),
+                    None => to_json(&self.registry_entry()),
+                },
                 label: "lease.registry",
             },
             St::RenameEntry(tmp) => Act::Rename {
                 dir: Loc::Leases,
                 from: tmp.clone(),
-                to: format!("{}.json", self.epoch_value()),
+                to: record::OWNER_ENTRY.to_owned(),
                 noreplace: false,
                 label: "lease.registry",
             },
@@ -2701,15 +2723,22 @@ impl Steps for AcquireSteps {
             (St::SweepRead(kind, i), res) => self.swept_read(kind, i, res),
             (St::SweepLive(kind, i, _) | St::SweepPidLive(kind, i, _, _), Res::Live(l)) => {
                 let candidate = self.candidate.take();
+                let name = self.sweep_names(kind)[i].clone();
                 if l == Liveness::Live {
                     // A live instance of a crashed owner: an orphan the new owner must stop.
-                    self.orphans.extend(candidate);
+                    if let Some(c) = candidate {
+                        self.orphans.push(c);
+                        self.orphan_entries.push(name);
+                    }
                     self.sweep_from(kind, i + 1);
+                } else if record::is_registry_slot(&name) {
+                    // An entry written in place is vacated in place, never removed (issue 11).
+                    self.st = St::SweepVacate(kind, i);
                 } else {
                     self.st = St::SweepUnlink(kind, i);
                 }
             }
-            (St::SweepUnlink(kind, i), res) => match res {
+            (St::SweepUnlink(kind, i) | St::SweepVacate(kind, i), res) => match res {
                 Res::Done | Res::Failed(LeaseError::Fs(FsError::NotFound { .. })) => {
                     self.removed = true;
                     self.sweep_from(kind, i + 1);
@@ -2723,9 +2752,9 @@ impl Steps for AcquireSteps {
                 }
                 other => self.fail(unexpected(other)),
             },
-            // A crash between the create and the write leaves an empty entry, which the next
-            // owner's sweep removes (its epoch is below the next one).
-            (St::WriteEntry, Res::Failed(LeaseError::Fs(FsError::AlreadyExists { .. }))) => {
+            // No entry file yet (the dir's first owner, or one of an older tenure): it is
+            // written whole, once; later owners overwrite it in place.
+            (St::WriteEntry, Res::Failed(LeaseError::Fs(FsError::NotFound { .. }))) => {
                 self.st = St::ReplaceEntry;
             }
             (St::ReplaceEntry, Res::Temp(t)) => {
@@ -2736,7 +2765,7 @@ impl Steps for AcquireSteps {
                 self.forget_temp(Some(t));
                 self.entry_written();
             }
-            (St::WriteEntry, Res::Temp(_)) => self.entry_written(),
+            (St::WriteEntry, Res::Done) => self.entry_written(),
             // A waiter entry that cannot be removed is swept by the next owner (its process
             // will be gone); the lease is ours either way.
             (St::DropWaiter, _) => {
@@ -2845,8 +2874,16 @@ impl AcquireSteps {
             // gone; live ones are orphans of a crashed owner. Unreadable entries and other
             // identities' are neither swept nor returned (card P4).
             SweepKind::Instances => {
-                match bytes.and_then(|b| record::parse::<RegistryRecord>(&b).ok()) {
-                    Some(r) if is_ours(r.root_id, root_id) => {
+                let epoch = self.epoch_value();
+                let rec = if record::is_registry_slot(&name) {
+                    // Vacant (or torn: only a power loss tears a slot, and it ended every
+                    // process an entry could name) holds nobody.
+                    bytes.and_then(|b| record::decode_registry_slot(&b).ok().flatten())
+                } else {
+                    bytes.and_then(|b| record::parse::<RegistryRecord>(&b).ok())
+                };
+                match rec {
+                    Some(r) if is_ours(r.root_id, root_id) && r.epoch < epoch => {
                         self.st = St::SweepLive(kind, i, r.identity.clone());
                         self.candidate = Some(r);
                     }
@@ -2873,6 +2910,23 @@ fn read(dir: Loc, name: &str, max: u64) -> Act {
         dir,
         name: name.to_owned(),
         max,
+    }
+}
+
+/// Overwrites the in-place registry entry `dir/name` with a vacant slot
+/// ([`record::REGISTRY_SLOT_SUFFIX`]); a missing file is fine.
+fn vacate(dir: Loc, name: &str, label: &'static str) -> Act {
+    static VACANT: std::sync::LazyLock<Arc<[u8]>> = std::sync::LazyLock::new(|| {
+        record::registry_slot(None)
+            .expect("a vacant slot fits")
+            .into()
+    });
+    Act::WriteAt {
+        dir,
+        name: name.to_owned(),
+        offset: 0,
+        bytes: Arc::clone(&VACANT),
+        label,
     }
 }
 
@@ -2978,12 +3032,19 @@ impl Replace {
     }
 }
 
-/// Writes the owner record (issue 11): its slot in place over the existing file — one
-/// `pwrite`, no temp file, no rename, no sync ([`record::OWNER_SLOT`]); only a dir without the
-/// file yet (or a record too large for the slot) writes it whole through a temp file and a
-/// rename. Never synced: the record is evidence for live processes.
+/// Writes a record kept in one checksummed slot overwritten in place (issue 11): the owner
+/// record ([`record::OWNER_SLOT`]) and the registry entries
+/// ([`record::REGISTRY_SLOT_SUFFIX`]). Its slot goes over the existing file — one `pwrite`, no
+/// temp file, no rename, no sync; only a missing file (a new dir, one an operator cleaned, the
+/// first registration of a name) or a record too large for a slot is written whole through a
+/// temp file and a rename. Never synced: these records are evidence for live processes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct OwnerWrite {
+struct SlotWrite {
+    dir: Loc,
+    name: &'static str,
+    /// The file name when it is not a fixed one (an instance entry).
+    owned_name: Option<String>,
+    label: &'static str,
     /// The slot, until it is written in place (or found to have no file to go into); shared
     /// with the act that writes it.
     in_place: Option<Arc<[u8]>>,
@@ -2991,28 +3052,67 @@ struct OwnerWrite {
     whole: Option<Replace>,
 }
 
-impl OwnerWrite {
-    fn new(record: &OwnerRecord) -> OwnerWrite {
-        match record::owner_slot(record) {
-            Some(slot) => OwnerWrite {
-                in_place: Some(slot.into()),
-                whole: None,
-            },
-            None => OwnerWrite {
-                in_place: None,
-                whole: Some(Replace::new(
-                    Loc::Control,
-                    OWNER_FILE.to_owned(),
-                    to_json(record),
-                    "lease.owner",
-                )),
-            },
+impl SlotWrite {
+    /// The owner record's write.
+    fn owner(record: &OwnerRecord) -> SlotWrite {
+        SlotWrite::new(
+            Loc::Control,
+            OWNER_FILE,
+            None,
+            record::owner_slot(record),
+            || to_json(record),
+            "lease.owner",
+        )
+    }
+
+    /// An instance entry's write (`registry/instances/<name>.slot`).
+    fn instance(rec: &RegistryRecord) -> SlotWrite {
+        SlotWrite::new(
+            Loc::Instances,
+            "",
+            Some(record::instance_entry(&rec.name)),
+            record::registry_slot(Some(rec)),
+            || to_json(rec),
+            "lease.registry",
+        )
+    }
+
+    fn new(
+        dir: Loc,
+        name: &'static str,
+        owned_name: Option<String>,
+        slot: Option<Vec<u8>>,
+        whole: impl FnOnce() -> Vec<u8>,
+        label: &'static str,
+    ) -> SlotWrite {
+        let mut w = SlotWrite {
+            dir,
+            name,
+            owned_name,
+            label,
+            in_place: None,
+            whole: None,
+        };
+        match slot {
+            Some(slot) => w.in_place = Some(slot.into()),
+            None => w.whole = Some(Replace::new(dir, w.file().to_owned(), whole(), label)),
         }
+        w
+    }
+
+    fn file(&self) -> &str {
+        self.owned_name.as_deref().unwrap_or(self.name)
     }
 
     fn op(&self) -> Option<Act> {
         match (&self.in_place, &self.whole) {
-            (Some(slot), _) => Some(owner_in_place(slot)),
+            (Some(slot), _) => Some(Act::WriteAt {
+                dir: self.dir,
+                name: self.file().to_owned(),
+                offset: 0,
+                bytes: Arc::clone(slot),
+                label: self.label,
+            }),
             (None, Some(w)) => w.op(),
             (None, None) => None,
         }
@@ -3022,13 +3122,13 @@ impl OwnerWrite {
         if let Some(slot) = self.in_place.take() {
             return match res {
                 Res::Done => Some(Ok(())),
-                // No file yet (a new dir, or an operator removed it): it is written whole.
+                // No file yet: it is written whole, once.
                 Res::Failed(LeaseError::Fs(FsError::NotFound { .. })) => {
                     self.whole = Some(Replace::new(
-                        Loc::Control,
-                        OWNER_FILE.to_owned(),
+                        self.dir,
+                        self.file().to_owned(),
                         slot.to_vec(),
-                        "lease.owner",
+                        self.label,
                     ));
                     None
                 }
@@ -3056,7 +3156,7 @@ fn owner_in_place(slot: &Arc<[u8]>) -> Act {
 /// Rewrites the owner record with a new phase (card H8; [`super::Lease::set_phase`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SetPhaseSteps {
-    write: OwnerWrite,
+    write: SlotWrite,
     out: Option<Result<(), Failure>>,
 }
 
@@ -3064,7 +3164,7 @@ impl SetPhaseSteps {
     /// Writes `record` (the owner's record with its new phase).
     pub fn new(record: &OwnerRecord) -> SetPhaseSteps {
         SetPhaseSteps {
-            write: OwnerWrite::new(record),
+            write: SlotWrite::owner(record),
             out: None,
         }
     }
@@ -3094,20 +3194,16 @@ impl Steps for SetPhaseSteps {
 /// Registers a process the owner runs ([`super::Lease::register_instance`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RegisterSteps {
-    write: Replace,
+    write: SlotWrite,
     out: Option<Result<(), Failure>>,
 }
 
 impl RegisterSteps {
-    /// Writes `rec` as `<epoch>-<name>.json`.
+    /// Writes `rec` in place as `<name>.slot` (created whole the first time the name is
+    /// registered in this dir).
     pub fn new(rec: &RegistryRecord) -> RegisterSteps {
         RegisterSteps {
-            write: Replace::new(
-                Loc::Instances,
-                format!("{}-{}.json", rec.epoch, rec.name),
-                to_json(rec),
-                "lease.registry",
-            ),
+            write: SlotWrite::instance(rec),
             out: None,
         }
     }
@@ -3134,12 +3230,15 @@ impl Steps for RegisterSteps {
     }
 }
 
-/// Removes one entry that may already be gone ([`super::Lease::unregister_instance`]).
+/// Removes one entry that may already be gone, or vacates one written in place
+/// ([`super::Lease::unregister_instance`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RemoveSteps {
     dir: Loc,
     name: String,
     label: &'static str,
+    /// Overwrite with a vacant slot instead of unlinking (an entry written in place).
+    vacate: bool,
     out: Option<Result<(), Failure>>,
 }
 
@@ -3150,7 +3249,17 @@ impl RemoveSteps {
             dir,
             name,
             label,
+            vacate: false,
             out: None,
+        }
+    }
+
+    /// Vacates the in-place entry `dir/name` (issue 11: overwritten with a vacant slot, never
+    /// unlinked); absent is fine.
+    pub fn vacate(dir: Loc, name: String, label: &'static str) -> RemoveSteps {
+        RemoveSteps {
+            vacate: true,
+            ..RemoveSteps::new(dir, name, label)
         }
     }
 }
@@ -3161,6 +3270,9 @@ impl Steps for RemoveSteps {
     fn op(&self) -> Option<Act> {
         if self.out.is_some() {
             return None;
+        }
+        if self.vacate {
+            return Some(vacate(self.dir, &self.name, self.label));
         }
         Some(Act::Unlink {
             dir: self.dir,
@@ -3200,16 +3312,19 @@ enum OSt {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct StopOrphansSteps {
     orphans: Vec<RegistryRecord>,
+    /// Their entry names ([`Acquired::orphan_entries`]).
+    entries: Vec<String>,
     stopped: Vec<u32>,
     st: OSt,
     out: Option<Result<Vec<u32>, Box<RegistryRecord>>>,
 }
 
 impl StopOrphansSteps {
-    /// Stops `orphans`.
-    pub fn new(orphans: Vec<RegistryRecord>) -> StopOrphansSteps {
+    /// Stops `orphans`, whose registry entries are named `entries` (in the same order).
+    pub fn new(orphans: Vec<RegistryRecord>, entries: Vec<String>) -> StopOrphansSteps {
         let mut p = StopOrphansSteps {
             orphans,
+            entries,
             stopped: Vec::new(),
             st: OSt::Kill(0),
             out: None,
@@ -3235,11 +3350,20 @@ impl Steps for StopOrphansSteps {
         Some(match self.st {
             OSt::Kill(i) => Act::Kill(self.orphans[i].identity.clone()),
             OSt::Await(i) => Act::AwaitGone(self.orphans[i].identity.clone()),
-            OSt::Unlink(i) => Act::Unlink {
-                dir: Loc::Instances,
-                name: format!("{}-{}.json", self.orphans[i].epoch, self.orphans[i].name),
-                label: "lease.sweep",
-            },
+            OSt::Unlink(i) => {
+                let name = self.entries.get(i).cloned().unwrap_or_else(|| {
+                    format!("{}-{}.json", self.orphans[i].epoch, self.orphans[i].name)
+                });
+                if record::is_registry_slot(&name) {
+                    vacate(Loc::Instances, &name, "lease.sweep")
+                } else {
+                    Act::Unlink {
+                        dir: Loc::Instances,
+                        name,
+                        label: "lease.sweep",
+                    }
+                }
+            }
             OSt::Done => return None,
         })
     }
@@ -3271,12 +3395,10 @@ impl Steps for StopOrphansSteps {
 /// Where a release is.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum RSt {
-    /// List the instance entries.
-    ListInstances,
-    /// Remove this ownership's instance entry `i`.
-    UnlinkInstance(usize),
-    /// Remove this ownership's owner entry.
-    UnlinkLease,
+    /// Vacate this ownership's instance entry `i`.
+    VacateInstance(usize),
+    /// Vacate this ownership's owner entry.
+    VacateLease,
     /// Rewrite the owner record as released.
     Record,
     /// Unlock.
@@ -3286,58 +3408,50 @@ enum RSt {
 }
 
 /// The orderly release ([`super::Lease::release`]): this ownership's registry entries are
-/// removed, the owner record is rewritten with phase `released`, then the lock is released
-/// (`LOCK_UN` before the close, so that a waiter woken by the close finds it free). The lock is
-/// released even when a step before fails; the first error is the output.
+/// vacated in place (issue 11: overwritten with a vacant slot, never unlinked), the owner
+/// record is rewritten with phase `released`, then the lock is released (`LOCK_UN` before the
+/// close, so that a waiter woken by the close finds it free). The lock is released even when a
+/// step before fails; the first error is the output.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ReleaseSteps {
-    epoch: u64,
     instances: Vec<String>,
-    write: OwnerWrite,
+    write: SlotWrite,
     st: RSt,
     failure: Option<Failure>,
     out: Option<Result<(), Failure>>,
 }
 
 impl ReleaseSteps {
-    /// Releases the ownership whose record (with phase `released`) is `released`, listing the
-    /// instance entries for this ownership's.
+    /// Releases the ownership whose record (with phase `released`) is `released`, which
+    /// registered no instance (or unregistered each).
     pub fn new(released: &OwnerRecord) -> ReleaseSteps {
+        ReleaseSteps::with_instances(released, Vec::new())
+    }
+
+    /// [`ReleaseSteps::new`] for an owner that registered the instance entries `registered`
+    /// (`<name>.slot`) and did not unregister them: each is vacated. (Only this ownership
+    /// writes them while it owns, so nothing is listed.)
+    pub fn with_instances(released: &OwnerRecord, registered: Vec<String>) -> ReleaseSteps {
         ReleaseSteps {
-            epoch: released.epoch,
-            instances: Vec::new(),
+            st: if registered.is_empty() {
+                RSt::VacateLease
+            } else {
+                RSt::VacateInstance(0)
+            },
+            instances: registered,
             // The released record is written in place, not synced: a reader never trusts a
             // partial slot, and if a power loss takes the write the previous record comes
             // back, naming a process that no longer holds the lock, which `status` shows as
             // stale.
-            write: OwnerWrite::new(released),
-            st: RSt::ListInstances,
+            write: SlotWrite::owner(released),
             failure: None,
             out: None,
         }
     }
 
-    /// [`ReleaseSteps::new`] for an owner that knows the instance entries it registered and
-    /// did not unregister (`<epoch>-<name>.json`; only this ownership writes names with its
-    /// epoch): those are removed without listing the folder.
-    pub fn with_instances(released: &OwnerRecord, registered: Vec<String>) -> ReleaseSteps {
-        let mut r = ReleaseSteps::new(released);
-        r.instances = registered;
-        r.next_instance(0);
-        r
-    }
-
     /// Whether the plan still holds the lock (it has not unlocked yet).
     pub fn is_locked(&self) -> bool {
         !matches!(self.st, RSt::Done)
-    }
-
-    fn next_instance(&mut self, i: usize) {
-        let prefix = format!("{}-", self.epoch);
-        match (i..self.instances.len()).find(|&j| self.instances[j].starts_with(&prefix)) {
-            Some(j) => self.st = RSt::UnlinkInstance(j),
-            None => self.st = RSt::UnlinkLease,
-        }
     }
 
     fn failed(&mut self, e: LeaseError) {
@@ -3351,17 +3465,8 @@ impl Steps for ReleaseSteps {
 
     fn op(&self) -> Option<Act> {
         Some(match &self.st {
-            RSt::ListInstances => Act::List(Loc::Instances),
-            RSt::UnlinkInstance(i) => Act::Unlink {
-                dir: Loc::Instances,
-                name: self.instances[*i].clone(),
-                label: "lease.release",
-            },
-            RSt::UnlinkLease => Act::Unlink {
-                dir: Loc::Leases,
-                name: format!("{}.json", self.epoch),
-                label: "lease.release",
-            },
+            RSt::VacateInstance(i) => vacate(Loc::Instances, &self.instances[*i], "lease.release"),
+            RSt::VacateLease => vacate(Loc::Leases, record::OWNER_ENTRY, "lease.release"),
             RSt::Record => return self.write.op(),
             RSt::Unlock => Act::Unlock,
             RSt::Done => return None,
@@ -3374,15 +3479,12 @@ impl Steps for ReleaseSteps {
             other => Err(unexpected(other)),
         };
         match (self.st.clone(), res) {
-            (RSt::ListInstances, Res::Listed(entries)) => {
-                self.instances = names(entries);
-                self.next_instance(0);
-            }
-            (RSt::UnlinkInstance(i), res) => match gone_ok(res) {
-                Ok(()) => self.next_instance(i + 1),
+            (RSt::VacateInstance(i), res) => match gone_ok(res) {
+                Ok(()) if i + 1 < self.instances.len() => self.st = RSt::VacateInstance(i + 1),
+                Ok(()) => self.st = RSt::VacateLease,
                 Err(e) => self.failed(e),
             },
-            (RSt::UnlinkLease, res) => match gone_ok(res) {
+            (RSt::VacateLease, res) => match gone_ok(res) {
                 Ok(()) => self.st = RSt::Record,
                 Err(e) => self.failed(e),
             },
@@ -3405,7 +3507,6 @@ impl Steps for ReleaseSteps {
                     None => unlocked,
                 });
             }
-            (RSt::ListInstances, other) => self.failed(unexpected(other)),
             (RSt::Done, _) => {}
         }
     }

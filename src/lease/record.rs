@@ -202,42 +202,55 @@ pub(crate) fn slot_checksum(domain: &[u8], body: &[u8]) -> [u8; 8] {
     out
 }
 
-fn owner_checksum(payload: &[u8]) -> [u8; 8] {
-    slot_checksum(OWNER_DOMAIN, payload)
-}
-
-/// The slot holding `record` (written at offset 0); `None` when the record does not fit.
-pub(crate) fn owner_slot(record: &OwnerRecord) -> Option<Vec<u8>> {
+/// A checksummed slot of `OWNER_SLOT` bytes (the owner record's, a registry entry's): `magic`,
+/// the payload's length as u32 LE, the first 8 bytes of `sha256(domain ‖ payload)`, the
+/// payload (written by `payload`), zeros to the end. `None` when the payload does not fit.
+fn frame(magic: &[u8; 4], domain: &[u8], payload: impl FnOnce(&mut Vec<u8>)) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(OWNER_SLOT);
-    out.extend_from_slice(OWNER_MAGIC);
+    out.extend_from_slice(magic);
     out.extend_from_slice(&[0; 12]);
-    serde_json::to_writer(&mut out, record).expect("records serialise infallibly");
+    payload(&mut out);
     let len = out.len() - OWNER_HEADER;
     if len > OWNER_CAPACITY {
         return None;
     }
-    let sum = owner_checksum(&out[OWNER_HEADER..]);
+    let sum = slot_checksum(domain, &out[OWNER_HEADER..]);
     out[4..8].copy_from_slice(&(len as u32).to_le_bytes());
     out[8..16].copy_from_slice(&sum);
     out.resize(OWNER_SLOT, 0);
     Some(out)
 }
 
-/// The payload of the slot at the start of `bytes`, if its checksum matches.
-fn owner_payload(bytes: &[u8]) -> Option<&[u8]> {
+/// The payload of the slot [`frame`] wrote at the start of `bytes`, if its magic and checksum
+/// match (else it was torn, or never written).
+fn unframe<'a>(magic: &[u8; 4], domain: &[u8], bytes: &'a [u8]) -> Option<&'a [u8]> {
     let h = bytes.get(..OWNER_HEADER)?;
     let len = u32::from_le_bytes(h[4..8].try_into().ok()?) as usize;
-    // The mutant `lease-owner-slot-unchecked` trusts the slot as it reads: a torn one
-    // (garbage) then claims a payload of garbage.
-    if crate::mutant::on("lease-owner-slot-unchecked") {
-        let end = (OWNER_HEADER + len.min(OWNER_CAPACITY)).min(bytes.len());
-        return Some(&bytes[OWNER_HEADER..end]);
-    }
-    if &h[..4] != OWNER_MAGIC || len > OWNER_CAPACITY {
+    if &h[..4] != magic || len > OWNER_CAPACITY {
         return None;
     }
     let payload = bytes.get(OWNER_HEADER..OWNER_HEADER + len)?;
-    (h[8..16] == owner_checksum(payload)).then_some(payload)
+    (h[8..16] == slot_checksum(domain, payload)).then_some(payload)
+}
+
+/// The slot holding `record` (written at offset 0); `None` when the record does not fit.
+pub(crate) fn owner_slot(record: &OwnerRecord) -> Option<Vec<u8>> {
+    frame(OWNER_MAGIC, OWNER_DOMAIN, |out| {
+        serde_json::to_writer(out, record).expect("records serialise infallibly");
+    })
+}
+
+/// The payload of the slot at the start of `bytes`, if its checksum matches.
+fn owner_payload(bytes: &[u8]) -> Option<&[u8]> {
+    // The mutant `lease-owner-slot-unchecked` trusts the slot as it reads: a torn one
+    // (garbage) then claims a payload of garbage.
+    if crate::mutant::on("lease-owner-slot-unchecked") {
+        let h = bytes.get(..OWNER_HEADER)?;
+        let len = u32::from_le_bytes(h[4..8].try_into().ok()?) as usize;
+        let end = (OWNER_HEADER + len.min(OWNER_CAPACITY)).min(bytes.len());
+        return Some(&bytes[OWNER_HEADER..end]);
+    }
+    unframe(OWNER_MAGIC, OWNER_DOMAIN, bytes)
 }
 
 /// Parses an owner record file in either format: `Ok(None)` when it holds no record — empty or
@@ -257,6 +270,67 @@ pub fn decode_owner(bytes: &[u8]) -> Result<Option<OwnerRecord>, String> {
 /// format): a reader that finds neither in a non-empty file may have raced a rewrite.
 pub(crate) fn owner_is_whole(bytes: &[u8]) -> bool {
     bytes.iter().all(|&b| b == 0) || bytes.first() == Some(&b'{') || owner_payload(bytes).is_some()
+}
+
+/// The suffix of a registry entry written in place (issue 11): `registry/leases/owner.slot`
+/// for the owner, `registry/instances/<name>.slot` for a process it runs. Each is one
+/// [`OWNER_SLOT`]-byte slot framed like the owner record's (magic `TRG1`, its own checksum
+/// domain) holding the entry as compact JSON, or nothing: a *vacant* slot (an empty payload)
+/// is what an owner leaves when the process is gone or the lease released. The files are made
+/// once and then only overwritten in place with one `pwrite` each — no create, no unlink per
+/// run — and never synced (evidence for live processes). A slot that is all zeros, empty or
+/// torn (its checksum does not match: a power loss, or a rewrite a reader raced) holds no
+/// entry, like a vacant one. A record too large for the slot is written whole as JSON instead
+/// (a file starting with `{`), and a later vacant slot written over its start ends it.
+///
+/// Older tenure created `<epoch>.json` and `<epoch>-<name>.json` per ownership and removed
+/// them at release; those names are still read, swept and counted by the epoch rule.
+pub const REGISTRY_SLOT_SUFFIX: &str = ".slot";
+/// The owner's registry entry (in `registry/leases/`).
+pub const OWNER_ENTRY: &str = "owner.slot";
+const REGISTRY_MAGIC: &[u8; 4] = b"TRG1";
+const REGISTRY_DOMAIN: &[u8] = b"tenure registry slot\n";
+
+/// The in-place entry name of the instance `name` (`<name>.slot`).
+pub fn instance_entry(name: &str) -> String {
+    format!("{name}{REGISTRY_SLOT_SUFFIX}")
+}
+
+/// Whether a registry entry name is one written in place (`*.slot`), not an older
+/// `<epoch>….json` one.
+pub fn is_registry_slot(name: &str) -> bool {
+    name.ends_with(REGISTRY_SLOT_SUFFIX)
+}
+
+/// The slot holding `entry`, or a vacant slot for `None`; `None` when the entry does not fit
+/// (it is then written whole, as JSON).
+pub fn registry_slot(entry: Option<&RegistryRecord>) -> Option<Vec<u8>> {
+    frame(REGISTRY_MAGIC, REGISTRY_DOMAIN, |out| {
+        if let Some(e) = entry {
+            serde_json::to_writer(out, e).expect("records serialise infallibly");
+        }
+    })
+}
+
+/// Parses an in-place registry entry file: `Ok(None)` when it holds no entry — vacant, empty,
+/// zeros or torn (see [`REGISTRY_SLOT_SUFFIX`]); an error names what is wrong with an entry
+/// that is there (a checksummed payload, or a whole JSON record, that does not parse).
+pub fn decode_registry_slot(bytes: &[u8]) -> Result<Option<RegistryRecord>, String> {
+    if bytes.first() == Some(&b'{') {
+        return parse(bytes).map(Some);
+    }
+    match unframe(REGISTRY_MAGIC, REGISTRY_DOMAIN, bytes) {
+        Some([]) | None => Ok(None),
+        Some(payload) => parse(payload).map(Some),
+    }
+}
+
+/// Whether `bytes` hold a registry slot whose checksum matches (vacant or not), a whole JSON
+/// record, or nothing at all: a reader that finds none of these may have raced a rewrite.
+pub fn registry_slot_is_whole(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&b| b == 0)
+        || bytes.first() == Some(&b'{')
+        || unframe(REGISTRY_MAGIC, REGISTRY_DOMAIN, bytes).is_some()
 }
 
 /// Parses a dir identity marker (`identity.json`) and checks its version.
@@ -382,6 +456,52 @@ mod tests {
         let mut big = rec;
         big.identity.exe = PathBuf::from("/x".repeat(OWNER_SLOT));
         assert_eq!(owner_slot(&big), None);
+    }
+
+    /// Issue 11: a registry entry's slot round-trips; a vacant slot, zeros, an empty file and a
+    /// slot torn anywhere hold no entry; an owner slot is not a registry slot (their checksums
+    /// differ); a whole JSON record (an entry too large for a slot) is read, a damaged one is
+    /// an error; a vacant slot written over the start of a whole record ends it.
+    #[test]
+    fn registry_slot_round_trips_and_vacant_or_torn_slots_hold_nothing() {
+        let rec = RegistryRecord {
+            version: RECORD_VERSION,
+            epoch: 3,
+            token: Token([1; 16]),
+            name: "child".to_owned(),
+            identity: sample_owner().identity,
+            since: 9,
+            root_id: Some(Token([2; 16])),
+        };
+        let slot = registry_slot(Some(&rec)).unwrap();
+        assert_eq!(slot.len(), OWNER_SLOT);
+        assert_eq!(decode_registry_slot(&slot), Ok(Some(rec.clone())));
+        assert!(registry_slot_is_whole(&slot));
+        let vacant = registry_slot(None).unwrap();
+        assert_eq!(decode_registry_slot(&vacant), Ok(None));
+        assert!(registry_slot_is_whole(&vacant));
+        for at in [0, 5, 12, OWNER_HEADER + 3, OWNER_HEADER + 40] {
+            let mut torn = slot.clone();
+            torn[at] ^= 0xff;
+            assert_eq!(decode_registry_slot(&torn), Ok(None), "byte {at} flipped");
+            assert!(!registry_slot_is_whole(&torn));
+        }
+        assert_eq!(decode_registry_slot(&[0u8; OWNER_SLOT]), Ok(None));
+        assert_eq!(decode_registry_slot(b""), Ok(None));
+        let owner = owner_slot(&sample_owner()).unwrap();
+        assert_eq!(decode_registry_slot(&owner), Ok(None));
+        let mut whole = serde_json::to_vec_pretty(&rec).unwrap();
+        assert_eq!(decode_registry_slot(&whole), Ok(Some(rec.clone())));
+        assert!(decode_registry_slot(b"{not-json").is_err());
+        whole.resize(2 * OWNER_SLOT, b' ');
+        whole[..OWNER_SLOT].copy_from_slice(&vacant);
+        assert_eq!(decode_registry_slot(&whole), Ok(None));
+        let mut big = rec;
+        big.identity.exe = PathBuf::from("/x".repeat(OWNER_SLOT));
+        assert_eq!(registry_slot(Some(&big)), None);
+        assert_eq!(instance_entry("child"), "child.slot");
+        assert!(is_registry_slot(OWNER_ENTRY) && !is_registry_slot("5-child.json"));
+        assert_eq!(registry_entry_epoch(OWNER_ENTRY), None);
     }
 
     #[test]
