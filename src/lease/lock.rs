@@ -196,7 +196,9 @@ impl CloseWatch {
         Ok(inotify)
     }
 
-    /// Discards queued events: the caller is about to try the lock, which is what they ask for.
+    /// Discards queued events after a failed try: the caller tries the lock again right after
+    /// (the retries that follow an event), so a release whose event is discarded here is still
+    /// seen by that try, and a later one leaves an event of its own.
     fn drain(&self) {
         let Some(fd) = &self.inotify else { return };
         let mut buf = [0u8; 4096];
@@ -248,10 +250,12 @@ pub(crate) fn wait(
             return Ok(WaitEnd::Cancelled);
         }
         if woken {
-            watch.drain();
+            // The lock first, the queued events after (issue 11: the handoff): a waiter that
+            // wins never needs them, since its watch ends with the wait.
             if try_lock(lock)? {
                 return Ok(WaitEnd::Acquired);
             }
+            watch.drain();
             for pause in RETRY_AFTER_EVENT {
                 if let Some(c) = cancel {
                     if readable(c, pause)? {

@@ -11,7 +11,8 @@
 //!     owner.json               the owner record (token, epoch, acquired_at, phase, identity):
 //!                              one checksummed slot, overwritten in place (`record::OWNER_SLOT`)
 //!     waiters/<pid>-<start>.json           one per contender while it waits
-//!     registry/leases/owner.slot           the owner, while it owns (vacated at release)
+//!     registry/leases/owner.slot           the owner (overwritten by the next; `status` shows
+//!                                          it while the record is not released)
 //!     registry/instances/<name>.slot       processes the owner runs, while they run; each a
 //!                                          checksummed slot overwritten in place, vacant
 //!                                          when nobody is registered (`record::OWNER_ENTRY`)
@@ -75,7 +76,7 @@
 //! increase`).
 //!
 //! ## Release, in order
-//! [`Lease::release`] vacates this owner's registry entries in place, overwrites the owner record's slot
+//! [`Lease::release`] vacates this owner's instance entries in place, overwrites the owner record's slot
 //! with phase `released` (not synced: evidence for live processes),
 //! then unlocks (`LOCK_UN` before close, so a waiter woken by the close finds the lock free).
 //!
@@ -998,6 +999,11 @@ pub fn status(dir: &StateDir) -> Result<LeaseStatus, LeaseError> {
                     match read_registry_slot(&d, &entry) {
                         // Vacant: the process is gone, or the ownership released.
                         Slot::Vacant => continue,
+                        // The owner entry of an ownership that released in order (its
+                        // release leaves the entry for the next owner to overwrite).
+                        Slot::Entry(r) if kind == LEASES_DIR && released_by(&st.owner, &r) => {
+                            continue;
+                        }
                         Slot::Entry(r) => Some(r),
                         Slot::Unreadable => None,
                     }
@@ -1013,6 +1019,15 @@ pub fn status(dir: &StateDir) -> Result<LeaseStatus, LeaseError> {
         }
     }
     Ok(st)
+}
+
+/// Whether the owner record `owner` says that the ownership the owner entry `entry` names
+/// released in order: a released record of that epoch or a later one (the release leaves the
+/// owner entry in place; an ownership that crashed leaves a record that is not released).
+fn released_by(owner: &Option<OwnerRecord>, entry: &RegistryRecord) -> bool {
+    owner
+        .as_ref()
+        .is_some_and(|o| o.phase == PhaseKind::Released && entry.epoch <= o.epoch)
 }
 
 /// What an in-place registry entry holds, as `status` reads it.

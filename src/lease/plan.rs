@@ -3397,8 +3397,6 @@ impl Steps for StopOrphansSteps {
 enum RSt {
     /// Vacate this ownership's instance entry `i`.
     VacateInstance(usize),
-    /// Vacate this ownership's owner entry.
-    VacateLease,
     /// Rewrite the owner record as released.
     Record,
     /// Unlock.
@@ -3407,11 +3405,16 @@ enum RSt {
     Done,
 }
 
-/// The orderly release ([`super::Lease::release`]): this ownership's registry entries are
+/// The orderly release ([`super::Lease::release`]): this ownership's instance entries are
 /// vacated in place (issue 11: overwritten with a vacant slot, never unlinked), the owner
 /// record is rewritten with phase `released`, then the lock is released (`LOCK_UN` before the
 /// close, so that a waiter woken by the close finds it free). The lock is released even when a
 /// step before fails; the first error is the output.
+///
+/// The owner's own entry (`registry/leases/owner.slot`) is left as it is: the released owner
+/// record written after it says that the ownership it names ended in order (`status` shows no
+/// owner entry of an epoch a released record covers), and the next owner overwrites it. Not
+/// touching it keeps two folder opens and a write off the handoff's critical path.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ReleaseSteps {
     instances: Vec<String>,
@@ -3434,7 +3437,7 @@ impl ReleaseSteps {
     pub fn with_instances(released: &OwnerRecord, registered: Vec<String>) -> ReleaseSteps {
         ReleaseSteps {
             st: if registered.is_empty() {
-                RSt::VacateLease
+                RSt::Record
             } else {
                 RSt::VacateInstance(0)
             },
@@ -3466,7 +3469,6 @@ impl Steps for ReleaseSteps {
     fn op(&self) -> Option<Act> {
         Some(match &self.st {
             RSt::VacateInstance(i) => vacate(Loc::Instances, &self.instances[*i], "lease.release"),
-            RSt::VacateLease => vacate(Loc::Leases, record::OWNER_ENTRY, "lease.release"),
             RSt::Record => return self.write.op(),
             RSt::Unlock => Act::Unlock,
             RSt::Done => return None,
@@ -3481,10 +3483,6 @@ impl Steps for ReleaseSteps {
         match (self.st.clone(), res) {
             (RSt::VacateInstance(i), res) => match gone_ok(res) {
                 Ok(()) if i + 1 < self.instances.len() => self.st = RSt::VacateInstance(i + 1),
-                Ok(()) => self.st = RSt::VacateLease,
-                Err(e) => self.failed(e),
-            },
-            (RSt::VacateLease, res) => match gone_ok(res) {
                 Ok(()) => self.st = RSt::Record,
                 Err(e) => self.failed(e),
             },
