@@ -701,9 +701,12 @@ impl Lease {
         Ok(())
     }
 
-    /// Registers a process the owner runs (e.g. the supervised child) under `name`; the entry is
-    /// removed by [`Lease::unregister_instance`] or [`Lease::release`], or swept by the next
-    /// owner once the process is dead.
+    /// Registers a process the owner runs (e.g. the supervised child) under `name`: its slot
+    /// `registry/instances/<name>.slot` is overwritten in place (created the first time). The
+    /// entry is vacated by [`Lease::unregister_instance`] or [`Lease::release`], or by the next
+    /// owner once the process is dead. Stop the [orphans](Lease::orphans) first
+    /// ([`Lease::stop_orphans`]), as the runner does: an orphan registered under the same name
+    /// has its entry in the same slot, which a registration overwrites.
     pub fn register_instance(&mut self, name: &str, identity: &Identity) -> Result<(), LeaseError> {
         if !valid_instance_name(name) {
             return Err(LeaseError::BadInstanceName {

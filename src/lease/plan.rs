@@ -24,6 +24,7 @@
 //! The order of the steps is the protocol; see the module docs of [`super`] for why each step
 //! is where it is.
 
+use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -3041,9 +3042,8 @@ impl Replace {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct SlotWrite {
     dir: Loc,
-    name: &'static str,
-    /// The file name when it is not a fixed one (an instance entry).
-    owned_name: Option<String>,
+    /// The file (a fixed name, or an instance entry's).
+    name: Cow<'static, str>,
     label: &'static str,
     /// The slot, until it is written in place (or found to have no file to go into); shared
     /// with the act that writes it.
@@ -3057,8 +3057,7 @@ impl SlotWrite {
     fn owner(record: &OwnerRecord) -> SlotWrite {
         SlotWrite::new(
             Loc::Control,
-            OWNER_FILE,
-            None,
+            Cow::Borrowed(OWNER_FILE),
             record::owner_slot(record),
             || to_json(record),
             "lease.owner",
@@ -3069,8 +3068,7 @@ impl SlotWrite {
     fn instance(rec: &RegistryRecord) -> SlotWrite {
         SlotWrite::new(
             Loc::Instances,
-            "",
-            Some(record::instance_entry(&rec.name)),
+            Cow::Owned(record::instance_entry(&rec.name)),
             record::registry_slot(Some(rec)),
             || to_json(rec),
             "lease.registry",
@@ -3079,36 +3077,32 @@ impl SlotWrite {
 
     fn new(
         dir: Loc,
-        name: &'static str,
-        owned_name: Option<String>,
+        name: Cow<'static, str>,
         slot: Option<Vec<u8>>,
         whole: impl FnOnce() -> Vec<u8>,
         label: &'static str,
     ) -> SlotWrite {
-        let mut w = SlotWrite {
+        let (in_place, whole) = match slot {
+            Some(slot) => (Some(slot.into()), None),
+            None => (
+                None,
+                Some(Replace::new(dir, name.to_string(), whole(), label)),
+            ),
+        };
+        SlotWrite {
             dir,
             name,
-            owned_name,
             label,
-            in_place: None,
-            whole: None,
-        };
-        match slot {
-            Some(slot) => w.in_place = Some(slot.into()),
-            None => w.whole = Some(Replace::new(dir, w.file().to_owned(), whole(), label)),
+            in_place,
+            whole,
         }
-        w
-    }
-
-    fn file(&self) -> &str {
-        self.owned_name.as_deref().unwrap_or(self.name)
     }
 
     fn op(&self) -> Option<Act> {
         match (&self.in_place, &self.whole) {
             (Some(slot), _) => Some(Act::WriteAt {
                 dir: self.dir,
-                name: self.file().to_owned(),
+                name: self.name.to_string(),
                 offset: 0,
                 bytes: Arc::clone(slot),
                 label: self.label,
@@ -3126,7 +3120,7 @@ impl SlotWrite {
                 Res::Failed(LeaseError::Fs(FsError::NotFound { .. })) => {
                     self.whole = Some(Replace::new(
                         self.dir,
-                        self.file().to_owned(),
+                        self.name.to_string(),
                         slot.to_vec(),
                         self.label,
                     ));
