@@ -1002,9 +1002,11 @@ pub fn status(dir: &StateDir) -> Result<LeaseStatus, LeaseError> {
                     match read_registry_slot(&d, &entry) {
                         // Vacant: the process is gone, or the ownership released.
                         Slot::Vacant => continue,
-                        // The owner entry of an ownership that released in order (its
-                        // release leaves the entry for the next owner to overwrite).
-                        Slot::Entry(r) if kind == LEASES_DIR && released_by(&st.owner, &r) => {
+                        // The owner entry of an ownership that ended (its release leaves the
+                        // entry for the next owner to overwrite).
+                        Slot::Entry(r)
+                            if kind == LEASES_DIR && owner_entry_ended(&st.owner, &r) =>
+                        {
                             continue;
                         }
                         Slot::Entry(r) => Some(r),
@@ -1024,13 +1026,15 @@ pub fn status(dir: &StateDir) -> Result<LeaseStatus, LeaseError> {
     Ok(st)
 }
 
-/// Whether the owner record `owner` says that the ownership the owner entry `entry` names
-/// released in order: a released record of that epoch or a later one (the release leaves the
-/// owner entry in place; an ownership that crashed leaves a record that is not released).
-fn released_by(owner: &Option<OwnerRecord>, entry: &RegistryRecord) -> bool {
-    owner
-        .as_ref()
-        .is_some_and(|o| o.phase == PhaseKind::Released && entry.epoch <= o.epoch)
+/// Whether the owner record `owner` says that the ownership the owner entry `entry` names has
+/// ended: it released in order (a released record of its epoch: the release leaves the owner
+/// entry in place for the next owner to overwrite), or a later ownership's record replaced its
+/// own (a successor that has not yet overwritten the entry). An owner that crashed leaves a
+/// record of its epoch that is not released, and its entry is shown.
+fn owner_entry_ended(owner: &Option<OwnerRecord>, entry: &RegistryRecord) -> bool {
+    owner.as_ref().is_some_and(|o| {
+        entry.epoch < o.epoch || (entry.epoch == o.epoch && o.phase == PhaseKind::Released)
+    })
 }
 
 /// What an in-place registry entry holds, as `status` reads it.
