@@ -542,7 +542,9 @@ mod clone3 {
         let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| fail(e.into()))?;
         // The signals whose handlers the child resets (caught, but not by the intake, whose
-        // handler does nothing in a child): looked up here, read-only in the child.
+        // handler does nothing in a child): looked up here, read-only in the child. (A handler
+        // a host installed over the intake's is not looked for: it took that signal from the
+        // intake already.)
         let mut reset = [false; 65];
         for (n, r) in reset.iter_mut().enumerate().skip(1) {
             *r = !matches!(n, 9 | 19 | 32 | 33) && !crate::driver::signals::caught_here(n);
@@ -646,10 +648,11 @@ mod clone3 {
         }
         let mut stack = Box::<[u8]>::new_uninit_slice(CHILD_STACK);
         args.flags |= CLONE_VM | CLONE_VFORK;
-        args.stack = stack.as_mut_ptr() as u64;
+        let base = stack.as_mut_ptr() as u64;
+        args.stack = base;
         // The kernel starts the child with its stack pointer at `stack + stack_size`, which
-        // the call below needs 16-byte aligned (a heap block of this size is).
-        args.stack_size = (CHILD_STACK & !15) as u64;
+        // the call below needs 16-byte aligned.
+        args.stack_size = ((base + CHILD_STACK as u64) & !15) - base;
         let ret: i64;
         // SAFETY: `clone3` returns twice. In the parent, only rax, rcx and r11 change. In the
         // child (rax = 0), on the new stack, the frame pointer is cleared and `entry(ctx)` is
