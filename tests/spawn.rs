@@ -117,6 +117,40 @@ fn same_behaviour(dir: &Path, configure: &dyn Fn(&mut SpawnSpec), cg: Option<&Cg
     let e = Child::spawn(&s).err().expect("a file without x fails");
     assert_eq!((e.failure, e.errno), (ExecFailure::NotExecutable, "EACCES"));
 
+    // The child starts with no signal blocked and SIGPIPE at its default action, although the
+    // test harness ignores SIGPIPE and the clone3 path blocks every signal in the parent while
+    // the child (sharing its memory) resets handlers (issue 11).
+    let mut s = spec(
+        Path::new("sh"),
+        &[
+            "-c",
+            r#"exec grep -E '^Sig(Blk|Ign):' /proc/self/status > "$1""#,
+            "sh",
+        ],
+    );
+    s.args.push(out.clone().into());
+    configure(&mut s);
+    let mut c = Child::spawn(&s).expect("spawn sh to read its signal state");
+    assert_eq!(wait_exit(&mut c), ChildStatus::Exited(0));
+    let status = fs::read_to_string(&out).unwrap();
+    let mask = |name: &str| {
+        let hex = status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in {status}"));
+        u64::from_str_radix(hex.trim(), 16).unwrap()
+    };
+    assert_eq!(
+        mask("SigBlk:"),
+        0,
+        "no signal blocked in the child: {status}"
+    );
+    assert_eq!(
+        mask("SigIgn:") & (1 << (libc::SIGPIPE - 1)),
+        0,
+        "SIGPIPE at its default in the child: {status}"
+    );
+
     // `PATH` lookup and the inherited descriptor (kept across exec, at the same number).
     let held = fs::File::open(&script).unwrap();
     let dup = rustix::io::fcntl_dupfd_cloexec(held.as_fd(), 3).unwrap();

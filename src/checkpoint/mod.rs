@@ -85,6 +85,7 @@ pub use format::{
 };
 pub use hash::VerifyingReader;
 pub use limits::Limits;
+pub(crate) use store::OwnedDirs;
 pub use store::{
     Checkpoint, CheckpointStore, CheckpointSummary, CurrentPointer, GcReport, Listed, PublishFile,
     Published, Source, Staging, StoreOptions, VerifyReport, View, failed_name, highest_epoch,

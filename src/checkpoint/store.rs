@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustix::fs::Mode;
@@ -246,6 +247,13 @@ struct Dirs {
     blobs: Option<Dir>,
 }
 
+/// The open directories of a store opened for its owner, kept from the ownership's first open
+/// to its release: [`CheckpointStore::reattach`] gives the store back without a system call,
+/// so one ownership opens the store once (the runner's recovery, publish and release; issue
+/// 11). Valid only while the lease that opened them is held.
+#[derive(Debug, Clone)]
+pub(crate) struct OwnedDirs(Arc<Dirs>);
+
 /// The load plan of what CURRENT names, and the pointer's value it was made from (a cluster's
 /// pointer read before the plan; `None` when the plan reads the `CURRENT` file itself).
 type CurrentLoad = (plan::LoadPlan, Option<Vec<u8>>);
@@ -265,7 +273,7 @@ enum Sweep {
 #[derive(Debug)]
 pub struct CheckpointStore<'s> {
     state: &'s StateDir,
-    dirs: Option<Dirs>,
+    dirs: Option<Arc<Dirs>>,
     owned: bool,
     keep: usize,
     limits: Limits,
@@ -297,11 +305,11 @@ impl<'s> CheckpointStore<'s> {
                     None => None,
                     Some(b) => b.open_dir_optional(SHA256_DIR)?,
                 };
-                Some(Dirs {
+                Some(Arc::new(Dirs {
                     root,
                     manifests,
                     blobs,
-                })
+                }))
             }
         };
         Ok(CheckpointStore {
@@ -373,11 +381,39 @@ impl<'s> CheckpointStore<'s> {
         let (root, manifests, blobs) = (take(fds.root), take(fds.manifests), take(fds.blobs));
         Ok(CheckpointStore {
             state,
-            dirs: Some(Dirs {
+            dirs: Some(Arc::new(Dirs {
                 root,
                 manifests: Some(manifests),
                 blobs: Some(blobs),
-            }),
+            })),
+            owned: true,
+            keep: opts.keep,
+            limits: Limits::DEFAULT,
+            pointer: None,
+        })
+    }
+
+    /// This owned store's directories, to [`CheckpointStore::reattach`] later in the same
+    /// ownership; `None` for a read-only store.
+    pub(crate) fn owned_handles(&self) -> Option<OwnedDirs> {
+        match (&self.dirs, self.owned) {
+            (Some(d), true) => Some(OwnedDirs(Arc::clone(d))),
+            _ => None,
+        }
+    }
+
+    /// The owned store of `dirs` again, as [`CheckpointStore::attach_owned`] would open it
+    /// (no sweep) but without opening anything: for the later operations of the ownership
+    /// that opened `dirs` in `state`.
+    pub(crate) fn reattach(
+        state: &'s StateDir,
+        dirs: &OwnedDirs,
+        opts: StoreOptions,
+    ) -> Result<CheckpointStore<'s>, CheckpointError> {
+        check_opts(&opts)?;
+        Ok(CheckpointStore {
+            state,
+            dirs: Some(Arc::clone(&dirs.0)),
             owned: true,
             keep: opts.keep,
             limits: Limits::DEFAULT,
@@ -908,7 +944,7 @@ impl<'s> CheckpointStore<'s> {
     }
 
     fn owned_dirs(&self) -> Result<(&Dir, &Dir, &Dir), CheckpointError> {
-        match (&self.dirs, self.owned) {
+        match (self.dirs.as_deref(), self.owned) {
             (
                 Some(Dirs {
                     root,
@@ -1544,6 +1580,16 @@ fn failed_entries(failed: &Dir) -> Result<Vec<FailedEntry>, CheckpointError> {
 /// only guard against an operator rewinding that file, and the newest of them carries the
 /// highest epoch a live history reached (spec/lifecycle.md, "The epoch rule as built").
 pub fn highest_epoch(state: &StateDir) -> Option<crate::lease::epoch::Seen> {
+    // Every acquisition asks, and a dir without a checkpoint yet has nothing to say: one
+    // lookup of CURRENT answers that before the store's directories are opened (issue 11).
+    // Anything but "not there" (a CURRENT, an error) goes on to read it through the store.
+    if let Err(rustix::io::Errno::NOENT) = rustix::fs::statat(
+        state.root(),
+        Path::new(STORE_DIR).join(CURRENT_FILE),
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    ) {
+        return None;
+    }
     let store = CheckpointStore::open(state, StoreOptions::default()).ok()?;
     let current = store.read_current().ok()??;
     let h = store.manifest_header(current.id).ok()?;

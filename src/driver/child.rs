@@ -409,13 +409,20 @@ pub fn valid_env_name(name: &OsStr) -> bool {
 
 /// Spawning straight into a cgroup with `clone3(CLONE_INTO_CGROUP | CLONE_PIDFD)` (Linux ≥ 5.7).
 ///
-/// The child of `clone3` without `CLONE_VM` is a copy of this process, as after `fork`: until it
-/// execs it may only make async-signal-safe calls. Everything it needs (argv, envp, every
-/// candidate path of the `PATH` search, the `/bin/sh` fallback for a script without `#!`) is
-/// built here first; the child then does what `std::process::Command` does for the other path —
-/// its own process group, an empty signal mask, SIGPIPE back to its default, stderr onto the
-/// pipe — plus the parent-death signal, and reports an `exec` failure's errno through a
-/// close-on-exec pipe before `_exit(127)`.
+/// On x86-64 the child shares this process's memory until it execs (`CLONE_VM | CLONE_VFORK`,
+/// what `posix_spawn` does): a copy of the runner's address space, write-protected in the
+/// parent until the child's exec threw it away, was the larger part of starting a workload
+/// (issue 11: `tenure run -- true` against `flock`). The child runs on a stack of its own while
+/// the calling thread waits for its exec; elsewhere it is a copy, as after `fork`. Either way it
+/// may only make async-signal-safe calls until it execs, and with shared memory it must write
+/// nothing the parent reads: everything it needs (argv, envp, every candidate path of the
+/// `PATH` search, the `/bin/sh` fallback for a script without `#!`) is built here first. Signals
+/// are blocked in the calling thread across the clone; the child resets every handler that
+/// could run on the parent's memory (the intake's own handler does nothing in a child, see
+/// `signals::INSTALLER`), then does what `std::process::Command` does for the other path — its
+/// own process group, an empty signal mask, SIGPIPE back to its default, stderr onto the pipe —
+/// plus the parent-death signal, and reports an `exec` failure's errno through a close-on-exec
+/// pipe before `_exit(127)`.
 mod clone3 {
     use super::{Child, SpawnError, SpawnSpec, child_env, spawn_error};
     use std::ffi::{CString, OsStr, OsString};
@@ -426,6 +433,14 @@ mod clone3 {
 
     const CLONE_PIDFD: u64 = 0x1000;
     const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+    #[cfg(target_arch = "x86_64")]
+    const CLONE_VM: u64 = 0x100;
+    #[cfg(target_arch = "x86_64")]
+    const CLONE_VFORK: u64 = 0x4000;
+    /// The stack of a child that shares our memory: enough for the calls it makes before its
+    /// exec and a signal frame; only the pages it touches are ever faulted in.
+    #[cfg(target_arch = "x86_64")]
+    const CHILD_STACK: usize = 64 * 1024;
 
     /// `struct clone_args` up to `cgroup` (`CLONE_ARGS_SIZE_VER2`).
     #[repr(C)]
@@ -526,49 +541,49 @@ mod clone3 {
             .map_err(|e| fail(e.into()))?;
         let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| fail(e.into()))?;
-        let parent = std::process::id() as libc::pid_t;
-        let inherit = spec.inherit.as_slice();
-        let user = spec.user.as_ref();
-        let foreground = spec.foreground;
-        let (err_w_raw, status_w_raw) = (err_w.as_raw_fd(), status_w.as_raw_fd());
+        // The signals whose handlers the child resets (caught, but not by the intake, whose
+        // handler does nothing in a child): looked up here, read-only in the child. (A handler
+        // a host installed over the intake's is not looked for: it took that signal from the
+        // intake already.)
+        let mut reset = [false; 65];
+        for (n, r) in reset.iter_mut().enumerate().skip(1) {
+            *r = !matches!(n, 9 | 19 | 32 | 33) && !crate::driver::signals::caught_here(n);
+        }
+        let ctx = ChildCtx {
+            parent: std::process::id() as libc::pid_t,
+            inherit: spec.inherit.as_slice(),
+            user: spec.user.as_ref(),
+            foreground: spec.foreground,
+            err_w: err_w.as_raw_fd(),
+            status_w: status_w.as_raw_fd(),
+            paths: &path_ptrs,
+            argv: &argv,
+            sh_argvs: &sh_argvs,
+            envp: &envp,
+            reset: &reset,
+        };
         let mut pidfd: libc::c_int = -1;
-        let args = CloneArgs {
+        let mut args = CloneArgs {
             flags: CLONE_PIDFD | CLONE_INTO_CGROUP,
             pidfd: &mut pidfd as *mut libc::c_int as u64,
             exit_signal: libc::SIGCHLD as u64,
             cgroup: cgroup as u64,
             ..CloneArgs::default()
         };
-        // SAFETY: `clone3` without `CLONE_VM` duplicates this process like `fork`; `args` and
-        // the `pidfd` slot it points to live across the call. In the child (return value 0)
-        // only async-signal-safe system call wrappers run, on memory prepared above, and it
-        // never returns: it execs or `_exit`s.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_clone3,
-                &args as *const CloneArgs,
-                std::mem::size_of::<CloneArgs>(),
-            )
-        };
-        if ret == 0 {
-            // SAFETY: see above; every pointer is into memory this copy of the process owns.
-            unsafe {
-                child_exec(
-                    parent,
-                    inherit,
-                    user,
-                    foreground,
-                    err_w_raw,
-                    status_w_raw,
-                    &path_ptrs,
-                    &argv,
-                    &sh_argvs,
-                    &envp,
-                )
-            }
+        // Every signal blocked in this thread until the child has exec'd (or exited): none is
+        // handled in the child before it reset the handlers; the child unblocks its own.
+        // SAFETY: a filled set is a valid value; the pointers are to locals.
+        let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old_mask);
         }
+        let ret = clone(&mut args, &ctx);
+        // SAFETY: the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut()) };
         if ret < 0 {
-            let e = io::Error::last_os_error();
+            let e = io::Error::from_raw_os_error(-ret as i32);
             return match e.raw_os_error() {
                 // No clone3, or no CLONE_INTO_CGROUP / CLONE_PIDFD here: fork instead.
                 Some(libc::ENOSYS | libc::EINVAL | libc::E2BIG | libc::EOPNOTSUPP) => Ok(None),
@@ -605,21 +620,132 @@ mod clone3 {
         Ok(Some(Child::started(pid, pidfd, Some(stderr))))
     }
 
-    /// The child's side: never returns.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn child_exec(
+    /// What the child needs, prepared by the parent; the child only reads it.
+    struct ChildCtx<'a> {
         parent: libc::pid_t,
-        inherit: &[RawFd],
-        user: Option<&super::Credentials>,
+        inherit: &'a [RawFd],
+        user: Option<&'a super::Credentials>,
         foreground: bool,
         err_w: RawFd,
         status_w: RawFd,
-        paths: &[*const libc::c_char],
-        argv: &[*const libc::c_char],
-        sh_argvs: &[Vec<*const libc::c_char>],
-        envp: &[*const libc::c_char],
-    ) -> ! {
+        paths: &'a [*const libc::c_char],
+        argv: &'a [*const libc::c_char],
+        sh_argvs: &'a [Vec<*const libc::c_char>],
+        envp: &'a [*const libc::c_char],
+        /// By signal number: reset the handler to the default action if one is installed.
+        reset: &'a [bool; 65],
+    }
+
+    /// `clone3` with `args`, the child running [`child_exec`] on `ctx`: returns the child's
+    /// pid, or `-errno`. On x86-64 the child shares our memory on a stack of its own and this
+    /// returns once it has exec'd or exited.
+    #[cfg(target_arch = "x86_64")]
+    fn clone(args: &mut CloneArgs, ctx: &ChildCtx<'_>) -> i64 {
+        extern "C" fn entry(ctx: *const libc::c_void) -> ! {
+            // SAFETY: `ctx` points to the parent's `ChildCtx`, which outlives the child's use
+            // of it: the parent waits (`CLONE_VFORK`) until the child has exec'd or exited.
+            unsafe { child_exec(&*ctx.cast::<ChildCtx<'_>>()) }
+        }
+        let mut stack = Box::<[u8]>::new_uninit_slice(CHILD_STACK);
+        args.flags |= CLONE_VM | CLONE_VFORK;
+        let base = stack.as_mut_ptr() as u64;
+        args.stack = base;
+        // The kernel starts the child with its stack pointer at `stack + stack_size`, which
+        // the call below needs 16-byte aligned.
+        args.stack_size = ((base + CHILD_STACK as u64) & !15) - base;
+        let ret: i64;
+        // SAFETY: `clone3` returns twice. In the parent, only rax, rcx and r11 change. In the
+        // child (rax = 0), on the new stack, the frame pointer is cleared and `entry(ctx)` is
+        // called; it never returns. `args`, the stack and `ctx` live until the parent resumes,
+        // which is after the child no longer uses them.
         unsafe {
+            std::arch::asm!(
+                "syscall",
+                "test rax, rax",
+                "jnz 2f",
+                "xor ebp, ebp",
+                "mov rdi, r12",
+                "call r13",
+                "ud2",
+                "2:",
+                inlateout("rax") libc::SYS_clone3 => ret,
+                in("rdi") args as *mut CloneArgs,
+                in("rsi") std::mem::size_of::<CloneArgs>(),
+                in("r12") ctx as *const ChildCtx<'_>,
+                in("r13") entry as extern "C" fn(*const libc::c_void) -> !,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        drop(stack);
+        ret
+    }
+
+    /// `clone3` with `args` as a copy of this process (as `fork`), the child running
+    /// [`child_exec`] on `ctx`: returns the child's pid, or `-errno`.
+    #[cfg(not(target_arch = "x86_64"))]
+    fn clone(args: &mut CloneArgs, ctx: &ChildCtx<'_>) -> i64 {
+        // SAFETY: `clone3` without `CLONE_VM` duplicates this process like `fork`; `args` and
+        // the `pidfd` slot it points to live across the call. In the child (return value 0)
+        // only async-signal-safe system call wrappers run, on memory prepared above, and it
+        // never returns: it execs or `_exit`s.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_clone3,
+                args as *const CloneArgs,
+                std::mem::size_of::<CloneArgs>(),
+            )
+        };
+        if ret == 0 {
+            // SAFETY: see above; every pointer is into memory this copy of the process owns.
+            unsafe { child_exec(ctx) }
+        }
+        if ret < 0 {
+            -i64::from(
+                io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EINVAL),
+            )
+        } else {
+            ret
+        }
+    }
+
+    /// The child's side: never returns. Async-signal-safe calls only, and nothing written to
+    /// memory it may share with the parent but its own stack and the calling thread's `errno`
+    /// (which the parent does not read after the clone).
+    unsafe fn child_exec(ctx: &ChildCtx<'_>) -> ! {
+        let ChildCtx {
+            parent,
+            inherit,
+            user,
+            foreground,
+            err_w,
+            status_w,
+            paths,
+            argv,
+            sh_argvs,
+            envp,
+            reset,
+        } = *ctx;
+        unsafe {
+            // No handler may run here on the parent's memory: each that is not the intake's
+            // goes back to the default action (what the exec would do to it anyway) while
+            // every signal is still blocked.
+            for (n, r) in reset.iter().enumerate() {
+                if !r {
+                    continue;
+                }
+                let mut old: libc::sigaction = std::mem::zeroed();
+                let n = n as libc::c_int;
+                if libc::sigaction(n, std::ptr::null(), &mut old) == 0
+                    && old.sa_sigaction != libc::SIG_DFL
+                    && old.sa_sigaction != libc::SIG_IGN
+                {
+                    libc::signal(n, libc::SIG_DFL);
+                }
+            }
             let report = |errno: libc::c_int| -> ! {
                 let b = errno.to_ne_bytes();
                 libc::write(status_w, b.as_ptr().cast(), b.len());

@@ -32,7 +32,8 @@ pub mod up;
 pub mod user;
 
 use crate::checkpoint::{
-    CheckpointError, CheckpointId, CheckpointStore, Published, Staging, StoreOptions, View,
+    CheckpointError, CheckpointId, CheckpointStore, OwnedDirs, Published, Staging, StoreOptions,
+    View,
 };
 use crate::lease::{self, AcquireOptions, Identity, Lease, LeaseError, WaitBound};
 use crate::machine::trace::{TRACE_VERSION, TraceLine};
@@ -182,6 +183,9 @@ struct Recovered {
     checkpoint: Option<(CheckpointId, u64, u64)>,
     view: Option<View>,
     staging: Staging,
+    /// The store as the recovery opened it: the publish and the release reattach it instead
+    /// of opening it again (issue 11).
+    dirs: Option<OwnedDirs>,
 }
 
 /// What a recovery returns: the recovered checkpoint and scratch, or the fault and message.
@@ -789,13 +793,23 @@ impl<'a> Runner<'a> {
 
     /// The store, attached for its owner; with a cluster lease, CURRENT is the cluster's.
     fn attach(&self) -> Option<Result<CheckpointStore<'_>, CheckpointError>> {
+        self.attach_from(self.recovered.as_ref().and_then(|r| r.dirs.as_ref()))
+    }
+
+    /// The store, reattached from the directories this ownership's recovery opened (`dirs`)
+    /// or, without them, opened again.
+    fn attach_from(
+        &self,
+        dirs: Option<&OwnedDirs>,
+    ) -> Option<Result<CheckpointStore<'_>, CheckpointError>> {
         let dir = self.store_dir()?;
-        let store = CheckpointStore::attach_owned(
-            dir,
-            StoreOptions {
-                keep: self.opts.keep,
-            },
-        );
+        let opts = StoreOptions {
+            keep: self.opts.keep,
+        };
+        let store = match dirs {
+            Some(d) => CheckpointStore::reattach(dir, d, opts),
+            None => CheckpointStore::attach_owned(dir, opts),
+        };
         #[cfg(feature = "etcd")]
         if let Some(c) = &self.cluster {
             return Some(store.map(|s| s.with_pointer(c)));
@@ -1220,16 +1234,21 @@ impl<'a> Runner<'a> {
                 }
             }
         }
-        if let Some(rec) = self.recovered.take()
-            && let Some(Ok(store)) = self.attach()
+        if let Some(Recovered {
+            view,
+            staging,
+            dirs,
+            ..
+        }) = self.recovered.take()
+            && let Some(Ok(store)) = self.attach_from(dirs.as_ref())
         {
-            if let Some(v) = rec.view {
+            if let Some(v) = view {
                 let _ = store.remove_view(v);
             }
             // A staging area whose publish failed was moved to `failed/` (or, if that failed
             // too, is left for the next owner's sweep): nothing is discarded then.
             if self.kept_output.is_none() {
-                let _ = store.discard_staging(rec.staging);
+                let _ = store.discard_staging(staging);
             }
         }
         // The machine releases only once the whole workload is gone: the cgroup is empty.
@@ -1948,6 +1967,7 @@ fn recover(
         checkpoint: current.map(|c| (c.id, c.files, c.bytes)),
         view,
         staging,
+        dirs: store.owned_handles(),
     })
 }
 

@@ -124,6 +124,21 @@ static PREV: Prev = Prev(UnsafeCell::new([None; 65]));
 /// Whether [`PREV`]'s entry of a signal is written (the handler reads it only then).
 static PREV_SET: [AtomicBool; 65] = [const { AtomicBool::new(false) }; 65];
 
+/// The process that installed the handlers (0 before the first install). A child that shares
+/// this process's memory until it execs (`clone(CLONE_VM | CLONE_VFORK)`, how the workload is
+/// started: `child::clone3`) inherits the handler; run there, it must neither set the flags
+/// nor write to the pipes of its parent, nor call a host's handler on its parent's memory. A
+/// signal that reaches such a child before its exec is the child's, and is dropped as its
+/// exec would have reset the handler anyway.
+static INSTALLER: AtomicI32 = AtomicI32::new(0);
+
+/// Whether signal `n` is caught by this module's handler (installed once per process, never
+/// removed). A child started with `CLONE_VM` leaves such a signal alone before its exec (the
+/// handler does nothing there, see [`INSTALLER`]) and resets every other caught one.
+pub(crate) fn caught_here(n: usize) -> bool {
+    n < 65 && PREV_SET[n].load(Ordering::SeqCst)
+}
+
 /// Serialises installing and dropping intakes (never taken by the handler).
 static SETUP: Mutex<[bool; 65]> = Mutex::new([false; 65]);
 
@@ -135,6 +150,12 @@ fn is_stop(n: u8) -> bool {
 extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: reading and restoring the thread's errno is what every handler must do.
     let errno = unsafe { *libc::__errno_location() };
+    if rustix::process::getpid().as_raw_nonzero().get() != INSTALLER.load(Ordering::SeqCst) {
+        // A child of ours before its exec (see `INSTALLER`); `getpid` is a plain system call.
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
+        return;
+    }
     let Ok(n) = u8::try_from(sig) else { return };
     if usize::from(n) < 65 {
         // SAFETY: the entry is written and never written again once its flag is set.
@@ -265,6 +286,10 @@ impl SignalIntake {
         }
         // Nothing of an earlier intake of this slot is carried over.
         slot.clear();
+        INSTALLER.store(
+            rustix::process::getpid().as_raw_nonzero().get(),
+            Ordering::SeqCst,
+        );
         slot.live.store(true, Ordering::SeqCst);
         let stops = Signal::ALL.map(Signal::number);
         let wanted = stops.into_iter().chain(RELAYED).chain([SIGCHLD]);

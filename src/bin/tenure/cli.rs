@@ -108,7 +108,13 @@ impl Cli {
 }
 
 /// The subcommands.
+// Each command's options are defined only when that command is parsed (`defer`): building all
+// of them was most of the runner's start-up after the process itself (issue 11: `tenure run
+// -- true` against `flock`). Help, completions and man pages build them all, as before. The
+// structs of options carry plain comments, not doc comments: a deferred struct's doc comment
+// would replace the command's own description.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum Command {
     /// Own DIR, recover from its checkpoint, run CMD, drain on a stop signal, publish, release
     Run(RunArgs),
@@ -145,7 +151,7 @@ pub enum Command {
     DemoChild,
 }
 
-/// `--dir` and `--quiet`, shared by every command that works on a state dir.
+// `--dir` and `--quiet`, shared by every command that works on a state dir.
 #[derive(Debug, Args)]
 pub struct DirArg {
     /// Print warnings and errors only, not the progress of the run
@@ -163,9 +169,9 @@ pub struct DirArg {
     pub dir: PathBuf,
 }
 
-/// The cluster lease (issue 14, spec/cluster.md): `--lease`, `--lease-ttl`, `--store`, shared by
-/// `run`, `up`, `status`, `verify` and `stop`. Accepted by every build so the command line is the
-/// same; a build without the `etcd` feature refuses them as a usage error.
+// The cluster lease (issue 14, spec/cluster.md): `--lease`, `--lease-ttl`, `--store`, shared by
+// `run`, `up`, `status`, `verify` and `stop`. Accepted by every build so the command line is the
+// same; a build without the `etcd` feature refuses them as a usage error.
 #[derive(Debug, Args)]
 pub struct LeaseArgs {
     /// Own PREFIX on an etcd cluster instead of the lock of --dir (needs the `etcd` feature): the
@@ -183,7 +189,7 @@ pub struct LeaseArgs {
     pub store: Option<PathBuf>,
 }
 
-/// The options of `verify`.
+// The options of `verify`.
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     #[command(flatten)]
@@ -192,7 +198,7 @@ pub struct VerifyArgs {
     pub lease: LeaseArgs,
 }
 
-/// The options of `run` and `up`.
+// The options of `run` and `up`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
@@ -259,7 +265,7 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
-/// The options of `stop`.
+// The options of `stop`.
 #[derive(Debug, Args)]
 pub struct StopArgs {
     #[command(flatten)]
@@ -272,7 +278,7 @@ pub struct StopArgs {
     pub grace: Duration,
 }
 
-/// The options of `status`.
+// The options of `status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     #[command(flatten)]
@@ -284,7 +290,7 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-/// The options of `init`.
+// The options of `init`.
 #[derive(Debug, Args)]
 pub struct InitArgs {
     #[command(flatten)]

@@ -22,6 +22,17 @@ macro_rules! eprintln {
     ($($arg:tt)*) => { tenure::stdio::err(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
+// The unwinder comes from GCC's static `libgcc_eh` instead of the shared `libgcc_s` (what
+// `gcc -static-libgcc` does for C programs): every command of the runner starts faster without
+// loading, relocating and initialising a second shared library (`libgcc_s` probes the CPU with
+// `cpuid` in a constructor, a trap to the hypervisor on a VM). The objects of this binary need
+// `_Unwind_Resume`, so the archive is searched before the standard library's `-lgcc_s`, which
+// `--as-needed` then leaves out. Only the binary links it this way: a program that links the
+// library keeps its own unwinder. Issue 11: `tenure run -- true` against `flock`.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[link(name = "gcc_eh", kind = "static", modifiers = "-bundle")]
+unsafe extern "C" {}
+
 /// The runner's diagnostics: every `log` record of the library, one line on stderr prefixed
 /// `tenure: ` (`tenure: warning: ` for warnings), written without ever panicking.
 struct StderrLogger;
