@@ -935,23 +935,25 @@ impl SimFs {
                 );
             }
         }
-        // Per directory, the last inode seen (as the ops applied left it) and its durable
-        // version: a directory no further op touched is not rebuilt for the next choice.
-        let mut dirs: Vec<Option<(Shared<Node>, Shared<Node>)>> = vec![None; self.nodes.len()];
-        let mut out = Vec::new();
+        // Per directory, the versions of it the outcomes hold so far: an equal one is shared,
+        // not built again (so equal outcomes compare by pointer, and each version's hash is
+        // computed once).
+        let mut built: Vec<SmallVec<[Shared<Node>; 2]>> = vec![SmallVec::new(); self.nodes.len()];
+        let mut candidates: Vec<Vec<Shared<Node>>> = Vec::new();
         // The durable entries with a prefix of the pending ops applied: each prefix is the one
         // before it plus one op (for a subset, the ops are applied to a fresh copy).
         let mut prefix = self.nodes.clone();
         let mut applied = 0;
         for keep in choices {
-            let mut nodes = match reorder {
+            let subset;
+            let nodes = match reorder {
                 Reorder::Prefix => {
                     let k = keep.iter().filter(|k| **k).count();
                     for p in &self.pending[applied..k] {
                         p.op.apply(&mut prefix, true);
                     }
                     applied = k;
-                    prefix.clone()
+                    &prefix
                 }
                 Reorder::Subset => {
                     let mut nodes = self.nodes.clone();
@@ -960,89 +962,36 @@ impl SimFs {
                             p.op.apply(&mut nodes, true);
                         }
                     }
-                    nodes
+                    subset = nodes;
+                    &subset
                 }
             };
-            // The disk as these entries leave it: every directory as its durable entries,
-            // every file as its durable content (the files reachable now are then given each
-            // content they may hold). Inodes are replaced, not copied and changed.
-            for (ino, node) in nodes.0.iter_mut().enumerate() {
-                if let Some(options) = &contents[ino] {
-                    *node = options[0].clone();
-                    continue;
-                }
-                let Node::Dir(d) = &**node else {
-                    continue;
-                };
-                if d.live == d.durable {
-                    continue;
-                }
-                if let Some((seen, fresh)) = &dirs[ino]
-                    && Shared::ptr_eq(seen, node)
-                {
-                    *node = fresh.clone();
-                    continue;
-                }
-                let fresh = Shared::new(Node::Dir(DirNode {
-                    live: d.durable.clone(),
-                    durable: d.durable.clone(),
-                }));
-                dirs[ino] = Some((std::mem::replace(node, fresh.clone()), fresh));
-            }
-            let mut base = SimFs {
-                nodes,
-                pending: Vec::new(),
-                handles: BTreeMap::new(),
-                writers: Vec::new(),
-            };
-            let files: Vec<Ino> = base
-                .reachable()
-                .into_iter()
-                .filter(|i| contents[*i as usize].is_some())
-                .collect();
-            // Normalising renumbers by the entries alone, never by what files hold: the base
-            // is normalised once and each content is put where its inode went.
-            let map = base.normalize_map();
+            let (base, files) = outcome_base(nodes, &contents, &mut built);
+            // Each file reachable in the outcome holds each content it may hold.
             let mut states = vec![base];
-            for ino in files {
+            for (at, ino) in files {
                 let options = contents[ino as usize].as_ref().expect("a file");
-                let at = map.as_ref().map_or(ino, |m| m[ino as usize]) as usize;
                 let mut next = Vec::with_capacity(states.len() * options.len());
                 for s in &states {
                     for c in options {
                         let mut s = s.clone();
-                        s.nodes.0[at] = c.clone();
+                        s[at] = c.clone();
                         next.push(s);
                     }
                 }
                 states = next;
             }
-            out.extend(states);
+            candidates.extend(states);
         }
-        // Sorted and deduplicated (a stable sort keeps the first of equal disks, as a set
-        // would).
-        out.sort();
-        out.dedup();
-        out
-    }
-
-    /// Inodes reachable from the root through live entries.
-    fn reachable(&self) -> Vec<Ino> {
-        let mut out = vec![ROOT_INO];
-        let mut seen = vec![false; self.nodes.len()];
-        seen[ROOT_INO as usize] = true;
-        let mut i = 0;
-        while i < out.len() {
-            if let Some(d) = self.dir_node(out[i]) {
-                for child in d.live.values() {
-                    if !std::mem::replace(&mut seen[*child as usize], true) {
-                        out.push(*child);
-                    }
-                }
-            }
-            i += 1;
-        }
-        out
+        sorted_unique(candidates)
+            .into_iter()
+            .map(|nodes| SimFs {
+                nodes: Nodes(nodes),
+                pending: Vec::new(),
+                handles: BTreeMap::new(),
+                writers: Vec::new(),
+            })
+            .collect()
     }
 
     /// Renumbers inodes in a canonical order (the live tree, then the durable one, then what
@@ -1474,6 +1423,119 @@ impl SimFs {
             .find(|n| !d.live.contains_key(n))
             .expect("a free temp name")
     }
+}
+
+/// The disk power loss leaves of the inodes `nodes` (whose durable entries are what survived):
+/// every directory as its durable entries, every file as its durable content, numbered as
+/// [`SimFs::normalize`] numbers it (breadth first from the root, entries in name order; what
+/// is unreachable dropped), built in that numbering at once. Also returns, in that order, the
+/// files with other contents to try (their new number and their inode in `nodes`).
+/// Directories whose entries come out as an earlier version in `built` share it.
+fn outcome_base(
+    nodes: &Nodes,
+    contents: &[Option<Vec<Shared<Node>>>],
+    built: &mut [SmallVec<[Shared<Node>; 2]>],
+) -> (Vec<Shared<Node>>, Vec<(usize, Ino)>) {
+    let mut map = vec![Ino::MAX; nodes.len()];
+    let mut order: Vec<Ino> = Vec::with_capacity(nodes.len());
+    map[ROOT_INO as usize] = 0;
+    order.push(ROOT_INO);
+    let mut k = 0;
+    while k < order.len() {
+        if let Node::Dir(d) = &*nodes.0[order[k] as usize] {
+            for c in d.durable.values() {
+                let m = &mut map[*c as usize];
+                if *m == Ino::MAX {
+                    *m = order.len() as Ino;
+                    order.push(*c);
+                }
+            }
+        }
+        k += 1;
+    }
+    let mut out = Vec::with_capacity(order.len());
+    let mut files = Vec::new();
+    for (new, &old) in order.iter().enumerate() {
+        let node = &nodes.0[old as usize];
+        if let Some(options) = &contents[old as usize] {
+            out.push(options[0].clone());
+            files.push((new, old));
+            continue;
+        }
+        let Node::Dir(d) = &**node else {
+            out.push(node.clone());
+            continue;
+        };
+        let moves = d.durable.values().any(|v| map[*v as usize] != *v);
+        if !moves && d.live == d.durable {
+            out.push(node.clone());
+            continue;
+        }
+        let mut entries = d.durable.clone();
+        for v in entries.values_mut() {
+            *v = map[*v as usize];
+        }
+        let versions = &mut built[old as usize];
+        let dir = match versions
+            .iter()
+            .find(|b| matches!(&***b, Node::Dir(x) if x.live == entries))
+        {
+            Some(b) => b.clone(),
+            None => {
+                let b = Shared::new(Node::Dir(DirNode {
+                    live: entries.clone(),
+                    durable: entries,
+                }));
+                versions.push(b.clone());
+                b
+            }
+        };
+        out.push(dir);
+    }
+    (out, files)
+}
+
+/// `candidates` (inode tables of outcomes: no pending op, handle or writer) sorted as
+/// [`SimFs`]'s order sorts them and deduplicated, keeping the first of equal ones (as
+/// `sort` then `dedup` would). Each node is ranked among the nodes at its place once, and the
+/// tables are sorted by their ranks: a table's order is its nodes' order, place by place.
+fn sorted_unique(candidates: Vec<Vec<Shared<Node>>>) -> Vec<Vec<Shared<Node>>> {
+    let width = candidates.iter().map(Vec::len).max().unwrap_or(0);
+    // Rank 0: no node at this place (a shorter table sorts first, as a shorter vector does).
+    let mut ranks = vec![0u32; candidates.len() * width];
+    let mut class = vec![0usize; candidates.len()];
+    for at in 0..width {
+        let mut distinct: SmallVec<[&Shared<Node>; 8]> = SmallVec::new();
+        for (c, t) in candidates.iter().enumerate() {
+            let Some(node) = t.get(at) else { continue };
+            class[c] = match distinct.iter().position(|d| *d == node) {
+                Some(i) => i,
+                None => {
+                    distinct.push(node);
+                    distinct.len() - 1
+                }
+            };
+        }
+        let mut by_value: SmallVec<[usize; 8]> = (0..distinct.len()).collect();
+        by_value.sort_by(|a, b| distinct[*a].cmp(distinct[*b]));
+        let mut rank_of: SmallVec<[u32; 8]> = smallvec![0; distinct.len()];
+        for (r, i) in by_value.iter().enumerate() {
+            rank_of[*i] = r as u32 + 1;
+        }
+        for (c, t) in candidates.iter().enumerate() {
+            if at < t.len() {
+                ranks[c * width + at] = rank_of[class[c]];
+            }
+        }
+    }
+    let row = |c: usize| &ranks[c * width..(c + 1) * width];
+    let mut idx: Vec<usize> = (0..candidates.len()).collect();
+    idx.sort_by(|a, b| row(*a).cmp(row(*b)));
+    idx.dedup_by(|a, b| row(*a) == row(*b));
+    let mut candidates: Vec<Option<Vec<Shared<Node>>>> = candidates.into_iter().map(Some).collect();
+    idx.into_iter()
+        .map(|c| candidates[c].take().expect("each candidate once"))
+        .collect()
 }
 
 impl Executor for SimFs {
