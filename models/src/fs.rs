@@ -853,13 +853,7 @@ impl SimFs {
     }
 
     fn outcomes(&self, reorder: Reorder) -> Arc<[PowerLoss]> {
-        self.enumerate_power_loss(reorder)
-            .into_iter()
-            .map(|fs| PowerLoss {
-                lost: !self.same_tree(&fs),
-                fs: Shared::new(fs),
-            })
-            .collect()
+        self.enumerate_power_loss(reorder).into()
     }
 
     /// [`SimFs::power_loss`], shared: the outcomes depend only on the inodes and the pending
@@ -903,7 +897,7 @@ impl SimFs {
         outcomes
     }
 
-    fn enumerate_power_loss(&self, reorder: Reorder) -> Vec<SimFs> {
+    fn enumerate_power_loss(&self, reorder: Reorder) -> Vec<PowerLoss> {
         let n = self.pending.len();
         let choices: Vec<Vec<bool>> = match reorder {
             Reorder::Subset => (0u32..(1 << {
@@ -939,7 +933,10 @@ impl SimFs {
         // not built again (so equal outcomes compare by pointer, and each version's hash is
         // computed once).
         let mut built: Vec<SmallVec<[Shared<Node>; 2]>> = vec![SmallVec::new(); self.nodes.len()];
-        let mut candidates: Vec<Vec<Shared<Node>>> = Vec::new();
+        // Each candidate disk with the choice of entries it came from, and per choice what
+        // decides whether the live tree survived whole (see `tree_match`).
+        let mut candidates: Vec<(Vec<Shared<Node>>, usize)> = Vec::new();
+        let mut matches: Vec<Option<Vec<(usize, Ino)>>> = Vec::new();
         // The durable entries with a prefix of the pending ops applied: each prefix is the one
         // before it plus one op (for a subset, the ops are applied to a fresh copy).
         let mut prefix = self.nodes.clone();
@@ -967,6 +964,7 @@ impl SimFs {
                 }
             };
             let (base, files) = outcome_base(nodes, &contents, &mut built);
+            matches.push(tree_match(self, &base, &files));
             // Each file reachable in the outcome holds each content it may hold.
             let mut states = vec![base];
             for (at, ino) in files {
@@ -981,15 +979,32 @@ impl SimFs {
                 }
                 states = next;
             }
-            candidates.extend(states);
+            let choice = matches.len() - 1;
+            candidates.extend(states.into_iter().map(|s| (s, choice)));
         }
         sorted_unique(candidates)
             .into_iter()
-            .map(|nodes| SimFs {
-                nodes: Nodes(nodes),
-                pending: Vec::new(),
-                handles: BTreeMap::new(),
-                writers: Vec::new(),
+            .map(|(nodes, choice)| {
+                // The live tree survived iff its shape did and every file whose content varies
+                // holds what the live one does (`same_tree`, decided per choice of entries
+                // once, and per disk only for the files that vary).
+                let kept = matches[choice].as_ref().is_some_and(|pairs| {
+                    pairs
+                        .iter()
+                        .all(|(at, ino)| match (&*nodes[*at], self.file_node(*ino)) {
+                            (Node::File(o), Some(live)) => o.data() == live.data(),
+                            _ => false,
+                        })
+                });
+                PowerLoss {
+                    fs: Shared::new(SimFs {
+                        nodes: Nodes(nodes),
+                        pending: Vec::new(),
+                        handles: BTreeMap::new(),
+                        writers: Vec::new(),
+                    }),
+                    lost: !kept,
+                }
             })
             .collect()
     }
@@ -1495,34 +1510,95 @@ fn outcome_base(
     (out, files)
 }
 
-/// `candidates` (inode tables of outcomes: no pending op, handle or writer) sorted as
-/// [`SimFs`]'s order sorts them and deduplicated, keeping the first of equal ones (as
-/// `sort` then `dedup` would). Each node is ranked among the nodes at its place once, and the
-/// tables are sorted by their ranks: a table's order is its nodes' order, place by place.
-fn sorted_unique(candidates: Vec<Vec<Shared<Node>>>) -> Vec<Vec<Shared<Node>>> {
-    let width = candidates.iter().map(Vec::len).max().unwrap_or(0);
+/// Whether the live tree of `live` and the tree of the outcome `base` (built by
+/// [`outcome_base`]) can be equal, as [`SimFs::same_tree`] compares them, for every content
+/// of the files in `varying` (the files whose content an outcome chooses): `None` if they
+/// differ whatever those hold, else the pairs (place in the outcome, live inode) whose
+/// contents must also be equal.
+fn tree_match(
+    live: &SimFs,
+    base: &[Shared<Node>],
+    varying: &[(usize, Ino)],
+) -> Option<Vec<(usize, Ino)>> {
+    fn walk(
+        a: &SimFs,
+        ai: Ino,
+        b: &[Shared<Node>],
+        bi: usize,
+        varying: &[(usize, Ino)],
+        pairs: &mut Vec<(usize, Ino)>,
+    ) -> bool {
+        match (a.nodes.get(&ai), b.get(bi).map(|n| &**n)) {
+            (Some(Node::File(x)), Some(Node::File(y))) => {
+                if varying.iter().any(|(at, _)| *at == bi) {
+                    pairs.push((bi, ai));
+                    true
+                } else {
+                    x.data() == y.data()
+                }
+            }
+            (Some(Node::Dir(x)), Some(Node::Dir(y))) => {
+                // Entries naming no inode are not in the tree.
+                let mut xs = x.live.iter().filter(|(_, i)| a.nodes.get(i).is_some());
+                let mut ys = y.live.iter().filter(|(_, i)| b.get(**i as usize).is_some());
+                loop {
+                    match (xs.next(), ys.next()) {
+                        (None, None) => return true,
+                        (Some((xn, xi)), Some((yn, yi))) => {
+                            if xn != yn || !walk(a, *xi, b, *yi as usize, varying, pairs) {
+                                return false;
+                            }
+                        }
+                        (Some(_), None) | (None, Some(_)) => return false,
+                    }
+                }
+            }
+            (None, None) => true,
+            _ => false,
+        }
+    }
+    let mut pairs = Vec::new();
+    walk(live, ROOT_INO, base, ROOT_INO as usize, varying, &mut pairs).then_some(pairs)
+}
+
+/// `candidates` (inode tables of outcomes: no pending op, handle or writer; each with a tag)
+/// sorted as [`SimFs`]'s order sorts them and deduplicated, keeping the first of equal ones
+/// (as `sort` then `dedup` would). Each node is ranked among the nodes at its place once (equal
+/// allocations are equal without a look at their values), and the tables are sorted by their
+/// ranks: a table's order is its nodes' order, place by place.
+fn sorted_unique<T>(candidates: Vec<(Vec<Shared<Node>>, T)>) -> Vec<(Vec<Shared<Node>>, T)> {
+    let width = candidates.iter().map(|c| c.0.len()).max().unwrap_or(0);
     // Rank 0: no node at this place (a shorter table sorts first, as a shorter vector does).
     let mut ranks = vec![0u32; candidates.len() * width];
     let mut class = vec![0usize; candidates.len()];
     for at in 0..width {
-        let mut distinct: SmallVec<[&Shared<Node>; 8]> = SmallVec::new();
-        for (c, t) in candidates.iter().enumerate() {
+        // The allocations seen at this place with their class, and one of each class.
+        let mut seen: SmallVec<[(&Shared<Node>, usize); 8]> = SmallVec::new();
+        let mut classes: SmallVec<[&Shared<Node>; 8]> = SmallVec::new();
+        for (c, (t, _)) in candidates.iter().enumerate() {
             let Some(node) = t.get(at) else { continue };
-            class[c] = match distinct.iter().position(|d| *d == node) {
-                Some(i) => i,
+            class[c] = match seen.iter().find(|(p, _)| Shared::ptr_eq(p, node)) {
+                Some((_, k)) => *k,
                 None => {
-                    distinct.push(node);
-                    distinct.len() - 1
+                    let k = match classes.iter().position(|d| **d == *node) {
+                        Some(k) => k,
+                        None => {
+                            classes.push(node);
+                            classes.len() - 1
+                        }
+                    };
+                    seen.push((node, k));
+                    k
                 }
             };
         }
-        let mut by_value: SmallVec<[usize; 8]> = (0..distinct.len()).collect();
-        by_value.sort_by(|a, b| distinct[*a].cmp(distinct[*b]));
-        let mut rank_of: SmallVec<[u32; 8]> = smallvec![0; distinct.len()];
-        for (r, i) in by_value.iter().enumerate() {
-            rank_of[*i] = r as u32 + 1;
+        let mut by_value: SmallVec<[usize; 8]> = (0..classes.len()).collect();
+        by_value.sort_by(|a, b| classes[*a].cmp(classes[*b]));
+        let mut rank_of: SmallVec<[u32; 8]> = smallvec![0; classes.len()];
+        for (r, k) in by_value.iter().enumerate() {
+            rank_of[*k] = r as u32 + 1;
         }
-        for (c, t) in candidates.iter().enumerate() {
+        for (c, (t, _)) in candidates.iter().enumerate() {
             if at < t.len() {
                 ranks[c * width + at] = rank_of[class[c]];
             }
@@ -1532,7 +1608,8 @@ fn sorted_unique(candidates: Vec<Vec<Shared<Node>>>) -> Vec<Vec<Shared<Node>>> {
     let mut idx: Vec<usize> = (0..candidates.len()).collect();
     idx.sort_by(|a, b| row(*a).cmp(row(*b)));
     idx.dedup_by(|a, b| row(*a) == row(*b));
-    let mut candidates: Vec<Option<Vec<Shared<Node>>>> = candidates.into_iter().map(Some).collect();
+    let mut candidates: Vec<Option<(Vec<Shared<Node>>, T)>> =
+        candidates.into_iter().map(Some).collect();
     idx.into_iter()
         .map(|c| candidates[c].take().expect("each candidate once"))
         .collect()
