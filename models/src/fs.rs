@@ -1023,50 +1023,51 @@ impl SimFs {
             return None;
         }
         let n = self.nodes.len();
+        // `map[old]` is the new number once visited; `order[new]` the old one.
+        let mut map: Vec<Ino> = vec![Ino::MAX; n];
         let mut order: Vec<Ino> = Vec::with_capacity(n);
-        let mut seen = vec![false; n];
-        let mut visit = |i: Ino, order: &mut Vec<Ino>| {
-            if !std::mem::replace(&mut seen[i as usize], true) {
+        fn visit(i: Ino, map: &mut [Ino], order: &mut Vec<Ino>) {
+            let m = &mut map[i as usize];
+            if *m == Ino::MAX {
+                *m = order.len() as Ino;
                 order.push(i);
             }
-        };
-        visit(ROOT_INO, &mut order);
-        let mut k = 0;
+        }
+        visit(ROOT_INO, &mut map, &mut order);
         for durable in [false, true] {
-            loop {
-                if k >= order.len() {
-                    break;
-                }
+            let mut k = 0;
+            while k < order.len() {
                 if let Some(d) = self.dir_node(order[k]) {
                     let entries = if durable { &d.durable } else { &d.live };
                     for child in entries.values() {
-                        visit(*child, &mut order);
+                        visit(*child, &mut map, &mut order);
                     }
                 }
                 k += 1;
             }
-            k = 0;
         }
         for p in &self.pending {
             for i in p.op.inos() {
-                visit(i, &mut order);
+                visit(i, &mut map, &mut order);
             }
         }
         for h in self.handles.values() {
             match h {
-                Handle::File { ino, .. } | Handle::Dir { ino } => visit(*ino, &mut order),
-                Handle::List { dir, .. } => visit(*dir, &mut order),
+                Handle::File { ino, .. } | Handle::Dir { ino } => {
+                    visit(*ino, &mut map, &mut order);
+                }
+                Handle::List { dir, .. } => visit(*dir, &mut map, &mut order),
             }
         }
         for w in &self.writers {
-            visit(*w, &mut order);
+            visit(*w, &mut map, &mut order);
         }
         // Directories reached only through pending ops or handles may hold more.
         let mut k = 0;
         while k < order.len() {
             if let Some(d) = self.dir_node(order[k]) {
                 for c in d.live.values().chain(d.durable.values()) {
-                    visit(*c, &mut order);
+                    visit(*c, &mut map, &mut order);
                 }
             }
             k += 1;
@@ -1078,10 +1079,6 @@ impl SimFs {
                 .all(|(new, old)| *old as usize == new)
         {
             return None;
-        }
-        let mut map: Vec<Ino> = vec![Ino::MAX; n];
-        for (new, old) in order.iter().enumerate() {
-            map[*old as usize] = new as Ino;
         }
         let mut old: Vec<Option<Shared<Node>>> = std::mem::take(&mut self.nodes.0)
             .into_iter()
