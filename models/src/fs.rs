@@ -847,7 +847,8 @@ impl SimFs {
     /// [`SimFs::power_loss`] with each outcome shared and marked with whether it lost
     /// something, computed afresh (not remembered, unlike [`SimFs::power_loss_shared`]: the
     /// checkpoint model asks once per state, and keeping its disks' outcomes cost more in
-    /// memory traffic than recomputing them: 497 against 533 ms of CPU for `check checkpoint`).
+    /// memory traffic than recomputing them: with a table of the last 2 × 1,024 disks,
+    /// `check checkpoint` ran 12% fewer instructions in the same CPU time and 30 MB more).
     pub fn power_loss_outcomes(&self, reorder: Reorder) -> Arc<[PowerLoss]> {
         self.outcomes(reorder)
     }
