@@ -198,8 +198,9 @@ pub struct CheckpointState {
     pub fs: Shared<SimFs>,
     /// The GC's `keep`.
     pub keep: u8,
-    /// The current run's driver.
-    pub drv: Driver,
+    /// The current run's driver, shared with the states that hold it unchanged (every crash
+    /// and power-loss successor holds a fresh one: the same allocation, hashed once).
+    pub drv: Shared<Driver>,
     /// What the process does.
     pub stage: Stage,
     /// The store's directories, once the owned open opened them.
@@ -425,7 +426,7 @@ fn open_input(fs: &mut SimFs, name: &str) -> (Fd, u64) {
 
 impl CheckpointState {
     fn feed(&mut self, ev: Event) {
-        if self.drv.feed(ev).is_err() {
+        if self.drv.make_mut().feed(ev).is_err() {
             self.violations |= V_ILLEGAL;
         }
     }
@@ -435,7 +436,7 @@ impl CheckpointState {
     /// residency is active).
     fn drive(&mut self) {
         loop {
-            while let Some(a) = self.drv.pop() {
+            while let Some(a) = self.drv.make_mut().pop() {
                 match a {
                     Action::Recover => {
                         self.stage = Stage::Opening(Shared::new(OpenPlan::new(true)));
@@ -770,7 +771,7 @@ impl CheckpointState {
         CheckpointState {
             fs,
             keep: self.keep,
-            drv: self.drv,
+            drv: self.drv.clone(),
             stage: self.stage.clone(),
             fds: self.fds,
             run: self.run,
@@ -800,9 +801,17 @@ impl CheckpointState {
         }
         self.stage = Stage::Idle;
         self.fds = None;
-        self.drv = Driver::new(Config::in_process());
+        self.drv = fresh_driver();
         self.after_crash = true;
     }
+}
+
+/// A run's driver before its machine started (one allocation per checker thread, shared).
+fn fresh_driver() -> Shared<Driver> {
+    thread_local! {
+        static FRESH: Shared<Driver> = Shared::new(Driver::new(Config::in_process()));
+    }
+    FRESH.with(Shared::clone)
 }
 
 fn peek_mutates<P: Plan>(p: &P) -> bool {
@@ -823,7 +832,7 @@ impl Model for CheckpointModel {
             .map(|&keep| CheckpointState {
                 fs: Shared::new(SimFs::new()),
                 keep,
-                drv: Driver::new(Config::in_process()),
+                drv: fresh_driver(),
                 stage: Stage::Idle,
                 fds: None,
                 run: 0,
@@ -915,7 +924,7 @@ impl Model for CheckpointModel {
         match action {
             CheckpointAction::Run => {
                 s.run += 1;
-                s.drv = Driver::new(Config::in_process());
+                s.drv = fresh_driver();
                 s.new = None;
                 s.acked = false;
                 s.stale = false;
