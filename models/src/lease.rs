@@ -1044,13 +1044,15 @@ impl LeaseState {
     /// The owner record as the files hold it (`None` if absent or unreadable).
     fn owner_record(&self) -> Option<OwnerRecord> {
         self.fs
-            .read(OWNER_PATH)
-            .and_then(|b| record::decode_owner(b).ok().flatten())
+            .read_with(OWNER_PATH, |b| record::decode_owner(b).ok().flatten())
+            .flatten()
     }
 
     /// The epoch file as the files hold it (`None` if absent or unreadable).
     fn epoch_file(&self) -> Option<u64> {
-        self.fs.read(EPOCH_PATH).and_then(|b| epoch::parse(b).ok())
+        self.fs
+            .read_with(EPOCH_PATH, |b| epoch::parse(b).ok())
+            .flatten()
     }
 
     /// Card L7: the marker's root id never changes once seen (a power loss may take back a
