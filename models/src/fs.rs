@@ -106,9 +106,10 @@ impl Page {
     fn of(bytes: &[u8]) -> Page {
         let tail = *bytes.last().expect("a page has bytes");
         // Eight bytes at a time from the end: most pages are a few bytes and then zeros.
-        let run = [tail; 8];
+        let run = u64::from_ne_bytes([tail; 8]);
+        let word = |at: usize| u64::from_ne_bytes(bytes[at - 8..at].try_into().expect("8 bytes"));
         let mut end = bytes.len();
-        while end >= 8 && bytes[end - 8..end] == run {
+        while end >= 8 && word(end) == run {
             end -= 8;
         }
         while end > 0 && bytes[end - 1] == tail {
@@ -196,7 +197,6 @@ impl Content {
     /// The bytes from `start` to `end` (within the content), copied out.
     pub fn range(&self, start: usize, end: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(end - start);
-        let mut buf = [0u8; PAGE];
         for (i, page) in self.0.pages.iter().enumerate() {
             let from = i * PAGE;
             let to = from + Content::page_len(self.0.len, i);
@@ -204,28 +204,28 @@ impl Content {
             if a >= b {
                 continue;
             }
+            // The part of the range in the page's head, then the part in its run.
             let h = page.head();
-            if a - from + (b - a) <= h.len() {
-                out.extend_from_slice(&h[a - from..b - from]);
-            } else {
-                let page_buf = &mut buf[..to - from];
-                page.write_to(page_buf);
-                out.extend_from_slice(&page_buf[a - from..b - from]);
+            let head_end = (from + h.len()).min(b);
+            if a < head_end {
+                out.extend_from_slice(&h[a - from..head_end - from]);
+            }
+            let run_start = a.max(from + h.len());
+            if run_start < b {
+                out.resize(out.len() + (b - run_start), page.tail);
             }
         }
         out
     }
 
-    /// This content with `len` bytes at `pos` replaced by what `fill` writes there (the file
-    /// grows with zeros to reach them); only the pages the range touches, or whose length
-    /// changes, are made again.
-    fn patched(&self, pos: usize, len: usize, fill: impl Fn(&mut [u8], usize)) -> Content {
-        let end = pos + len;
+    /// This content with `patch` written at `pos` (the file grows with zeros to reach it);
+    /// only the pages the patch touches, or whose length changes, are made again.
+    fn patched(&self, pos: usize, patch: Patch<'_>) -> Content {
+        let end = pos + patch.len();
         let old_len = self.0.len;
         let new_len = old_len.max(end);
         let count = new_len.div_ceil(PAGE);
         let mut pages: SmallVec<[Page; 3]> = SmallVec::with_capacity(count);
-        let mut buf = [0u8; PAGE];
         for i in 0..count {
             let from = i * PAGE;
             let to = from + Content::page_len(new_len, i);
@@ -238,18 +238,30 @@ impl Content {
                 pages.push(o.clone());
                 continue;
             }
+            // The patch covers the page: nothing of the old page is left.
+            if pos <= from && to <= end {
+                pages.push(match patch {
+                    Patch::Bytes(b) => Page::of(&b[from - pos..to - pos]),
+                    Patch::Run(byte, _) => Page {
+                        head: None,
+                        tail: byte,
+                    },
+                });
+                continue;
+            }
+            let mut buf = [0u8; PAGE];
             let page_buf = &mut buf[..to - from];
-            match (old, old_to) {
-                (Some(o), Some(old_to)) => {
-                    o.write_to(&mut page_buf[..old_to - from]);
-                    page_buf[old_to - from..].fill(0);
-                }
-                _ => page_buf.fill(0),
+            if let (Some(o), Some(old_to)) = (old, old_to) {
+                o.write_to(&mut page_buf[..old_to - from]);
             }
             let (a, b) = (pos.max(from), end.min(to));
             if a < b {
-                // `fill` gets the slice and the offset of its first byte in the written range.
-                fill(&mut page_buf[a - from..b - from], a - pos);
+                match patch {
+                    Patch::Bytes(bytes) => {
+                        page_buf[a - from..b - from].copy_from_slice(&bytes[a - pos..b - pos])
+                    }
+                    Patch::Run(byte, _) => page_buf[a - from..b - from].fill(byte),
+                }
             }
             pages.push(Page::of(page_buf));
         }
@@ -265,19 +277,33 @@ impl Content {
         if pos == 0 && bytes.len() >= self.0.len {
             return Content::new(bytes);
         }
-        self.patched(pos, bytes.len(), |dst, off| {
-            dst.copy_from_slice(&bytes[off..off + dst.len()])
-        })
+        self.patched(pos, Patch::Bytes(bytes))
     }
 
     /// This content with `len` bytes at `pos` set to `byte`.
     pub fn filled(&self, pos: usize, len: usize, byte: u8) -> Content {
-        self.patched(pos, len, |dst, _| dst.fill(byte))
+        self.patched(pos, Patch::Run(byte, len))
     }
 
     /// Their sha256.
     pub fn sha256(&self) -> [u8; 32] {
         self.with_bytes(|b| sha2::Sha256::digest(b).into())
+    }
+}
+
+/// What [`Content::patched`] writes: bytes, or a run of one byte this long.
+#[derive(Clone, Copy)]
+enum Patch<'a> {
+    Bytes(&'a [u8]),
+    Run(u8, usize),
+}
+
+impl Patch<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Patch::Bytes(b) => b.len(),
+            Patch::Run(_, n) => *n,
+        }
     }
 }
 

@@ -507,7 +507,7 @@ pub struct Proc {
     /// The plan it runs.
     pub job: Option<Shared<Job>>,
     /// The owner record of its lease, once granted.
-    pub lease: Option<Arc<OwnerRecord>>,
+    pub lease: Option<Shared<OwnerRecord>>,
     /// The lock file (by generation) this process holds the kernel lock on.
     pub lock: Option<u8>,
     /// The lock file (by generation) this process opened to acquire.
@@ -1163,7 +1163,7 @@ impl LeaseState {
             }
             Job::SetPhase(mut plan, phase) => {
                 if let (Some(Ok(())), Some(l)) = (plan.take(), self.procs[p].lease.as_mut()) {
-                    Arc::make_mut(l).phase = phase;
+                    l.make_mut().phase = phase;
                 }
             }
             Job::Release(mut plan) => {
@@ -1190,7 +1190,7 @@ impl LeaseState {
                     self.violations |= V_EPOCH;
                 }
                 self.max_granted = self.max_granted.max(epoch);
-                self.procs[p].lease = Some(Arc::new(acq.record));
+                self.procs[p].lease = Some(Shared::new(acq.record));
 
                 self.feed(
                     p,
