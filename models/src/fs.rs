@@ -1764,18 +1764,20 @@ impl Executor for SimFs {
             Op::Read { fd, max } => Ok(Done::Data(self.read_from(fd, Some(max as u64))?)),
             Op::ReadFile { dir, name, max } => {
                 let d = self.dir_of(dir)?;
-                let path = self.child_path(d, name);
+                // The path is made only for an error (most reads find their file).
                 match self.lookup(d, name).map(|i| self.file_node(i)) {
-                    None => Err(FsError::NotFound { path }),
+                    None => Err(FsError::NotFound {
+                        path: self.child_path(d, name),
+                    }),
                     Some(None) => Err(FsError::NotRegular {
-                        path,
+                        path: self.child_path(d, name),
                         found: FileKind::Directory,
                     }),
                     Some(Some(f)) => {
                         let b = f.data();
                         if b.len() as u64 > max {
                             return Err(FsError::TooLarge {
-                                path,
+                                path: self.child_path(d, name),
                                 len: b.len() as u64,
                                 max,
                             });
