@@ -69,17 +69,78 @@ pub const ROOT_INO: Ino = 0;
 
 /// A file's content: shared between the states and inodes that hold it (a clone is a
 /// reference count), compared, ordered and hashed by its bytes.
+///
+/// Kept in pages of [`PAGE`] bytes, each without the run of equal bytes that ends it: the
+/// lease's files are mostly zeros (the owner record is one 4 KiB slot, the epoch file three
+/// slots a page apart) and a torn slot is a run of [`TORN`], so a rewrite of one slot copies,
+/// stores and hashes the few bytes of that slot's page, not the whole file (issue 12:
+/// whole-file copies, their fresh memory and their hashes were two fifths of the lease worlds'
+/// search). The pages are canonical, so two contents hold the same bytes exactly when their
+/// lengths and pages are equal.
 #[derive(Clone)]
-pub struct Content {
-    bytes: Arc<[u8]>,
+pub struct Content(Arc<Pages>);
+
+/// The bytes of one page of a [`Content`].
+const PAGE: usize = 4096;
+
+struct Pages {
+    len: usize,
+    /// Page `i` holds the bytes from `i * PAGE` to the page's end or `len`.
+    pages: SmallVec<[Page; 3]>,
+    /// The bytes in one piece, made the first time a caller asks for them as a slice (only
+    /// when the content is not a single page without a run, which is its own slice).
+    flat: std::sync::OnceLock<Box<[u8]>>,
+}
+
+/// One page: its bytes up to the run of `tail` bytes that ends it (canonical: `tail` is the
+/// page's last byte and the run is as long as it goes; `head` is `None` when the run is the
+/// whole page).
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Page {
+    head: Option<Arc<[u8]>>,
+    tail: u8,
+}
+
+impl Page {
+    /// The page holding `bytes` (not empty).
+    fn of(bytes: &[u8]) -> Page {
+        let tail = *bytes.last().expect("a page has bytes");
+        // Eight bytes at a time from the end: most pages are a few bytes and then zeros.
+        let run = u64::from_ne_bytes([tail; 8]);
+        let word = |at: usize| u64::from_ne_bytes(bytes[at - 8..at].try_into().expect("8 bytes"));
+        let mut end = bytes.len();
+        while end >= 8 && word(end) == run {
+            end -= 8;
+        }
+        while end > 0 && bytes[end - 1] == tail {
+            end -= 1;
+        }
+        Page {
+            head: (end > 0).then(|| Arc::from(&bytes[..end])),
+            tail,
+        }
+    }
+
+    fn head(&self) -> &[u8] {
+        self.head.as_deref().unwrap_or(&[])
+    }
+
+    /// Writes the page's `len` bytes into `out` (as long).
+    fn write_to(&self, out: &mut [u8]) {
+        let h = self.head();
+        out[..h.len()].copy_from_slice(h);
+        out[h.len()..].fill(self.tail);
+    }
 }
 
 impl Content {
     /// The content `bytes`.
     pub fn new(bytes: &[u8]) -> Content {
-        Content {
-            bytes: Arc::from(bytes),
-        }
+        Content(Arc::new(Pages {
+            len: bytes.len(),
+            pages: bytes.chunks(PAGE).map(Page::of).collect(),
+            flat: std::sync::OnceLock::new(),
+        }))
     }
 
     /// No bytes (a new file).
@@ -87,20 +148,169 @@ impl Content {
         Content::new(&[])
     }
 
+    /// How many bytes.
+    pub fn len(&self) -> usize {
+        self.0.len
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.len == 0
+    }
+
+    /// The page `i`'s length.
+    fn page_len(len: usize, i: usize) -> usize {
+        (len - i * PAGE).min(PAGE)
+    }
+
+    /// The bytes when they are one page without a run (no copy needed).
+    fn whole(&self) -> Option<&[u8]> {
+        let p = &*self.0;
+        match &p.pages[..] {
+            [] => Some(&[]),
+            [only] if only.head().len() == p.len => Some(only.head()),
+            _ => None,
+        }
+    }
+
     /// The bytes.
     pub fn bytes(&self) -> &[u8] {
-        &self.bytes
+        match self.whole() {
+            Some(b) => b,
+            None => self
+                .0
+                .flat
+                .get_or_init(|| self.range(0, self.0.len).into_boxed_slice()),
+        }
+    }
+
+    /// `f` of the bytes, without keeping them in one piece afterwards (a content read once in
+    /// a while, as the lease model reads the owner record, is not stored twice).
+    pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        match (self.whole(), self.0.flat.get()) {
+            (Some(b), _) => f(b),
+            (None, Some(flat)) => f(flat),
+            (None, None) => f(&self.range(0, self.0.len)),
+        }
+    }
+
+    /// The bytes from `start` to `end` (within the content), copied out.
+    pub fn range(&self, start: usize, end: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(end - start);
+        for (i, page) in self.0.pages.iter().enumerate() {
+            let from = i * PAGE;
+            let to = from + Content::page_len(self.0.len, i);
+            let (a, b) = (from.max(start), to.min(end));
+            if a >= b {
+                continue;
+            }
+            // The part of the range in the page's head, then the part in its run.
+            let h = page.head();
+            let head_end = (from + h.len()).min(b);
+            if a < head_end {
+                out.extend_from_slice(&h[a - from..head_end - from]);
+            }
+            let run_start = a.max(from + h.len());
+            if run_start < b {
+                out.resize(out.len() + (b - run_start), page.tail);
+            }
+        }
+        out
+    }
+
+    /// This content with `patch` written at `pos` (the file grows with zeros to reach it);
+    /// only the pages the patch touches, or whose length changes, are made again.
+    fn patched(&self, pos: usize, patch: Patch<'_>) -> Content {
+        let end = pos + patch.len();
+        let old_len = self.0.len;
+        let new_len = old_len.max(end);
+        let count = new_len.div_ceil(PAGE);
+        let mut pages: SmallVec<[Page; 3]> = SmallVec::with_capacity(count);
+        for i in 0..count {
+            let from = i * PAGE;
+            let to = from + Content::page_len(new_len, i);
+            let old = self.0.pages.get(i);
+            let old_to = old.map(|_| from + Content::page_len(old_len, i));
+            if let Some(o) = old
+                && old_to == Some(to)
+                && (to <= pos || from >= end)
+            {
+                pages.push(o.clone());
+                continue;
+            }
+            // The patch covers the page: nothing of the old page is left.
+            if pos <= from && to <= end {
+                pages.push(match patch {
+                    Patch::Bytes(b) => Page::of(&b[from - pos..to - pos]),
+                    Patch::Run(byte, _) => Page {
+                        head: None,
+                        tail: byte,
+                    },
+                });
+                continue;
+            }
+            let mut buf = [0u8; PAGE];
+            let page_buf = &mut buf[..to - from];
+            if let (Some(o), Some(old_to)) = (old, old_to) {
+                o.write_to(&mut page_buf[..old_to - from]);
+            }
+            let (a, b) = (pos.max(from), end.min(to));
+            if a < b {
+                match patch {
+                    Patch::Bytes(bytes) => {
+                        page_buf[a - from..b - from].copy_from_slice(&bytes[a - pos..b - pos])
+                    }
+                    Patch::Run(byte, _) => page_buf[a - from..b - from].fill(byte),
+                }
+            }
+            pages.push(Page::of(page_buf));
+        }
+        Content(Arc::new(Pages {
+            len: new_len,
+            pages,
+            flat: std::sync::OnceLock::new(),
+        }))
+    }
+
+    /// This content with `bytes` written at `pos`.
+    pub fn written(&self, pos: usize, bytes: &[u8]) -> Content {
+        if pos == 0 && bytes.len() >= self.0.len {
+            return Content::new(bytes);
+        }
+        self.patched(pos, Patch::Bytes(bytes))
+    }
+
+    /// This content with `len` bytes at `pos` set to `byte`.
+    pub fn filled(&self, pos: usize, len: usize, byte: u8) -> Content {
+        self.patched(pos, Patch::Run(byte, len))
     }
 
     /// Their sha256.
     pub fn sha256(&self) -> [u8; 32] {
-        sha2::Sha256::digest(&self.bytes).into()
+        self.with_bytes(|b| sha2::Sha256::digest(b).into())
+    }
+}
+
+/// What [`Content::patched`] writes: bytes, or a run of one byte this long.
+#[derive(Clone, Copy)]
+enum Patch<'a> {
+    Bytes(&'a [u8]),
+    Run(u8, usize),
+}
+
+impl Patch<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Patch::Bytes(b) => b.len(),
+            Patch::Run(_, n) => *n,
+        }
     }
 }
 
 impl PartialEq for Content {
     fn eq(&self, other: &Content) -> bool {
-        Arc::ptr_eq(&self.bytes, &other.bytes) || self.bytes == other.bytes
+        Arc::ptr_eq(&self.0, &other.0)
+            || (self.0.len == other.0.len && self.0.pages == other.0.pages)
     }
 }
 
@@ -108,7 +318,11 @@ impl Eq for Content {}
 
 impl std::hash::Hash for Content {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.bytes.hash(state);
+        state.write_usize(self.0.len);
+        for page in &self.0.pages {
+            page.head().hash(state);
+            state.write_u8(page.tail);
+        }
     }
 }
 
@@ -120,7 +334,10 @@ impl PartialOrd for Content {
 
 impl Ord for Content {
     fn cmp(&self, other: &Content) -> std::cmp::Ordering {
-        self.bytes.cmp(&other.bytes)
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return std::cmp::Ordering::Equal;
+        }
+        self.bytes().cmp(other.bytes())
     }
 }
 
@@ -760,22 +977,7 @@ impl SimFs {
 
     fn write_at(&mut self, ino: Ino, pos: u64, bytes: &[u8]) {
         let f = self.file_mut(ino).expect("a file handle names a file");
-        let old = f.data().bytes();
-        let pos = pos as usize;
-        let end = pos + bytes.len();
-        // A write over the whole content (the owner slot, an epoch file's first write) is the
-        // new content as it is: one copy, not two.
-        let content = if pos == 0 && end >= old.len() {
-            Content::new(bytes)
-        } else {
-            let mut data = Vec::with_capacity(old.len().max(end));
-            data.extend_from_slice(old);
-            if data.len() < end {
-                data.resize(end, 0);
-            }
-            data[pos..end].copy_from_slice(bytes);
-            Content::new(&data)
-        };
+        let content = f.data().written(pos as usize, bytes);
         f.pending.push(content);
     }
 
@@ -798,13 +1000,13 @@ impl SimFs {
 
     fn read_from(&mut self, fd: Fd, limit: Option<u64>) -> Result<Vec<u8>, FsError> {
         let (ino, pos) = self.file_of(fd)?;
-        let data = self.file_node(ino).expect("a file").data().bytes();
+        let data = self.file_node(ino).expect("a file").data();
         let start = (pos as usize).min(data.len());
         let end = match limit {
             Some(l) => (start as u64 + l).min(data.len() as u64) as usize,
             None => data.len(),
         };
-        let out = data[start..end].to_vec();
+        let out = data.range(start, end);
         self.handles.insert(
             fd.0,
             Handle::File {
@@ -1291,6 +1493,13 @@ impl SimFs {
             .map(|f| f.data().bytes())
     }
 
+    /// `f` of the content of the live file at `path` (see [`Content::with_bytes`]).
+    pub fn read_with<R>(&self, path: &str, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        self.resolve(path)
+            .and_then(|i| self.file_node(i))
+            .map(|n| n.data().with_bytes(f))
+    }
+
     /// Whether a live directory exists at `path`.
     pub fn is_dir(&self, path: &str) -> bool {
         self.resolve(path)
@@ -1423,7 +1632,7 @@ impl SimFs {
     /// closes it (a late write of a workload's leftover process).
     pub fn late_write(&mut self, bytes: &[u8]) {
         for ino in std::mem::take(&mut self.writers) {
-            let end = self.file_node(ino).expect("a file").data().bytes().len() as u64;
+            let end = self.file_node(ino).expect("a file").data().len() as u64;
             self.write_at(ino, end, bytes);
         }
         self.normalize();
@@ -1680,7 +1889,7 @@ impl Executor for SimFs {
                             found: FileKind::Directory,
                         }),
                         Some(f) => {
-                            let size = f.data().bytes().len() as u64;
+                            let size = f.data().len() as u64;
                             Ok(Done::Opened {
                                 fd: self.put_handle(Handle::File { ino: i, pos: 0 }),
                                 size,
@@ -1692,23 +1901,25 @@ impl Executor for SimFs {
             Op::Read { fd, max } => Ok(Done::Data(self.read_from(fd, Some(max as u64))?)),
             Op::ReadFile { dir, name, max } => {
                 let d = self.dir_of(dir)?;
-                let path = self.child_path(d, name);
+                // The path is made only for an error (most reads find their file).
                 match self.lookup(d, name).map(|i| self.file_node(i)) {
-                    None => Err(FsError::NotFound { path }),
+                    None => Err(FsError::NotFound {
+                        path: self.child_path(d, name),
+                    }),
                     Some(None) => Err(FsError::NotRegular {
-                        path,
+                        path: self.child_path(d, name),
                         found: FileKind::Directory,
                     }),
                     Some(Some(f)) => {
-                        let b = f.data().bytes();
+                        let b = f.data();
                         if b.len() as u64 > max {
                             return Err(FsError::TooLarge {
-                                path,
+                                path: self.child_path(d, name),
                                 len: b.len() as u64,
                                 max,
                             });
                         }
-                        Ok(Done::Data(b.to_vec()))
+                        Ok(Done::Data(b.range(0, b.len())))
                     }
                 }
             }
@@ -1754,12 +1965,10 @@ impl Executor for SimFs {
                 };
                 let (start, end) = (offset as usize, offset as usize + bytes.len());
                 let f = self.file_mut(ino).expect("a file");
-                let mut torn = f.data().bytes().to_vec();
-                torn.resize(torn.len().max(end), 0);
-                torn[start..end].fill(TORN);
-                f.pending.push(Content::new(&torn));
+                let torn = f.data().filled(start, end - start, TORN);
+                f.pending.push(torn);
                 self.write_at(ino, offset, bytes);
-                let size = self.file_node(ino).expect("a file").data().bytes().len() as u64;
+                let size = self.file_node(ino).expect("a file").data().len() as u64;
                 Ok(Done::Opened {
                     fd: self.put_handle(Handle::File {
                         ino,
@@ -1943,7 +2152,7 @@ impl Executor for SimFs {
                     |i| match &self.nodes[&i] {
                         Node::File(f) => Meta {
                             kind: FileKind::Regular,
-                            size: f.data().bytes().len() as u64,
+                            size: f.data().len() as u64,
                         },
                         Node::Dir(_) => Meta {
                             kind: FileKind::Directory,
@@ -2009,6 +2218,59 @@ mod tests {
             .iter()
             .map(|s| s.read(path).map(<[u8]>::to_vec))
             .collect()
+    }
+
+    /// A content kept in pages is its bytes: after any sequence of writes and fills (within a
+    /// page, across pages, past the end, runs of zeros and of other bytes) it reads, compares,
+    /// orders and hashes exactly as the plain bytes written the same way (issue 12).
+    #[test]
+    fn paged_contents_are_their_bytes() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let mut all: Vec<(Content, Vec<u8>)> = Vec::new();
+        for _ in 0..40 {
+            let mut c = Content::empty();
+            let mut v: Vec<u8> = Vec::new();
+            for _ in 0..6 {
+                let pos = [0, 7, PAGE - 3, PAGE, 2 * PAGE + 5, next(3 * PAGE)][next(6)];
+                let len = [1, 3, 48, PAGE, PAGE + 9][next(5)];
+                if v.len() < pos + len {
+                    v.resize(pos + len, 0);
+                }
+                if next(3) == 0 {
+                    let byte = [0, TORN, b'x'][next(3)];
+                    c = c.filled(pos, len, byte);
+                    v[pos..pos + len].fill(byte);
+                } else {
+                    let bytes: Vec<u8> = (0..len).map(|i| [0, 0, 1, TORN][(i + pos) % 4]).collect();
+                    c = c.written(pos, &bytes);
+                    v[pos..pos + len].copy_from_slice(&bytes);
+                }
+                assert_eq!(c.len(), v.len());
+                assert_eq!(c.bytes(), &v[..]);
+                assert_eq!(c.with_bytes(<[u8]>::to_vec), v);
+                let (a, b) = (next(v.len() + 1), next(v.len() + 1));
+                let (a, b) = (a.min(b), a.max(b));
+                assert_eq!(c.range(a, b), v[a..b].to_vec());
+                all.push((c.clone(), v.clone()));
+            }
+        }
+        for (c, v) in &all {
+            let fresh = Content::new(v);
+            assert_eq!(*c, fresh);
+            assert_eq!(crate::run::fingerprint(c), crate::run::fingerprint(&fresh));
+        }
+        for (c, v) in all.iter().step_by(7) {
+            for (d, w) in all.iter().step_by(5) {
+                assert_eq!(c == d, v == w);
+                assert_eq!(c.cmp(d), v.cmp(w));
+            }
+        }
     }
 
     /// `file_paths` lists what `tree` lists as files under the directory, in the same order

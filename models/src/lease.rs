@@ -507,7 +507,7 @@ pub struct Proc {
     /// The plan it runs.
     pub job: Option<Shared<Job>>,
     /// The owner record of its lease, once granted.
-    pub lease: Option<Arc<OwnerRecord>>,
+    pub lease: Option<Shared<OwnerRecord>>,
     /// The lock file (by generation) this process holds the kernel lock on.
     pub lock: Option<u8>,
     /// The lock file (by generation) this process opened to acquire.
@@ -1044,13 +1044,15 @@ impl LeaseState {
     /// The owner record as the files hold it (`None` if absent or unreadable).
     fn owner_record(&self) -> Option<OwnerRecord> {
         self.fs
-            .read(OWNER_PATH)
-            .and_then(|b| record::decode_owner(b).ok().flatten())
+            .read_with(OWNER_PATH, |b| record::decode_owner(b).ok().flatten())
+            .flatten()
     }
 
     /// The epoch file as the files hold it (`None` if absent or unreadable).
     fn epoch_file(&self) -> Option<u64> {
-        self.fs.read(EPOCH_PATH).and_then(|b| epoch::parse(b).ok())
+        self.fs
+            .read_with(EPOCH_PATH, |b| epoch::parse(b).ok())
+            .flatten()
     }
 
     /// Card L7: the marker's root id never changes once seen (a power loss may take back a
@@ -1161,7 +1163,7 @@ impl LeaseState {
             }
             Job::SetPhase(mut plan, phase) => {
                 if let (Some(Ok(())), Some(l)) = (plan.take(), self.procs[p].lease.as_mut()) {
-                    Arc::make_mut(l).phase = phase;
+                    l.make_mut().phase = phase;
                 }
             }
             Job::Release(mut plan) => {
@@ -1188,7 +1190,7 @@ impl LeaseState {
                     self.violations |= V_EPOCH;
                 }
                 self.max_granted = self.max_granted.max(epoch);
-                self.procs[p].lease = Some(Arc::new(acq.record));
+                self.procs[p].lease = Some(Shared::new(acq.record));
 
                 self.feed(
                     p,

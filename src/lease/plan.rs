@@ -568,6 +568,23 @@ impl<S: Steps> Driven<S> {
         v
     }
 
+    /// The first of [`Driven::handles`] (without collecting them: the plan closes its handles
+    /// one at a time, in this order).
+    fn first_handle(&self) -> Option<Fd> {
+        self.dirs
+            .iter()
+            .flatten()
+            .copied()
+            .chain(self.temps.iter().map(|(_, _, fd)| *fd))
+            .chain(self.stray.iter().copied())
+            .chain(match &self.phase {
+                Phase::List { list, .. } | Phase::EndList { list, .. } => Some(*list),
+                Phase::Open(_) | Phase::Main | Phase::Write { .. } | Phase::CloseTemp(_) => None,
+                Phase::Close => None,
+            })
+            .next()
+    }
+
     fn fd(&self, loc: Loc) -> Fd {
         match loc {
             Loc::Root => Fd::ROOT,
@@ -584,14 +601,17 @@ impl<S: Steps> Driven<S> {
 
     /// The outermost folder on the way to `loc` that is not open yet.
     fn first_missing(&self, loc: Loc) -> Option<Loc> {
-        let mut chain = vec![loc];
-        while let Some((p, _)) = chain.last().and_then(|l| l.parent()) {
-            chain.push(p);
+        // Up from `loc`, the last folder not open is the outermost (no list of the chain: this
+        // runs before every act).
+        let mut missing = None;
+        let mut at = Some(loc);
+        while let Some(l) = at {
+            if l != Loc::Root && self.dirs[l.index()].is_none() {
+                missing = Some(l);
+            }
+            at = l.parent().map(|(p, _)| p);
         }
-        chain
-            .into_iter()
-            .rev()
-            .find(|l| *l != Loc::Root && self.dirs[l.index()].is_none())
+        missing
     }
 
     /// Sets the phase for the current act.
@@ -734,7 +754,7 @@ impl<S: Steps> Driven<S> {
     /// The result of the act's own operation.
     fn main_done(&mut self, act: Act, res: LeaseRes) {
         let fs_err = |e: FsError| Res::Failed(LeaseError::Fs(e));
-        let res = match (act, res) {
+        let res = match (&act, res) {
             (Act::Read { .. }, LeaseRes::File(Ok(Done::Data(b)))) => Res::Bytes(Some(b)),
             (Act::Read { .. }, LeaseRes::File(Err(FsError::NotFound { .. }))) => Res::Bytes(None),
             (Act::List(_), LeaseRes::File(Ok(Done::Opened { fd, .. }))) => {
@@ -742,6 +762,7 @@ impl<S: Steps> Driven<S> {
                     list: fd,
                     acc: Vec::new(),
                 };
+                self.act = Some(act);
                 return;
             }
             (Act::List(_), LeaseRes::File(Err(FsError::NotFound { .. }))) => Res::Listed(None),
@@ -754,20 +775,21 @@ impl<S: Steps> Driven<S> {
                 LeaseRes::File(Ok(Done::Created { fd, name })),
             ) => {
                 let name = name.to_string_lossy().into_owned();
-                self.temps.push((dir, name.clone(), fd));
+                self.temps.push((*dir, name.clone(), fd));
                 self.phase = Phase::Write { fd, name };
+                self.act = Some(act);
                 return;
             }
             // The file stays open (with the temp files) for the fsync that follows.
             (Act::WriteAt { dir, name, .. }, LeaseRes::File(Ok(Done::Opened { fd, .. }))) => {
-                self.temps.push((dir, name, fd));
+                self.temps.push((*dir, name.clone(), fd));
                 Res::Done
             }
             (Act::Fsync { dir, name, .. }, LeaseRes::File(r)) => match r {
                 Ok(_) => Res::Done,
                 Err(e) => {
                     // The executor closed the file: it is never fsynced again.
-                    self.temps.retain(|(l, n, _)| !(*l == dir && *n == name));
+                    self.temps.retain(|(l, n, _)| !(l == dir && n == name));
                     fs_err(e)
                 }
             },
@@ -805,7 +827,7 @@ impl<S: Steps> Plan for Driven<S> {
     fn op(&self) -> Option<LeaseOp<'_>> {
         Some(match &self.phase {
             Phase::Close => {
-                let fd = self.handles().into_iter().next()?;
+                let fd = self.first_handle()?;
                 file("lease.close", Op::Close { fd })
             }
             Phase::Open(loc) => {
@@ -844,7 +866,7 @@ impl<S: Steps> Plan for Driven<S> {
         match phase {
             Phase::Close => {
                 // Closing cannot fail in a way that matters: the handle is gone either way.
-                if let Some(fd) = self.handles().into_iter().next() {
+                if let Some(fd) = self.first_handle() {
                     for d in &mut self.dirs {
                         if *d == Some(fd) {
                             *d = None;
@@ -910,7 +932,9 @@ impl<S: Steps> Plan for Driven<S> {
                 LeaseRes::File(Err(e)) => self.finish_act(Res::Failed(LeaseError::Fs(e))),
                 other => self.finish_act(Res::Failed(unexpected(lease_res_failed(other)))),
             },
-            Phase::Main => match self.act.clone() {
+            // The act is taken, not copied (the models run this once per operation); the
+            // answers that keep it current put it back.
+            Phase::Main => match self.act.take() {
                 Some(act) => self.main_done(act, res),
                 None => self.phase = Phase::Close,
             },
@@ -918,7 +942,7 @@ impl<S: Steps> Plan for Driven<S> {
     }
 
     fn take(&mut self) -> Option<Self::Output> {
-        if self.act.is_some() || !self.handles().is_empty() {
+        if self.act.is_some() || self.first_handle().is_some() {
             return None;
         }
         self.steps.take()
