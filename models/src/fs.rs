@@ -70,7 +70,7 @@ pub const ROOT_INO: Ino = 0;
 /// A file's content: shared between the states and inodes that hold it (a clone is a
 /// reference count), compared, ordered and hashed by its bytes.
 ///
-/// Kept in pages of [`PAGE`] bytes, each without the run of equal bytes that ends it: the
+/// Kept in pages of 4 KiB (`PAGE` bytes), each without the run of equal bytes that ends it: the
 /// lease's files are mostly zeros (the owner record is one 4 KiB slot, the epoch file three
 /// slots a page apart) and a torn slot is a run of [`TORN`], so a rewrite of one slot copies,
 /// stores and hashes the few bytes of that slot's page, not the whole file (issue 12:
