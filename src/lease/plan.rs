@@ -2019,6 +2019,11 @@ struct Inspection {
     found: Found,
     /// An entry of the state dir besides the control folder.
     foreign: Option<String>,
+    /// The marker was read again after a listing found other entries beside the control
+    /// folder: another process may have written the marker and then made derived state
+    /// between this one's first look for the marker and its listing (card D8: concurrent
+    /// first starts).
+    reread: bool,
 }
 
 impl Inspection {
@@ -2028,6 +2033,7 @@ impl Inspection {
             st: ISt::StillAt,
             found: Found::default(),
             foreign: None,
+            reread: false,
         }
     }
 
@@ -2089,6 +2095,13 @@ impl Inspection {
                 self.st = ISt::ReadOwner;
                 None
             }
+            (ISt::ReadMarker, Res::Bytes(None)) if self.reread => {
+                if let Err(e) = self.check_marker() {
+                    return Some(Err(e));
+                }
+                self.st = ISt::ReadOwner;
+                None
+            }
             (ISt::ReadMarker, Res::Bytes(None)) => {
                 self.st = ISt::ListRoot;
                 None
@@ -2100,6 +2113,14 @@ impl Inspection {
                     .into_iter()
                     .map(|(n, _)| n)
                     .find(|n| n != CONTROL_DIR);
+                // Derived state beside a control folder without a marker: the marker is
+                // written before anything is derived, so look for it once more; only if it is
+                // still missing is the state foreign.
+                if self.foreign.is_some() && self.found.control && !self.reread {
+                    self.reread = true;
+                    self.st = ISt::ReadMarker;
+                    return None;
+                }
                 if let Err(e) = self.check_marker() {
                     return Some(Err(e));
                 }
@@ -3529,5 +3550,59 @@ impl Steps for ReleaseSteps {
 
     fn take(&mut self) -> Option<Self::Output> {
         self.out.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Card D8 (concurrent first starts): a process that found no marker and then lists the
+    /// dir may see what another process derived after writing the marker in between; the
+    /// marker is looked for once more before the state is called foreign.
+    #[test]
+    fn d8_a_listing_with_derived_state_looks_for_the_marker_again() {
+        let listing = || {
+            Res::Listed(Some(vec![
+                (CONTROL_DIR.to_string(), FileKind::Directory),
+                ("checkpoints".to_string(), FileKind::Directory),
+            ]))
+        };
+        let start = || {
+            let mut i = Inspection::new(PathBuf::from("/state"));
+            assert!(i.handle(Res::Flag(true)).is_none());
+            assert!(i.handle(Res::Bytes(None)).is_none(), "no marker yet: list");
+            assert!(i.handle(listing()).is_none(), "derived state: look again");
+            assert!(matches!(i.st, ISt::ReadMarker), "{:?}", i.st);
+            i
+        };
+        // Still no marker: the state is foreign.
+        let mut i = start();
+        match i.handle(Res::Bytes(None)) {
+            Some(Err(LeaseError::ForeignState { entry, .. })) => assert_eq!(entry, "checkpoints"),
+            other => panic!("expected a foreign-state refusal, got {other:?}"),
+        }
+        // A marker was written meanwhile: the inspection goes on to the owner record.
+        let mut i = start();
+        let marker = DirIdentity {
+            version: RECORD_VERSION,
+            root_id: Token([7; 16]),
+            path: PathBuf::from("/state"),
+            created_at: 1,
+            adopted_at: None,
+        };
+        let bytes = serde_json::to_vec(&marker).unwrap();
+        assert!(i.handle(Res::Bytes(Some(bytes))).is_none());
+        assert!(matches!(i.st, ISt::ReadOwner), "{:?}", i.st);
+        // Without a control folder nobody is initialising it: one listing decides.
+        let mut i = Inspection::new(PathBuf::from("/state"));
+        i.handle(Res::Flag(true));
+        i.handle(Res::Bytes(None));
+        let only_derived =
+            Res::Listed(Some(vec![("checkpoints".to_string(), FileKind::Directory)]));
+        assert!(matches!(
+            i.handle(only_derived),
+            Some(Err(LeaseError::ForeignState { .. }))
+        ));
     }
 }
