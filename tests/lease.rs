@@ -47,6 +47,24 @@ fn acquire_here(dir: &StateDir) -> Result<lease::Lease, LeaseError> {
     lease::acquire(dir, &try_opts(), &mut |_| panic!("a try never waits"))
 }
 
+/// A live process (killed by the caller) with its identity, and the identity of a process
+/// that is gone: what a crashed owner's registry entries name.
+fn live_and_dead() -> (std::process::Child, Identity, Identity) {
+    let live = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let mut gone = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let live_id = Identity::of_pid(live.id()).unwrap();
+    let gone_id = Identity::of_pid(gone.id()).unwrap();
+    gone.kill().unwrap();
+    gone.wait().unwrap();
+    (live, live_id, gone_id)
+}
+
 fn owner_bytes(dir: &Path) -> Vec<u8> {
     std::fs::read(dir.join(".tenure/owner.json")).unwrap()
 }
@@ -225,18 +243,7 @@ fn l5_stale_record_and_registry_are_swept() {
     let t = private_tempdir();
     let dir = t.path().join("s");
     let sd = StateDir::open(&dir, true).unwrap();
-    let mut sleeper = std::process::Command::new("sleep")
-        .arg("60")
-        .spawn()
-        .unwrap();
-    let mut gone = std::process::Command::new("sleep")
-        .arg("60")
-        .spawn()
-        .unwrap();
-    let sleeper_id = Identity::of_pid(sleeper.id()).unwrap();
-    let gone_id = Identity::of_pid(gone.id()).unwrap();
-    gone.kill().unwrap();
-    gone.wait().unwrap();
+    let (mut sleeper, sleeper_id, gone_id) = live_and_dead();
     let mut first = acquire_here(&sd).unwrap();
     first.register_instance("child", &sleeper_id).unwrap();
     first.register_instance("gone", &gone_id).unwrap();
@@ -1190,6 +1197,32 @@ fn registry_entries_are_written_in_place() {
             "round {round}: the release made a new inode"
         );
     }
+    // An owner that crashed (dropped, not released) leaves its entry, and status shows it.
+    let crashed = acquire_here(&sd).unwrap();
+    let root_id = crashed.root_id();
+    drop(crashed);
+    assert_eq!(shown(), [("leases", "owner.slot".to_owned(), 5)]);
+    // A successor whose owner record is written but whose entry is not yet (it overwrites the
+    // slot right after): the crashed owner's entry of an older epoch is not shown as an owner.
+    let successor = acquire_here(&sd).unwrap();
+    assert_eq!(successor.epoch(), 6);
+    let older = lease::RegistryRecord {
+        version: lease::RECORD_VERSION,
+        epoch: 5,
+        token: lease::Token([5; 16]),
+        name: "owner".to_owned(),
+        identity: me.clone(),
+        since: 1,
+        root_id: Some(root_id),
+    };
+    let slot = lease::record::registry_slot(Some(&older)).unwrap();
+    std::fs::write(dir.join(".tenure/registry/leases/owner.slot"), slot).unwrap();
+    assert_eq!(
+        shown(),
+        [],
+        "an entry a later owner record superseded is shown"
+    );
+    successor.release().unwrap();
 }
 
 /// Issue 11: the registry entries older tenure created per ownership (`<epoch>.json`,
@@ -1206,18 +1239,7 @@ fn older_registry_entries_are_still_read_and_swept() {
     // Dropped, not released: as after a crash, the next acquisition lists and sweeps the
     // registry (after an orderly release only every 64th epoch does).
     drop(first);
-    let mut orphan = std::process::Command::new("sleep")
-        .arg("60")
-        .spawn()
-        .unwrap();
-    let mut gone = std::process::Command::new("sleep")
-        .arg("60")
-        .spawn()
-        .unwrap();
-    let orphan_id = Identity::of_pid(orphan.id()).unwrap();
-    let gone_id = Identity::of_pid(gone.id()).unwrap();
-    gone.kill().unwrap();
-    gone.wait().unwrap();
+    let (mut orphan, orphan_id, gone_id) = live_and_dead();
     // What an older tenure's owner of epoch 5 left when it crashed (the owner record stays
     // at epoch 1: only the names say 5).
     let entry = |epoch: u64, name: &str, id: &Identity| {
