@@ -371,13 +371,16 @@ fn g4_stop_when_ready_publishes_before_release() {
         let env = Env::new();
         let trap = format!(
             r#"trap 'echo "{name} $TENURE_EPOCH" > "$TENURE_CHECKPOINT_OUT/got"; exit 0' {}
+: > "$1"
 read _
 exit 3"#,
             &name[3..]
         );
-        let r = env.run(&args, &sh(&trap, &[]));
+        let armed = env.path("armed");
+        let r = env.run(&args, &sh(&trap, &[armed.to_str().unwrap()]));
         env.wait_event("ready", Some(r.pid()));
         env.wait_status("phase ready", |s| s["phase"] == "ready");
+        wait_armed(&armed);
         r.signal(sig);
         let f = r.wait();
         f.expect_code(code);
@@ -426,11 +429,17 @@ fn g5_lease_outlives_the_child() {
     let env = Env::new();
     let gate = env.fifo("gate");
     let script = r#"trap 'read _ < "$1"; echo late > "$TENURE_CHECKPOINT_OUT/late"; exit 0' TERM
+: > "$2"
 read _
 exit 3"#;
-    let r = env.run(&["--grace", "60"], &sh(script, &[gate.to_str().unwrap()]));
+    let armed = env.path("armed");
+    let r = env.run(
+        &["--grace", "60"],
+        &sh(script, &[gate.to_str().unwrap(), armed.to_str().unwrap()]),
+    );
     let child = child_pid(&env, r.pid());
     env.wait_event("ready", Some(r.pid()));
+    wait_armed(&armed);
     r.signal(Signal::TERM);
     env.wait_event("signal-forwarded", Some(r.pid()));
     // The child's trap is now blocked on the gate: it runs, so the owner must hold on.
@@ -1050,4 +1059,16 @@ fn hostile_grandchild_fixture_is_real_and_never_leaks() {
             String::new,
         );
     }
+}
+
+/// Waits until a child script has installed its trap: it creates `armed` right after. Ready
+/// (the exec) comes before the shell reads its script, and a stop sent before the trap is
+/// installed kills the shell instead of running the trap.
+fn wait_armed(armed: &std::path::Path) {
+    wait_for(
+        "the child's trap to be installed",
+        DEADLINE,
+        || armed.exists().then_some(()),
+        || format!("{} not created", armed.display()),
+    );
 }
