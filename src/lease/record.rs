@@ -59,9 +59,32 @@ impl Serialize for Token {
 
 impl<'de> Deserialize<'de> for Token {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Token, D::Error> {
-        let s = String::deserialize(d)?;
-        Token::parse(&s)
-            .ok_or_else(|| serde::de::Error::custom("token must be 32 lowercase hex digits"))
+        d.deserialize_string(TokenVisitor)
+    }
+}
+
+/// Reads a token from a string without copying it first (records are parsed on every
+/// inspection). It accepts what `String` does and fails as it does: its `expecting` is
+/// `String`'s ("a string"), so a token of the wrong type is refused with the same message.
+struct TokenVisitor;
+
+impl serde::de::Visitor<'_> for TokenVisitor {
+    type Value = Token;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Token, E> {
+        Token::parse(s).ok_or_else(|| E::custom("token must be 32 lowercase hex digits"))
+    }
+
+    fn visit_bytes<E: serde::de::Error>(self, b: &[u8]) -> Result<Token, E> {
+        // As `String` does: bytes are a string when they are UTF-8.
+        match std::str::from_utf8(b) {
+            Ok(s) => self.visit_str(s),
+            Err(_) => Err(E::invalid_value(serde::de::Unexpected::Bytes(b), &self)),
+        }
     }
 }
 
