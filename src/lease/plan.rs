@@ -2162,7 +2162,8 @@ impl Inspection {
                     Err(e) => Some(Err(e)),
                 }
             }
-            (ISt::ReadEpoch, res) => match epoch_from(res, || self.control_path(epoch::EPOCH_FILE)) {
+            (ISt::ReadEpoch, res) => match epoch_from(res, || self.control_path(epoch::EPOCH_FILE))
+            {
                 Ok(stored) => {
                     self.found.epoch = stored.map_or(0, epoch::Stored::epoch);
                     self.found.stored = stored;
