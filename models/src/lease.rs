@@ -972,6 +972,31 @@ fn marker_root_id(bytes: &[u8]) -> Option<Token> {
     })
 }
 
+/// The owner record `bytes` hold, as `record::decode_owner` reads it (`None`: none, or
+/// unreadable). The stopper looks at it in most states and it changes only with a phase
+/// change, so the answer for the bytes seen last is remembered (per checker thread), as
+/// [`marker_root_id`] does. The one mutant that changes `decode_owner`
+/// (`lease-owner-slot-unchecked`) is part of what is remembered: a thread runs several
+/// mutants' searches in turn.
+fn owner_in(bytes: &[u8]) -> Option<OwnerRecord> {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(Vec<u8>, bool, Option<OwnerRecord>)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let unchecked = tenure::mutant::on("lease-owner-slot-unchecked");
+    LAST.with_borrow_mut(|last| {
+        if let Some((seen, mutant, r)) = last.as_ref()
+            && *mutant == unchecked
+            && seen.as_slice() == bytes
+        {
+            return r.clone();
+        }
+        let r = record::decode_owner(bytes).ok().flatten();
+        *last = Some((bytes.to_vec(), unchecked, r.clone()));
+        r
+    })
+}
+
 impl LeaseState {
     fn holds_lock(&self, p: usize) -> bool {
         self.procs[p].lock.is_some()
@@ -1090,9 +1115,7 @@ impl LeaseState {
 
     /// The owner record as the files hold it (`None` if absent or unreadable).
     fn owner_record(&self) -> Option<OwnerRecord> {
-        self.fs
-            .read_with(OWNER_PATH, |b| record::decode_owner(b).ok().flatten())
-            .flatten()
+        self.fs.read_with(OWNER_PATH, owner_in).flatten()
     }
 
     /// The epoch file as the files hold it (`None` if absent or unreadable).

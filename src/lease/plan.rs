@@ -1682,7 +1682,7 @@ impl AcquireSteps {
         let path = self.control_path(epoch::EPOCH_FILE);
         let mut highest = self.highest.clone();
         if let Some(o) = &self.found.owner {
-            consider(&mut highest, o.epoch, self.control_path(OWNER_FILE));
+            consider(&mut highest, o.epoch, || self.control_path(OWNER_FILE));
         }
         for (dir, names) in [
             (Loc::Leases, &self.leases),
@@ -1690,7 +1690,7 @@ impl AcquireSteps {
         ] {
             for n in names.iter() {
                 if let Some(e) = entry_epoch(n) {
-                    consider(&mut highest, e, dir.path(&self.input.path).join(n));
+                    consider(&mut highest, e, || dir.path(&self.input.path).join(n));
                 }
             }
         }
@@ -2217,9 +2217,13 @@ impl Steps for CheckSteps {
 }
 
 /// Keeps the higher of `best` and (`e`, `path`).
-fn consider(best: &mut Option<Seen>, e: u64, path: PathBuf) {
+/// `e` (recorded at `path`, made only when it is kept) if it is above `best`.
+fn consider(best: &mut Option<Seen>, e: u64, path: impl FnOnce() -> PathBuf) {
     if best.as_ref().is_none_or(|b| e > b.epoch) {
-        *best = Some(Seen { epoch: e, path });
+        *best = Some(Seen {
+            epoch: e,
+            path: path(),
+        });
     }
 }
 
