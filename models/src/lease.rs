@@ -979,9 +979,10 @@ fn marker_root_id(bytes: &[u8]) -> Option<Token> {
 /// (`lease-owner-slot-unchecked`) is part of what is remembered: a thread runs several
 /// mutants' searches in turn.
 fn owner_in(bytes: &[u8]) -> Option<OwnerRecord> {
+    /// The bytes read last, whether the mutant was on, and the record they held.
+    type Seen = (Vec<u8>, bool, Option<OwnerRecord>);
     thread_local! {
-        static LAST: std::cell::RefCell<Option<(Vec<u8>, bool, Option<OwnerRecord>)>> =
-            const { std::cell::RefCell::new(None) };
+        static LAST: std::cell::RefCell<Option<Seen>> = const { std::cell::RefCell::new(None) };
     }
     let unchecked = tenure::mutant::on("lease-owner-slot-unchecked");
     LAST.with_borrow_mut(|last| {
@@ -1445,7 +1446,10 @@ impl Model for LeaseModel {
 
     fn init_states(&self) -> Vec<LeaseState> {
         vec![LeaseState {
-            procs: Procs(vec![Shared::new(Proc::vacant(self.config())); self.processes]),
+            procs: Procs(vec![
+                Shared::new(Proc::vacant(self.config()));
+                self.processes
+            ]),
             fs: Shared::new(SimFs::new()),
             fs_dirty: false,
             lock_gen: 0,
