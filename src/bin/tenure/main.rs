@@ -5,6 +5,7 @@
 mod cli;
 
 use cli::{CheckpointCommand, Cli, Command, Parsed, RunArgs};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tenure::driver::{
@@ -95,7 +96,13 @@ fn run() -> Result<u8, Usage> {
     // default action), and every other command installs its handlers before the hold ends,
     // so a stop that arrives while it parses is seen (card G1).
     let hold = SignalHold::start();
-    let args = match <Cli as clap::Parser>::try_parse() {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    // The plain `run -- CMD` is read without building clap's parser (issue 11).
+    let parsed = match cli::plain_run(&argv) {
+        Some(a) => Ok(a),
+        None => <Cli as clap::Parser>::try_parse_from(argv),
+    };
+    let args = match parsed {
         Ok(a) => a,
         Err(e) => {
             return match cli::usage_message(e) {
