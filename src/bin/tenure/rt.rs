@@ -6,6 +6,7 @@
 //! - SIGPIPE ignored, so a write to a closed pipe is an `EPIPE` the prints drop (`tenure::stdio`;
 //!   the workload gets the default disposition back before its exec);
 //! - a panic exits with 101 after the panic message, as a Rust `main` does;
+//! - stdout is flushed after `main` returns, as std's runtime does at exit;
 //! - a stack overflow of the main thread says so on stderr and aborts, as std's handler does;
 //!   the guard is where the kernel stops growing the stack, `RLIMIT_STACK` below its top, and
 //!   the top is the page end above the executable's name, the first thing the kernel copied
@@ -21,7 +22,11 @@ pub fn start(body: fn() -> u8) -> i32 {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     guard::install();
     // The default panic hook has printed the message by the time the unwinding ends here.
-    std::panic::catch_unwind(body).map_or(101, i32::from)
+    let code = std::panic::catch_unwind(body).map_or(101, i32::from);
+    // std's runtime flushes stdout after `main` (its buffer is a line buffer: a last line
+    // without a newline would be lost at exit); an error there is the reader's.
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    code
 }
 
 mod guard {
