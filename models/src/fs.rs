@@ -1088,6 +1088,13 @@ impl SimFs {
             return outcomes;
         }
         let outcomes = disk.outcomes(reorder);
+        let outcomes: Arc<[PowerLoss]> = outcomes
+            .iter()
+            .map(|o| PowerLoss {
+                fs: interned(&o.fs),
+                lost: o.lost,
+            })
+            .collect();
         OUTCOMES.with_borrow_mut(|t| {
             if t.len() >= REMEMBERED {
                 t.clear();
@@ -1816,6 +1823,33 @@ fn tree_match(
     }
     let mut pairs = Vec::new();
     walk(live, ROOT_INO, base, ROOT_INO as usize, varying, &mut pairs).then_some(pairs)
+}
+
+/// The one allocation of the outcome disk `fs` the outcomes remembered last hold (per checker
+/// thread, a bounded table; `fs` itself when none equals it): equal disks that different disks'
+/// power losses leave (the publish's every step can lose everything it wrote) are then one
+/// allocation, and a table that remembers something about a disk (the checkpoint model's
+/// verdicts) finds it by pointer, not by comparing every inode (issue 12).
+fn interned(fs: &Shared<SimFs>) -> Shared<SimFs> {
+    /// Disks remembered per thread before the table is emptied.
+    const REMEMBERED: usize = 1 << 14;
+    type Table = std::collections::HashMap<u64, Shared<SimFs>, crate::run::BuildFingerprint>;
+    thread_local! {
+        static DISKS: std::cell::RefCell<Table> = std::cell::RefCell::default();
+    }
+    let key = crate::run::fingerprint(fs);
+    DISKS.with_borrow_mut(|t| {
+        if let Some(d) = t.get(&key)
+            && d == fs
+        {
+            return d.clone();
+        }
+        if t.len() >= REMEMBERED {
+            t.clear();
+        }
+        t.insert(key, fs.clone());
+        fs.clone()
+    })
 }
 
 /// `candidates` (inode tables of outcomes: no pending op, handle or writer; each with a tag)
