@@ -755,7 +755,8 @@ pub enum Reorder {
     Prefix,
 }
 
-/// A disk whose power-loss outcomes [`SimFs::power_loss_shared`] remembers.
+/// A disk whose power-loss outcomes [`SimFs::power_loss_shared`] or
+/// [`SimFs::power_loss_outcomes`] remembers.
 struct LossEntry {
     nodes: Nodes,
     pending: Vec<Pending>,
@@ -1057,7 +1058,7 @@ impl SimFs {
     /// share one entry. In the checkpoint world the ~23,000 states that may lose power hold
     /// ~5,000 such disks (a publish's steps that only open, read or write unsynced data
     /// leave the same outcomes, as do its takeovers and late writes), and with the last 1,024
-    /// remembered three in four are found (keyed by the disk as it is, one in seven: the
+    /// remembered three in four are found (keyed by the disk as it is, one in six: the
     /// table of the last 2 × 1,024 disks tried in phase 7 then cost more in memory traffic
     /// than it saved). A found state's outcomes are the very disks earlier states' power
     /// losses left, so their hashes are known and the model's verdict table finds them by
