@@ -746,6 +746,52 @@ pub enum Handle {
     },
 }
 
+/// The handles a process holds, by number, in number order: a few at a time, kept inline so
+/// that copying a disk to change it (every step of a plan) allocates nothing for them (was a
+/// `BTreeMap`: one node allocated and freed per copy, issue 12). Compared and ordered as the
+/// map was, pair by pair in number order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Handles(SmallVec<[(u32, Handle); 8]>);
+
+impl Handles {
+    fn find(&self, n: u32) -> Result<usize, usize> {
+        self.0.binary_search_by_key(&n, |(k, _)| *k)
+    }
+
+    fn contains_key(&self, n: &u32) -> bool {
+        self.find(*n).is_ok()
+    }
+
+    fn get(&self, n: &u32) -> Option<&Handle> {
+        self.find(*n).ok().map(|i| &self.0[i].1)
+    }
+
+    fn insert(&mut self, n: u32, h: Handle) {
+        match self.find(n) {
+            Ok(i) => self.0[i].1 = h,
+            Err(i) => self.0.insert(i, (n, h)),
+        }
+    }
+
+    fn remove(&mut self, n: &u32) {
+        if let Ok(i) = self.find(*n) {
+            self.0.remove(i);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Handle> {
+        self.0.iter().map(|(_, h)| h)
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut Handle> {
+        self.0.iter_mut().map(|(_, h)| h)
+    }
+}
+
 /// Which entry ops power loss may keep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reorder {
@@ -779,7 +825,7 @@ pub struct PowerLoss {
 pub struct SimFs {
     nodes: Nodes,
     pending: Vec<Pending>,
-    handles: BTreeMap<u32, Handle>,
+    handles: Handles,
     /// Files another process holds open for writing (a writer the store does not control:
     /// [`Op::Sole`] answers `false` for them; a process crash of the store keeps them, a power
     /// loss ends them).
@@ -835,7 +881,7 @@ impl SimFs {
         SimFs {
             nodes: Nodes(vec![Shared::new(Node::Dir(DirNode::default()))]),
             pending: Vec::new(),
-            handles: BTreeMap::new(),
+            handles: Handles::default(),
             writers: Vec::new(),
         }
     }
@@ -1073,7 +1119,7 @@ impl SimFs {
         let mut disk = SimFs {
             nodes: self.nodes.clone(),
             pending: self.pending.clone(),
-            handles: BTreeMap::new(),
+            handles: Handles::default(),
             writers: Vec::new(),
         };
         disk.normalize();
@@ -1261,7 +1307,7 @@ impl SimFs {
                     fs: Shared::new(SimFs {
                         nodes: Nodes(nodes),
                         pending: Vec::new(),
-                        handles: BTreeMap::new(),
+                        handles: Handles::default(),
                         writers: Vec::new(),
                     }),
                     lost: !kept,
@@ -2594,7 +2640,7 @@ mod tests {
             panic!()
         };
         run(&mut fs, Op::Write { fd: h, bytes: b"h" });
-        assert!(!fs.handles.is_empty() && !fs.is_canonical());
+        assert!(!fs.handles.0.is_empty() && !fs.is_canonical());
         let mut closed = fs.clone();
         closed.crash_process();
         for reorder in [Reorder::Prefix, Reorder::Subset] {
