@@ -1056,7 +1056,7 @@ impl<'a> Runner<'a> {
         match spawned {
             Ok(c) => {
                 let pid = c.pid();
-                if let (Some(l), Ok(id)) = (&mut self.lease, Identity::of_pid(pid))
+                if let (Some(l), Ok(id)) = (&mut self.lease, Identity::of_child(pid, c.pidfd()))
                     && let Err(e) = l.register_instance("child", &id)
                 {
                     log::warn!("cannot register the child: {e}");

@@ -19,8 +19,8 @@ use super::identity::{Identity, Liveness, SignalOutcome, signal_owner};
 use super::lock::{self, CloseWatch, LockGuard};
 use super::plan::{Exec, LeaseOp, LeaseRes, LockTry};
 use super::{CONTROL_DIR, Contention, LEFTOVERS_WAIT, LOCK_FILE, LeaseError};
-use crate::fsop::Executor;
-use crate::privfs::StateDir;
+use crate::fsop::{Done, Executor, Op, Step};
+use crate::privfs::{Dir, FsError, StateDir};
 
 /// How long a try-once acquisition pauses before its second and last try: a `status` probe
 /// holds a shared lock for microseconds, and one short retry keeps it from turning into a
@@ -40,6 +40,11 @@ pub(crate) struct LockIo {
     /// it to its closer thread wakes that thread, which is not to happen between the wake-up
     /// and the grant (the handoff, issue 11).
     watch: Option<CloseWatch>,
+    /// The directories of the control folder the plans opened while the lock was held, by
+    /// path: the ownership's later plans (phase changes, registrations, the release) get a
+    /// duplicate descriptor instead of opening and checking them again (issue 11). Nobody else
+    /// changes the control folder's directories while the lock is held; dropped at the unlock.
+    opened: Vec<(PathBuf, Dir)>,
 }
 
 /// Runs lease plans on the real system.
@@ -145,9 +150,37 @@ impl<'a> Real<'a> {
         Ok(end)
     }
 
+    /// A file step; a directory the lock holder opened before is handed out again (see
+    /// [`LockIo::opened`]).
+    fn file(&mut self, step: Step<'_>) -> Result<Done, FsError> {
+        let Op::OpenDir {
+            dir,
+            name,
+            any_mode: false,
+        } = step.op
+        else {
+            return self.fs.run(step);
+        };
+        if self.lock.guard.is_none() {
+            return self.fs.run(step);
+        }
+        let path = self.fs.dir_path(dir).join(name);
+        if let Some((_, d)) = self.lock.opened.iter().find(|(p, _)| *p == path) {
+            let fd = self.fs.adopt_dir(d.try_clone()?);
+            return Ok(Done::Opened { fd, size: 0 });
+        }
+        let done = self.fs.run(step)?;
+        if let Done::Opened { fd, .. } = &done
+            && let Ok(d) = self.fs.dir(*fd).and_then(Dir::try_clone)
+        {
+            self.lock.opened.push((path, d));
+        }
+        Ok(done)
+    }
+
     fn execute_inner(&mut self, op: LeaseOp<'_>) -> Result<LeaseRes, LeaseError> {
         Ok(match op {
-            LeaseOp::File(step) => LeaseRes::File(self.fs.run(step)),
+            LeaseOp::File(step) => LeaseRes::File(self.file(step)),
             LeaseOp::Cancelled => {
                 LeaseRes::Flag(lock::is_cancelled(self.cancel).map_err(|e| self.wait_err(e))?)
             }
@@ -163,6 +196,7 @@ impl<'a> Real<'a> {
             LeaseOp::TryLock => LeaseRes::Lock(self.try_lock()?),
             LeaseOp::Wait => LeaseRes::Waited(self.wait()?),
             LeaseOp::Unlock => {
+                self.lock.opened.clear();
                 self.lock.lock_file = None;
                 if let Some(g) = self.lock.guard.take() {
                     g.unlock().map_err(|e| self.lock_err(e))?;

@@ -13,7 +13,7 @@
 //! of reaching a newcomer. A mismatch or a dead process is reported, never signalled.
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use rustix::process::{Pid, PidfdFlags, Signal};
@@ -151,9 +151,9 @@ fn open_pidfd(pid: u32) -> Result<Option<OwnedFd>, io::Error> {
 }
 
 /// True when the pidfd's process has exited (the pidfd polls readable then).
-fn has_exited(pidfd: &OwnedFd) -> bool {
+fn has_exited(pidfd: BorrowedFd<'_>) -> bool {
     use rustix::event::{PollFd, PollFlags, Timespec};
-    let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
+    let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
     let zero = Timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -167,8 +167,8 @@ fn has_exited(pidfd: &OwnedFd) -> bool {
 
 /// The pidfs inode of a pidfd, where the kernel has pidfs; `None` on older kernels, where every
 /// pidfd shares one anonymous inode.
-fn pidfs_ino(pidfd: &OwnedFd) -> Option<u64> {
-    let fs = rustix::fs::fstatfs(pidfd.as_fd()).ok()?;
+fn pidfs_ino(pidfd: BorrowedFd<'_>) -> Option<u64> {
+    let fs = rustix::fs::fstatfs(pidfd).ok()?;
     if fs.f_type as u64 != PIDFS_MAGIC {
         return None;
     }
@@ -260,12 +260,18 @@ impl Identity {
                 source,
             })?
             .ok_or(IdentityError::NoSuchProcess { pid })?;
-        Identity::through_pidfd(pid, &pidfd)
+        Identity::through_pidfd(pid, pidfd.as_fd())
+    }
+
+    /// The identity of a child this process started, read through the pidfd it holds for it
+    /// (the runner's workload: no second pidfd, issue 11).
+    pub(crate) fn of_child(pid: u32, pidfd: BorrowedFd<'_>) -> Result<Identity, IdentityError> {
+        Identity::through_pidfd(pid, pidfd)
     }
 
     /// Reads the identity of the process a pidfd pins: `/proc` is read after the pidfd was
     /// opened, and the pidfd is checked afterwards, so the result describes that very process.
-    fn through_pidfd(pid: u32, pidfd: &OwnedFd) -> Result<Identity, IdentityError> {
+    fn through_pidfd(pid: u32, pidfd: BorrowedFd<'_>) -> Result<Identity, IdentityError> {
         let (start_time, exe) = read_proc(pid)?;
         if has_exited(pidfd) {
             return Err(IdentityError::NoSuchProcess { pid });
@@ -306,7 +312,7 @@ impl Identity {
                 }
                 Err(_) => Liveness::Dead,
             },
-            Ok(Some(fd)) => match Identity::through_pidfd(self.pid, &fd) {
+            Ok(Some(fd)) => match Identity::through_pidfd(self.pid, fd.as_fd()) {
                 Ok(now) if self.matches(&now) => Liveness::Live,
                 Ok(_) => Liveness::Recycled,
                 Err(_) => Liveness::Dead,
@@ -329,7 +335,7 @@ pub fn signal_owner(identity: &Identity, sig: Signal) -> Result<SignalOutcome, S
             });
         }
     };
-    let now = match Identity::through_pidfd(identity.pid, &pidfd) {
+    let now = match Identity::through_pidfd(identity.pid, pidfd.as_fd()) {
         Ok(now) => now,
         Err(IdentityError::NoSuchProcess { .. }) => return Ok(SignalOutcome::Dead),
         Err(e) => return Err(e.into()),

@@ -217,10 +217,10 @@ pub struct RunArgs {
           value_parser = exit_code, allow_hyphen_values = true)]
     pub conflict_exit_code: u8,
     /// After forwarding a stop signal, wait this long, then SIGKILL
-    #[arg(long, value_name = "S", default_value = "10s", value_parser = duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "S", default_value = GRACE_DEFAULT, value_parser = duration, allow_hyphen_values = true)]
     pub grace: Duration,
     /// After SIGKILL, wait this long before reporting `did not stop`
-    #[arg(long, value_name = "S", default_value = "5s", value_parser = duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "S", default_value = KILL_WAIT_DEFAULT, value_parser = duration, allow_hyphen_values = true)]
     pub kill_wait: Duration,
     /// Ready when spawned (simple), when the workload sends READY=1 (notify), or when the first
     /// process exits 0 leaving its daemon behind (forking)
@@ -240,13 +240,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "MODE", value_enum)]
     pub kill_mode: Option<KillModeArg>,
     /// SIGHUP is forwarded to the workload, or stops it
-    #[arg(long, value_name = "POLICY", value_enum, default_value_t = HupArg::Forward)]
+    #[arg(long, value_name = "POLICY", value_enum, default_value_t = HUP_DEFAULT)]
     pub hup: HupArg,
     /// The ready workload must send WATCHDOG=1 this often (it gets WATCHDOG_USEC)
     #[arg(long, value_name = "S", value_parser = duration, allow_hyphen_values = true)]
     pub watchdog: Option<Duration>,
     /// Contain the workload in a cgroup of its own where possible (auto), or never (off)
-    #[arg(long, value_name = "MODE", value_enum, default_value_t = CgroupArg::Auto)]
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = CGROUP_DEFAULT)]
     pub cgroup: CgroupArg,
     /// Run the child as this user (and group; numeric ids too); needs root
     #[arg(long, value_name = "USER[:GROUP]", value_parser = user_spec)]
@@ -255,7 +255,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "VAR,...", value_parser = env_list, action = clap::ArgAction::Append)]
     pub env_allow: Vec<EnvList>,
     /// Checkpoints kept by garbage collection
-    #[arg(long, value_name = "K", default_value_t = 2, value_parser = keep)]
+    #[arg(long, value_name = "K", default_value_t = KEEP_DEFAULT, value_parser = keep)]
     pub keep: usize,
     /// Write every lifecycle step as JSONL to FILE
     #[arg(long, value_name = "FILE", value_parser = path_parser())]
@@ -336,9 +336,84 @@ pub enum CheckpointCommand {
         #[arg(short, long, value_name = "S", value_parser = duration_zero_ok, allow_hyphen_values = true)]
         wait: Option<Duration>,
         /// Checkpoints kept by garbage collection after the publish
-        #[arg(long, value_name = "K", default_value_t = 2, value_parser = keep)]
+        #[arg(long, value_name = "K", default_value_t = KEEP_DEFAULT, value_parser = keep)]
         keep: usize,
     },
+}
+
+/// The default of `--grace`.
+const GRACE_DEFAULT: &str = "10s";
+/// The default of `--kill-wait`.
+const KILL_WAIT_DEFAULT: &str = "5s";
+/// The default of `--hup`.
+const HUP_DEFAULT: HupArg = HupArg::Forward;
+/// The default of `--cgroup`.
+const CGROUP_DEFAULT: CgroupArg = CgroupArg::Auto;
+/// The default of `--keep` (of `run`, `up` and `checkpoint rollback`).
+const KEEP_DEFAULT: usize = 2;
+
+/// The command line `tenure run --dir DIR -- CMD [ARGS...]` (also `-d DIR` and `--dir=DIR`),
+/// the form scripts and supervisors write, read without clap; `None` for any other command
+/// line, which clap parses as before. Building clap's parser and its first parse cost about
+/// 0.12 ms of every run on the reference machine (most of it the first touch of clap's code),
+/// a third of what the runner had to lose against `flock(1)` (issue 11). On what this accepts
+/// it returns what clap returns, defaults included (test `plain_run_is_what_clap_parses`):
+/// every other option, a second `--dir`, a DIR that starts with `-`, `--quiet`, help and
+/// usage errors are left to clap.
+pub fn plain_run(args: &[OsString]) -> Option<Cli> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let [_, cmd, rest @ ..] = args else {
+        return None;
+    };
+    if cmd != "run" {
+        return None;
+    }
+    let (dir, command) = match rest {
+        [flag, dir, sep, command @ ..] if (flag == "--dir" || flag == "-d") && sep == "--" => {
+            (dir.clone(), command)
+        }
+        [flag, sep, command @ ..] if sep == "--" => (
+            OsString::from(std::ffi::OsStr::from_bytes(
+                flag.as_bytes().strip_prefix(b"--dir=")?,
+            )),
+            command,
+        ),
+        _ => return None,
+    };
+    // Clap reads `-d -x` as two options, and a missing command is its usage error to report.
+    if dir.as_bytes().first() == Some(&b'-') || command.is_empty() {
+        return None;
+    }
+    let dir = non_empty_path(dir).ok()?;
+    Some(Cli {
+        quiet: false,
+        command: Command::Run(RunArgs {
+            dir: DirArg { quiet: false, dir },
+            lease: LeaseArgs {
+                lease: None,
+                lease_ttl: None,
+                store: None,
+            },
+            wait: None,
+            nonblock: false,
+            conflict_exit_code: tenure::machine::EXIT_BUSY,
+            grace: duration(GRACE_DEFAULT).ok()?,
+            kill_wait: duration(KILL_WAIT_DEFAULT).ok()?,
+            service_type: None,
+            ready: None,
+            ready_timeout: None,
+            pidfile: None,
+            kill_mode: None,
+            hup: HUP_DEFAULT,
+            watchdog: None,
+            cgroup: CGROUP_DEFAULT,
+            user: None,
+            env_allow: Vec::new(),
+            keep: KEEP_DEFAULT,
+            trace: None,
+            command: command.to_vec(),
+        }),
+    })
 }
 
 /// `--type`.
@@ -652,4 +727,77 @@ fn first_line(err: &clap::Error) -> String {
 /// The clap command, for completions and man pages.
 pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStringExt as _;
+
+    fn argv(args: &[&[u8]]) -> Vec<OsString> {
+        args.iter()
+            .map(|a| OsString::from_vec(a.to_vec()))
+            .collect()
+    }
+
+    /// Issue 11: the command lines `plain_run` reads without clap give exactly what clap gives
+    /// them (every default included), and the ones it leaves alone go to clap.
+    #[test]
+    fn plain_run_is_what_clap_parses() {
+        let accepted: &[&[&[u8]]] = &[
+            &[b"tenure", b"run", b"--dir", b"D", b"--", b"true"],
+            &[
+                b"tenure",
+                b"run",
+                b"-d",
+                b"/tmp/x y",
+                b"--",
+                b"sh",
+                b"-c",
+                b"exit 3",
+            ],
+            &[
+                b"tenure", b"run", b"--dir=D", b"--", b"cmd", b"--dir", b"x", b"--", b"-q",
+            ],
+            &[
+                b"/usr/bin/tenure",
+                b"run",
+                b"--dir",
+                b"\xff\xfe",
+                b"--",
+                b"\xfe",
+                b"",
+            ],
+            &[b"tenure", b"run", b"-d", b"D", b"--", b"-x"],
+        ];
+        for a in accepted {
+            let a = argv(a);
+            let fast = plain_run(&a).unwrap_or_else(|| panic!("{a:?} is a plain run"));
+            let clap = <Cli as Parser>::try_parse_from(&a).expect("clap accepts it");
+            assert_eq!(format!("{fast:?}"), format!("{clap:?}"), "{a:?}");
+        }
+        let left_to_clap: &[&[&[u8]]] = &[
+            &[b"tenure", b"run", b"--dir", b"D", b"true"],
+            &[b"tenure", b"run", b"--dir", b"D", b"--"],
+            &[b"tenure", b"run", b"--dir", b"-x", b"--", b"true"],
+            &[b"tenure", b"run", b"--dir", b"--dir=x", b"--", b"true"],
+            &[b"tenure", b"run", b"--dir", b"", b"--", b"true"],
+            &[b"tenure", b"run", b"--dir=", b"--", b"true"],
+            &[b"tenure", b"run", b"--", b"true"],
+            &[
+                b"tenure", b"run", b"--quiet", b"--dir", b"D", b"--", b"true",
+            ],
+            &[b"tenure", b"-q", b"run", b"--dir", b"D", b"--", b"true"],
+            &[
+                b"tenure", b"run", b"--dir", b"D", b"--grace", b"1s", b"--", b"true",
+            ],
+            &[b"tenure", b"up", b"--dir", b"D", b"--", b"true"],
+            &[b"tenure", b"run", b"--help"],
+            &[b"tenure"],
+        ];
+        for a in left_to_clap {
+            let a = argv(a);
+            assert!(plain_run(&a).is_none(), "{a:?} is left to clap");
+        }
+    }
 }

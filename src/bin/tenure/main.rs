@@ -1,12 +1,18 @@
 //! The `tenure` runner: parses arguments (`cli.rs`) and hands them to `tenure::driver`. Nothing
 //! here touches the state dir; every run is validated before anything on disk changes (card
-//! H6). `main → run() -> exit code`, as ripgrep splits it.
+//! H6). `main → run() -> exit code`, as ripgrep splits it. `main` is the C entry point: std's
+//! runtime start-up is replaced by the parts of it the runner needs (`rt.rs`).
+
+// No std `main`: see `rt.rs` (issue 11). The unit tests keep the test harness's `main`.
+#![cfg_attr(not(test), no_main)]
 
 mod cli;
+#[cfg_attr(test, allow(dead_code))]
+mod rt;
 
 use cli::{CheckpointCommand, Cli, Command, Parsed, RunArgs};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use tenure::driver::{
     self, CgroupMode, RunOptions,
     signals::{SignalHold, SignalIntake},
@@ -74,16 +80,27 @@ fn install_logger(quiet: bool) {
 /// A usage error: printed with a hint, exit 64, nothing on disk changed.
 struct Usage(String);
 
-fn main() -> ExitCode {
+/// The process's entry point, called by the C runtime (std reads the arguments itself).
+#[cfg(not(test))]
+#[unsafe(no_mangle)]
+extern "C" fn main(
+    _argc: std::ffi::c_int,
+    _argv: *const *const std::ffi::c_char,
+) -> std::ffi::c_int {
+    rt::start(tenure_main)
+}
+
+#[cfg_attr(test, allow(dead_code))]
+fn tenure_main() -> u8 {
     // Before anything opens a file: a closed stdout must not become a state file's descriptor.
     tenure::stdio::reserve_std_fds();
     match run() {
-        Ok(code) => ExitCode::from(code),
+        Ok(code) => code,
         Err(Usage(msg)) => {
             eprintln!(
                 "tenure: {msg}\nRun `tenure --help` for usage (`tenure COMMAND --help` for one command)."
             );
-            ExitCode::from(EXIT_USAGE)
+            EXIT_USAGE
         }
     }
 }
@@ -95,7 +112,13 @@ fn run() -> Result<u8, Usage> {
     // default action), and every other command installs its handlers before the hold ends,
     // so a stop that arrives while it parses is seen (card G1).
     let hold = SignalHold::start();
-    let args = match <Cli as clap::Parser>::try_parse() {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    // The plain `run -- CMD` is read without building clap's parser (issue 11).
+    let parsed = match cli::plain_run(&argv) {
+        Some(a) => Ok(a),
+        None => <Cli as clap::Parser>::try_parse_from(argv),
+    };
+    let args = match parsed {
         Ok(a) => a,
         Err(e) => {
             return match cli::usage_message(e) {
