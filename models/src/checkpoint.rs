@@ -122,8 +122,24 @@ pub enum Stage {
 }
 
 /// The bytes of a `CURRENT` the model remembers, shared between the states that hold it (a
-/// clone is a reference count: every successor carries them), compared and hashed by value.
-pub type Pointer = Arc<[u8]>;
+/// clone is a reference count: every successor carries them), compared by value and hashed
+/// by the hash of their value, computed once (every state's fingerprint hashes its pointers).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Pointer(Shared<Box<[u8]>>);
+
+impl std::ops::Deref for Pointer {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl From<&[u8]> for Pointer {
+    fn from(bytes: &[u8]) -> Pointer {
+        Pointer(Shared::new(bytes.into()))
+    }
+}
 
 /// The checkpoint model and its bounds.
 #[derive(Debug, Clone)]
@@ -280,34 +296,60 @@ fn sha(b: &[u8]) -> [u8; 32] {
     sha2::Sha256::digest(b).into()
 }
 
-/// [`judge`], remembered: the verdict depends on the disk alone, and the model asks about the
-/// same disk from many states (every crash and power loss checks what it left), so the
-/// verdicts of the disks seen last are kept (per checker thread, a bounded table keyed by the
-/// whole filesystem value: the same verdict whether remembered or not).
-fn named(fs: &Shared<SimFs>) -> Arc<Named> {
+/// What the model asks about a disk: the bytes of its `CURRENT`, and [`judge`]'s verdict (made
+/// the first time it is asked for).
+struct Judged {
+    current: Option<Box<[u8]>>,
+    named: std::sync::OnceLock<Named>,
+}
+
+impl Judged {
+    fn named(&self, fs: &SimFs) -> &Named {
+        self.named.get_or_init(|| judge(fs))
+    }
+}
+
+/// [`Judged`], remembered: it depends on the disk alone, and the model asks about the same disk
+/// from many states (every crash and power loss checks what it left: `CURRENT`, and its
+/// verdict without a corruption), so what was found for the disks seen last is kept (per
+/// checker thread, a bounded table keyed by the whole filesystem value: the same answers
+/// whether remembered or not). A disk found equal in another allocation takes its entry's
+/// place: the allocation asked about last is the one the next states share (a remembered
+/// power-loss outcome, [`SimFs::power_loss_outcomes`]), so their look-ups are found by pointer
+/// rather than by comparing every inode (issue 12).
+fn judged(fs: &Shared<SimFs>) -> Arc<Judged> {
     /// Disks remembered per thread before the table is emptied.
     const REMEMBERED: usize = 1 << 14;
-    type Table = std::collections::HashMap<u64, (Shared<SimFs>, Arc<Named>), BuildFingerprint>;
+    type Table = std::collections::HashMap<u64, (Shared<SimFs>, Arc<Judged>), BuildFingerprint>;
     thread_local! {
-        static NAMED: RefCell<Table> = RefCell::default();
+        static JUDGED: RefCell<Table> = RefCell::default();
     }
     let key = crate::run::fingerprint(fs);
-    let hit = NAMED.with_borrow(|t| {
-        t.get(&key)
-            .filter(|(k, _)| k == fs)
-            .map(|(_, n)| Arc::clone(n))
+    let hit = JUDGED.with_borrow_mut(|t| {
+        let (k, j) = t.get_mut(&key)?;
+        if Shared::ptr_eq(k, fs) {
+            return Some(Arc::clone(j));
+        }
+        if *k != *fs {
+            return None;
+        }
+        *k = fs.clone();
+        Some(Arc::clone(j))
     });
-    if let Some(n) = hit {
-        return n;
+    if let Some(j) = hit {
+        return j;
     }
-    let n = Arc::new(judge(fs));
-    NAMED.with_borrow_mut(|t| {
+    let j = Arc::new(Judged {
+        current: fs.read(CURRENT).map(Box::from),
+        named: std::sync::OnceLock::new(),
+    });
+    JUDGED.with_borrow_mut(|t| {
         if t.len() >= REMEMBERED {
             t.clear();
         }
-        t.insert(key, (fs.clone(), Arc::clone(&n)));
+        t.insert(key, (fs.clone(), Arc::clone(&j)));
     });
-    n
+    j
 }
 
 /// The oracle: does `CURRENT` name a complete checkpoint whose every file matches its digest?
@@ -607,8 +649,8 @@ impl CheckpointState {
                 if self.new.is_none()
                     && let Some(c) = p.new_current()
                 {
-                    let bytes: Pointer = c.to_bytes().into();
-                    self.new = Some(Arc::clone(&bytes));
+                    let bytes = Pointer::from(&c.to_bytes()[..]);
+                    self.new = Some(bytes.clone());
                     self.written.push(bytes);
                 }
                 if p.acked() && !self.acked {
@@ -619,7 +661,9 @@ impl CheckpointState {
                     }
                     // I12: what is acknowledged is the new checkpoint, complete and valid.
                     let cur = self.fs.read(CURRENT);
-                    if cur != self.new.as_deref() || !matches!(*named(&self.fs), Named::Valid(..)) {
+                    if cur != self.new.as_deref()
+                        || !matches!(judged(&self.fs).named(&self.fs), Named::Valid(..))
+                    {
                         self.violations |= V_PUBLISHED;
                     }
                     self.durable.clone_from(&self.new);
@@ -668,11 +712,12 @@ impl CheckpointState {
 
     /// The recovery ended; the machine is answered.
     fn recovered(&mut self, accepted: bool) -> bool {
-        let truth = named(&self.fs);
-        if accepted && !is_valid(&truth) {
+        let judged = judged(&self.fs);
+        let truth = judged.named(&self.fs);
+        if accepted && !is_valid(truth) {
             self.violations |= V_ACCEPT;
         }
-        if !accepted && !is_valid(&truth) {
+        if !accepted && !is_valid(truth) {
             self.seen |= S_CORRUPT_REFUSED;
         }
         if !accepted && self.after_crash && !self.tampered {
@@ -735,7 +780,7 @@ impl CheckpointState {
         };
         let path = format!("{STORE}/{dir}/{}", name.to_string_lossy());
         for outcome in self.fs.power_loss_outcomes(reorder).iter() {
-            if let Named::Valid(_, files) = &*named(&outcome.fs)
+            if let Named::Valid(_, files) = judged(&outcome.fs).named(&outcome.fs)
                 && files.contains(&path)
             {
                 self.violations |= V_GC;
@@ -745,14 +790,15 @@ impl CheckpointState {
 
     /// I12 on the state a crash left.
     fn check_after_crash(&mut self) {
-        let cur = self.fs.read(CURRENT);
+        let judged = judged(&self.fs);
+        let cur = judged.current.as_deref();
         let (new, durable) = (self.new.as_deref(), self.durable.as_deref());
         let allowed = if self.acked {
             cur == new
         } else {
             cur == durable || cur.is_some_and(|c| self.written.iter().any(|w| **w == *c))
         };
-        let valid = self.corrupted || is_valid(&named(&self.fs));
+        let valid = self.corrupted || is_valid(judged.named(&self.fs));
         let kept_old = new.is_some() && cur == durable && cur != new;
         let kept_new = new.is_some() && !self.acked && cur == new;
         if !(allowed && valid) {
@@ -867,8 +913,9 @@ impl Model for CheckpointModel {
                     out.push(CheckpointAction::Run);
                 }
                 if s.corruptions_left > 0 && s.run > 0 {
-                    let now = named(&s.fs);
-                    let referenced = match &*now {
+                    let judged = judged(&s.fs);
+                    let now = judged.named(&s.fs);
+                    let referenced = match now {
                         Named::Valid(_, files) => Some(files),
                         Named::Nothing | Named::Invalid => None,
                     };
