@@ -302,6 +302,7 @@ fn status_and_stop_follow_lsb() {
 
     let mut owner = env.run(&[], &sh(TERM_CHILD, &[]));
     env.wait_status("ready", |s| s["phase"] == "ready");
+    env.wait_child_traps_term(owner.pid());
     let st = env.tool("status", &[]);
     st.expect_code(0);
     assert!(st.stdout.contains("phase:      ready"), "{}", st.stdout);
@@ -530,6 +531,7 @@ fn rollback_of_an_owned_dir_is_busy() {
     counter_run(&env).expect_code(0);
     let mut owner = env.run(&[], &sh(TERM_CHILD, &[]));
     env.wait_status("ready", |s| s["phase"] == "ready");
+    env.wait_child_traps_term(owner.pid());
     let before = env.current_bytes();
     let f = cp(&env, "rollback", &["--to", "1"]);
     f.expect_code(75);

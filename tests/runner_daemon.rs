@@ -311,6 +311,7 @@ fn d7_stop_signals_the_owner_and_waits_for_release() {
     let env = Env::new();
     let r = env.run(&[], &sh(TERM_CHILD, &[]));
     env.wait_status("ready", |s| s["phase"] == "ready");
+    env.wait_child_traps_term(r.pid());
     let stop = env.tool("stop", &[]);
     stop.expect_code(0);
     assert!(
@@ -663,6 +664,7 @@ fn status_json_reports_each_state() {
     let owner = env.run(&["--cgroup", "off"], &sh(TERM_CHILD, &[]));
     let child = env.wait_event("spawned", Some(owner.pid()))["child_pid"].clone();
     env.wait_status("ready", |s| s["phase"] == "ready");
+    env.wait_child_traps_term(owner.pid());
     let waiter = env.run(&[], &["true"]);
     let st = env.wait_status("a waiter", |s| {
         s["waiters"].as_array().is_some_and(|w| w.len() == 1)
@@ -789,6 +791,7 @@ fn status_text_lists_owner_and_waiters() {
     let env = Env::new();
     let owner = env.run(&[], &sh(TERM_CHILD, &[]));
     env.wait_status("ready", |s| s["phase"] == "ready");
+    env.wait_child_traps_term(owner.pid());
     let waiter = env.run(&[], &["true"]);
     env.wait_event("waiting", Some(waiter.pid()));
     let text = env.tool("status", &[]);

@@ -24,6 +24,7 @@ fn ready_owner(env: &Env) -> Running {
     let r = env.run(&[], &sh(TERM_CHILD, &[]));
     env.wait_event("ready", Some(r.pid()));
     env.wait_status("phase ready", |s| s["phase"] == "ready");
+    env.wait_child_traps_term(r.pid());
     r
 }
 
@@ -193,6 +194,8 @@ fn l4_independent_dirs() {
     let r2 = e2.run(&[], &sh(TERM_CHILD, &[]));
     e1.wait_status("dir 1 ready", |s| s["phase"] == "ready");
     e2.wait_status("dir 2 ready", |s| s["phase"] == "ready");
+    e1.wait_child_traps_term(r1.pid());
+    e2.wait_child_traps_term(r2.pid());
     // Both at once: dir 1 is still owned while dir 2 is.
     let (s1, s2) = (e1.status(), e2.status());
     assert_eq!(

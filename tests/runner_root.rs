@@ -15,6 +15,7 @@ fn h7_candidate_refuses_a_replaced_dir() {
     let env = Env::new();
     let mut owner = env.run(&["--grace", "5"], &sh(TERM_CHILD, &[]));
     env.wait_event("ready", Some(owner.pid()));
+    env.wait_child_traps_term(owner.pid());
     let mut candidate = env.run(&[], &sh(TERM_CHILD, &[]));
     env.wait_event("waiting", Some(candidate.pid()));
     let moved = env.path("moved");

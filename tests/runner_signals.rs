@@ -984,6 +984,7 @@ fn i3_publish_with_a_stale_epoch_is_rejected() {
     let current = seed_checkpoint(&env);
     let r = env.run(&[], &sh(TERM_CHILD, &[]));
     env.wait_event("ready", Some(r.pid()));
+    env.wait_child_traps_term(r.pid());
     write_private(&env.dir.join(".tenure/epoch"), b"9\n");
     r.signal(Signal::TERM);
     let f = r.wait();

@@ -391,6 +391,35 @@ impl Env {
         )
     }
 
+    /// Waits until the child that run `runner` spawned catches SIGTERM (its handler is set: bit
+    /// 15 of `SigCgt` in /proc/PID/status). Ready comes at the exec, before a shell child such
+    /// as [`TERM_CHILD`] has read its script: a test that stops the child right after ready
+    /// must wait for this, or its SIGTERM can end the shell before the trap is set (exit 143,
+    /// nothing published).
+    pub fn wait_child_traps_term(&self, runner: u32) {
+        let child = self.wait_event("spawned", Some(runner))["child_pid"]
+            .as_u64()
+            .expect("child_pid");
+        let status = format!("/proc/{child}/status");
+        wait_for(
+            "the child's SIGTERM trap",
+            DEADLINE,
+            || {
+                let text = std::fs::read_to_string(&status).ok()?;
+                let mask = text.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
+                let mask = u64::from_str_radix(mask.trim(), 16).ok()?;
+                (mask & (1 << (15 - 1)) != 0).then_some(())
+            },
+            || {
+                format!(
+                    "{status} has no SIGTERM handler
+{}",
+                    self.events_text()
+                )
+            },
+        );
+    }
+
     /// The owner record's bytes.
     pub fn owner_bytes(&self) -> Vec<u8> {
         fs::read(self.dir.join(".tenure/owner.json")).expect("owner record")
