@@ -816,6 +816,10 @@ impl Dir {
             path,
         ) {
             Ok(fd) => Ok(fd),
+            // Nothing by that name (`O_NOFOLLOW` answers `ELOOP` for a link, dangling or
+            // not): the look would only say so again. One syscall fewer for every optional
+            // directory that is absent, as `views/` and `incoming/` are on a run (issue 11).
+            Err(open_err @ FsError::NotFound { .. }) => Err(open_err),
             Err(open_err) => {
                 let lst = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
                     .map_err(|e| FsError::io("look at", path.to_path_buf(), e))?;
@@ -1325,12 +1329,25 @@ impl Dir {
         Ok(())
     }
 
+    /// A fresh stream over this directory's entries (its own open file description, so its
+    /// position is its own): one `openat` of `.`, where `rustix::fs::Dir::read_from` first
+    /// asks the flags with `fcntl` (issue 11: every listing of the run path paid for it).
+    pub(crate) fn listing(&self) -> Result<rustix::fs::Dir, FsError> {
+        let fd = rustix::fs::openat(
+            &self.fd,
+            c".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| FsError::io("list", self.path.clone(), e))?;
+        rustix::fs::Dir::new(fd).map_err(|e| FsError::io("list", self.path.clone(), e))
+    }
+
     /// The entries of this directory (without `.` and `..`), sorted by name, each classified by
     /// `lstat` semantics (a link is reported as a link).
     pub fn entries(&self) -> Result<Vec<Entry>, FsError> {
         let mut out = Vec::new();
-        let iter = rustix::fs::Dir::read_from(&self.fd)
-            .map_err(|e| FsError::io("list", self.path.clone(), e))?;
+        let iter = self.listing()?;
         for item in iter {
             let item = item.map_err(|e| FsError::io("list", self.path.clone(), e))?;
             let name = OsStr::from_bytes(item.file_name().to_bytes());
@@ -1363,8 +1380,7 @@ impl Dir {
         &self,
         mut f: impl FnMut(&OsStr, FileKind) -> Result<bool, E>,
     ) -> Result<(), E> {
-        let iter = rustix::fs::Dir::read_from(&self.fd)
-            .map_err(|e| FsError::io("list", self.path.clone(), e))?;
+        let iter = self.listing()?;
         for item in iter {
             let item = item.map_err(|e| FsError::io("list", self.path.clone(), e))?;
             let name = OsStr::from_bytes(item.file_name().to_bytes());
