@@ -969,11 +969,29 @@ impl Dir {
         let path = self.child_path(name);
         // Sized from the check's fstat (one byte more, so the end is seen at once): one read
         // for the bytes and one for the end, instead of a doubling buffer's many.
-        let mut buf = Vec::with_capacity(size.min(max) as usize + 1);
         // Read one byte past the bound so an oversized file is detected without reading it all.
-        file.take(max + 1)
-            .read_to_end(&mut buf)
-            .map_err(|e| FsError::io("read", path.clone(), e))?;
+        // The reads ask for all that is left of that capacity at once: `read_to_end` starts
+        // with 8 KiB, which took three reads for the 8,240-byte epoch file (issue 11).
+        let cap = size.min(max) as usize + 1;
+        let mut buf = vec![0u8; cap];
+        let mut len = 0;
+        let mut file = file.take(max + 1);
+        loop {
+            if len == buf.len() {
+                if buf.len() as u64 > max {
+                    break;
+                }
+                // The file grew since its `fstat`: read on, still bounded by `max + 1`.
+                buf.resize((buf.len() * 2).min((max as usize).saturating_add(1)), 0);
+            }
+            match file.read(&mut buf[len..]) {
+                Ok(0) => break,
+                Ok(n) => len += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(FsError::io("read", path.clone(), e)),
+            }
+        }
+        buf.truncate(len);
         if buf.len() as u64 > max {
             let len = self
                 .stat(name)?
