@@ -72,7 +72,6 @@ use crate::shared::Shared;
 use stateright::{Model, Property, Representative};
 use std::ffi::OsStr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use tenure::fsop::{Done, Executor, Fd, Op, Step};
 use tenure::lease::cgroup::{CgroupRecord, EndedCgroup, cgroup_name};
 use tenure::lease::plan::{
@@ -565,6 +564,53 @@ impl Proc {
     }
 }
 
+/// The pid slots, indexed by pid. Each slot is shared between states until a step changes it
+/// (a step changes one process, and its successor shares the others) and hashed once while it
+/// is: indexing it mutably copies it first if another state shares it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Procs(Vec<Shared<Proc>>);
+
+impl Procs {
+    /// The slots, in pid order.
+    pub fn iter(&self) -> impl Iterator<Item = &Proc> {
+        self.0.iter().map(|p| &**p)
+    }
+
+    /// The slots, to change them (each copied first if shared).
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Proc> {
+        self.0.iter_mut().map(Shared::make_mut)
+    }
+
+    /// Slot `pid`, if there is one.
+    pub fn get(&self, pid: usize) -> Option<&Proc> {
+        self.0.get(pid).map(|p| &**p)
+    }
+
+    /// How many slots there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::ops::Index<usize> for Procs {
+    type Output = Proc;
+
+    fn index(&self, pid: usize) -> &Proc {
+        &self.0[pid]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Procs {
+    fn index_mut(&mut self, pid: usize) -> &mut Proc {
+        self.0[pid].make_mut()
+    }
+}
+
 /// The identity of the process in slot `pid` at incarnation `start`.
 fn identity(pid: usize, start: u8) -> Identity {
     Identity {
@@ -688,9 +734,10 @@ pub enum StopEnd {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LeaseState {
     /// Pid slots.
-    pub procs: Vec<Proc>,
-    /// The state dir's files (shared between states until a step changes them).
-    pub fs: Arc<SimFs>,
+    pub procs: Procs,
+    /// The state dir's files (shared between states until a step changes them, and hashed
+    /// once while they are).
+    pub fs: Shared<SimFs>,
     /// Whether this step changed the files (they are settled and renumbered then).
     pub fs_dirty: bool,
     /// How many files were created at `.tenure/lock` (the lock table's key for the current
@@ -925,6 +972,32 @@ fn marker_root_id(bytes: &[u8]) -> Option<Token> {
     })
 }
 
+/// The owner record `bytes` hold, as `record::decode_owner` reads it (`None`: none, or
+/// unreadable). The stopper looks at it in most states and it changes only with a phase
+/// change, so the answer for the bytes seen last is remembered (per checker thread), as
+/// [`marker_root_id`] does. The one mutant that changes `decode_owner`
+/// (`lease-owner-slot-unchecked`) is part of what is remembered: a thread runs several
+/// mutants' searches in turn.
+fn owner_in(bytes: &[u8]) -> Option<OwnerRecord> {
+    /// The bytes read last, whether the mutant was on, and the record they held.
+    type Seen = (Vec<u8>, bool, Option<OwnerRecord>);
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<Seen>> = const { std::cell::RefCell::new(None) };
+    }
+    let unchecked = tenure::mutant::on("lease-owner-slot-unchecked");
+    LAST.with_borrow_mut(|last| {
+        if let Some((seen, mutant, r)) = last.as_ref()
+            && *mutant == unchecked
+            && seen.as_slice() == bytes
+        {
+            return r.clone();
+        }
+        let r = record::decode_owner(bytes).ok().flatten();
+        *last = Some((bytes.to_vec(), unchecked, r.clone()));
+        r
+    })
+}
+
 impl LeaseState {
     fn holds_lock(&self, p: usize) -> bool {
         self.procs[p].lock.is_some()
@@ -1043,9 +1116,7 @@ impl LeaseState {
 
     /// The owner record as the files hold it (`None` if absent or unreadable).
     fn owner_record(&self) -> Option<OwnerRecord> {
-        self.fs
-            .read_with(OWNER_PATH, |b| record::decode_owner(b).ok().flatten())
-            .flatten()
+        self.fs.read_with(OWNER_PATH, owner_in).flatten()
     }
 
     /// The epoch file as the files hold it (`None` if absent or unreadable).
@@ -1375,8 +1446,11 @@ impl Model for LeaseModel {
 
     fn init_states(&self) -> Vec<LeaseState> {
         vec![LeaseState {
-            procs: vec![Proc::vacant(self.config()); self.processes],
-            fs: Arc::new(SimFs::new()),
+            procs: Procs(vec![
+                Shared::new(Proc::vacant(self.config()));
+                self.processes
+            ]),
+            fs: Shared::new(SimFs::new()),
             fs_dirty: false,
             lock_gen: 0,
             current: 0,
@@ -1564,11 +1638,11 @@ impl Model for LeaseModel {
                 if usize::from(k) >= outcomes.len() {
                     return None;
                 }
-                s.fs = Arc::new(outcomes.swap_remove(usize::from(k)));
+                s.fs = Shared::new(outcomes.swap_remove(usize::from(k)));
                 s.fs_dirty = true;
                 s.power_left -= 1;
                 s.boot += 1;
-                for proc in &mut s.procs {
+                for proc in s.procs.iter_mut() {
                     if proc.running() {
                         proc.life = Life::Crashed;
                     }
@@ -1929,7 +2003,7 @@ impl LeaseState {
         if !std::mem::take(&mut self.fs_dirty) {
             return;
         }
-        let fs = Arc::make_mut(&mut self.fs);
+        let fs = self.fs.make_mut();
         if self.power_left == 0 {
             let _ = fs.run(Step::new("model", Op::SyncFs { dir: Fd::ROOT }));
         }
@@ -1939,7 +2013,7 @@ impl LeaseState {
     /// The files, to change them.
     fn fs_mut(&mut self) -> &mut SimFs {
         self.fs_dirty = true;
-        Arc::make_mut(&mut self.fs)
+        self.fs.make_mut()
     }
 
     /// Whether no process runs a plan (an operator's hands are off a busy dir).

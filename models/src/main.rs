@@ -3,13 +3,15 @@
 //!
 //! ```text
 //! tenure-models check [lease|signals|checkpoint|all] [--processes N] [--symmetry] [--dfs]
-//!                     [--threads T] [--mutant NAME] [--explore ADDR]
-//! tenure-models check lease --tree cgroup|lock-fd [--close-fd] [--threads T]
+//!                     [--threads T] [--mutant NAME] [--explore ADDR] [--paths]
+//! tenure-models check lease --tree cgroup|lock-fd [--close-fd] [--threads T] [--paths]
 //! tenure-models mutants [lease|signals|checkpoint|all] [--processes N]
 //! tenure-models trace FILE...
 //! tenure-models pin [--long] [--threads T]
 //! tenure-models bench [--long] [--only NAME]... [--no-mutants]
 //! ```
+//! `check --paths` also prints the path of every discovery, told in words (to compare two
+//! builds' counterexamples line by line).
 //! `pin` runs the pinned configurations (the CI set; with `--long` the long set too), checks
 //! that every property holds, and rewrites models/counts.txt with their unique state counts:
 //! the one way the counts the tests compare against are made.
@@ -31,8 +33,8 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const USAGE: &str = "usage:
   tenure-models check [lease|signals|checkpoint|all] [--processes N] [--symmetry] [--dfs]
-                      [--threads T] [--mutant NAME] [--explore ADDR]
-  tenure-models check lease --tree cgroup|lock-fd [--close-fd] [--threads T]
+                      [--threads T] [--mutant NAME] [--explore ADDR] [--paths]
+  tenure-models check lease --tree cgroup|lock-fd [--close-fd] [--threads T] [--paths]
   tenure-models mutants [lease|signals|checkpoint|all] [--processes N]
   tenure-models trace FILE...
   tenure-models pin [--long] [--threads T]
@@ -73,6 +75,7 @@ struct Opts {
     close_fd: bool,
     only: Vec<String>,
     no_mutants: bool,
+    paths: bool,
 }
 
 fn parse(args: &[String]) -> Result<Opts, Usage> {
@@ -122,6 +125,7 @@ fn parse(args: &[String]) -> Result<Opts, Usage> {
             "--close-fd" => o.close_fd = true,
             "--only" => o.only.push(value(&mut it, a)?),
             "--no-mutants" => o.no_mutants = true,
+            "--paths" => o.paths = true,
             "--explore" => o.explore = Some(value(&mut it, a)?),
             "all" => o.models.extend(Which::ALL),
             s if s.starts_with("--") => return Err(Usage(format!("unknown option {s}"))),
@@ -242,6 +246,7 @@ fn check(o: &Opts) -> Result<ExitCode, Usage> {
         );
         let r = run::check(m, Search::Bfs, o.threads, None, None);
         print!("{r}");
+        print_paths(&r, o.paths);
         return Ok(if r.all_hold() {
             ExitCode::SUCCESS
         } else {
@@ -262,6 +267,7 @@ fn check(o: &Opts) -> Result<ExitCode, Usage> {
         println!("== {label} ({search:?}, {} thread(s))", o.threads.max(1));
         let r = catalog::check_ci(which, processes, search, o.threads);
         print!("{r}");
+        print_paths(&r, o.paths);
         ok &= r.all_hold();
     }
     Ok(if ok {
@@ -269,6 +275,21 @@ fn check(o: &Opts) -> Result<ExitCode, Usage> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// With `--paths`: every discovery's path, one line per step, under its property's name.
+fn print_paths(r: &Report, paths: bool) {
+    if !paths {
+        return;
+    }
+    for v in &r.verdicts {
+        if let Some(path) = &v.path {
+            println!("  path of {:?}:", v.name);
+            for line in path {
+                println!("    {line}");
+            }
+        }
+    }
 }
 
 fn print_mutant(r: &catalog::MutantReport, path: bool) {

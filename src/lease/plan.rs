@@ -1026,14 +1026,6 @@ pub fn to_json<T: serde::Serialize>(value: &T) -> Vec<u8> {
     v
 }
 
-/// Parses a record read through [`Act::Read`]; `path` names it in the error.
-fn parse_record<T: serde::de::DeserializeOwned>(
-    bytes: &[u8],
-    path: PathBuf,
-) -> Result<T, LeaseError> {
-    record::parse(bytes).map_err(|reason| LeaseError::CorruptRecord { path, reason })
-}
-
 /// A `too large` read of a record is a corrupt record.
 fn record_read_error(e: LeaseError) -> LeaseError {
     match e {
@@ -1046,7 +1038,11 @@ fn record_read_error(e: LeaseError) -> LeaseError {
 }
 
 /// The owner record, from what [`Act::Read`] returned (corrupt or of another version: refused).
-fn owner_from(bytes: Option<Vec<u8>>, path: PathBuf) -> Result<Option<OwnerRecord>, LeaseError> {
+/// `path` names the file in an error (made only then: the models run this per inspection).
+fn owner_from(
+    bytes: Option<Vec<u8>>,
+    path: impl FnOnce() -> PathBuf,
+) -> Result<Option<OwnerRecord>, LeaseError> {
     let Some(bytes) = bytes else { return Ok(None) };
     // The record is written without a sync (issue 11): a power loss can leave its name with
     // none of its data. An empty record is one a power loss emptied, and a power loss ended
@@ -1055,22 +1051,25 @@ fn owner_from(bytes: Option<Vec<u8>>, path: PathBuf) -> Result<Option<OwnerRecor
     if bytes.is_empty() {
         if crate::mutant::on("lease-empty-record-refused") {
             return Err(LeaseError::CorruptRecord {
-                path,
+                path: path(),
                 reason: "empty".to_owned(),
             });
         }
         return Ok(None);
     }
-    let Some(r) = record::decode_owner(&bytes).map_err(|reason| LeaseError::CorruptRecord {
-        path: path.clone(),
-        reason,
-    })?
-    else {
-        return Ok(None);
+    let r = match record::decode_owner(&bytes) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Ok(None),
+        Err(reason) => {
+            return Err(LeaseError::CorruptRecord {
+                path: path(),
+                reason,
+            });
+        }
     };
     if r.version != RECORD_VERSION {
         return Err(LeaseError::CorruptRecord {
-            path,
+            path: path(),
             reason: format!(
                 "format version {}, this tenure reads {RECORD_VERSION}",
                 r.version
@@ -1082,28 +1081,38 @@ fn owner_from(bytes: Option<Vec<u8>>, path: PathBuf) -> Result<Option<OwnerRecor
 
 /// The identity marker, from what [`Act::Read`] returned: an unparsable one (or one of another
 /// version) is `identity is unreadable`.
-fn marker_from(bytes: Option<Vec<u8>>, path: PathBuf) -> Result<Option<DirIdentity>, LeaseError> {
+fn marker_from(
+    bytes: Option<Vec<u8>>,
+    path: impl FnOnce() -> PathBuf,
+) -> Result<Option<DirIdentity>, LeaseError> {
     let Some(bytes) = bytes else { return Ok(None) };
-    match parse_record::<DirIdentity>(&bytes, path.clone()) {
+    match record::parse::<DirIdentity>(&bytes) {
         Ok(m) if m.version != RECORD_VERSION => Err(LeaseError::IdentityUnreadable {
-            path,
+            path: path(),
             reason: format!("format version {}", m.version),
         }),
         Ok(m) => Ok(Some(m)),
-        Err(LeaseError::CorruptRecord { path, reason }) => {
-            Err(LeaseError::IdentityUnreadable { path, reason })
-        }
-        Err(e) => Err(e),
+        Err(reason) => Err(LeaseError::IdentityUnreadable {
+            path: path(),
+            reason,
+        }),
     }
 }
 
 /// The epoch file, from what [`Act::Read`] returned (`None` when absent).
-fn epoch_from(res: Res, path: PathBuf) -> Result<Option<epoch::Stored>, LeaseError> {
+fn epoch_from(
+    res: Res,
+    path: impl FnOnce() -> PathBuf,
+) -> Result<Option<epoch::Stored>, LeaseError> {
     match res {
         Res::Bytes(None) => Ok(None),
-        Res::Bytes(Some(b)) => epoch::decode(&b)
-            .map(Some)
-            .map_err(|reason| epoch::EpochError::Corrupt { path, reason }.into()),
+        Res::Bytes(Some(b)) => epoch::decode(&b).map(Some).map_err(|reason| {
+            epoch::EpochError::Corrupt {
+                path: path(),
+                reason,
+            }
+            .into()
+        }),
         Res::Failed(LeaseError::Fs(FsError::TooLarge { path, .. })) => {
             Err(epoch::EpochError::Corrupt {
                 path,
@@ -1378,7 +1387,10 @@ enum St {
 /// The acquisition (see [`super::acquire`] and the module docs of [`super`] for the order).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AcquireSteps {
-    input: AcquireInput,
+    /// Shared, not copied, by the clones of a plan (a model clones its plans per step).
+    input: Arc<AcquireInput>,
+    /// `input.path`, shared by the inspections.
+    root: Arc<Path>,
     st: St,
     /// Whether the lock is ours.
     locked: bool,
@@ -1460,7 +1472,8 @@ impl AcquireSteps {
     /// A new acquisition.
     pub fn new(input: AcquireInput) -> AcquireSteps {
         AcquireSteps {
-            input,
+            root: Arc::from(input.path.as_path()),
+            input: Arc::new(input),
             st: St::Cancelled,
             locked: false,
             pre_inspected: false,
@@ -1559,7 +1572,7 @@ impl AcquireSteps {
 
     /// Starts the inspection of the dir (before the lock, or again under it).
     fn inspect(&mut self) {
-        self.st = St::Inspect(Box::new(Inspection::new(self.input.path.clone())));
+        self.st = St::Inspect(Box::new(Inspection::new(Arc::clone(&self.root))));
     }
 
     /// The inspection is complete: go on.
@@ -1669,7 +1682,7 @@ impl AcquireSteps {
         let path = self.control_path(epoch::EPOCH_FILE);
         let mut highest = self.highest.clone();
         if let Some(o) = &self.found.owner {
-            consider(&mut highest, o.epoch, self.control_path(OWNER_FILE));
+            consider(&mut highest, o.epoch, || self.control_path(OWNER_FILE));
         }
         for (dir, names) in [
             (Loc::Leases, &self.leases),
@@ -1677,7 +1690,7 @@ impl AcquireSteps {
         ] {
             for n in names.iter() {
                 if let Some(e) = entry_epoch(n) {
-                    consider(&mut highest, e, dir.path(&self.input.path).join(n));
+                    consider(&mut highest, e, || dir.path(&self.input.path).join(n));
                 }
             }
         }
@@ -2014,7 +2027,8 @@ enum ISt {
 /// - a corrupt owner record or epoch file, or any file that privfs refuses.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Inspection {
-    path: PathBuf,
+    /// The state dir (shared with the acquisition that inspects it).
+    path: Arc<Path>,
     st: ISt,
     found: Found,
     /// An entry of the state dir besides the control folder.
@@ -2027,7 +2041,7 @@ struct Inspection {
 }
 
 impl Inspection {
-    fn new(path: PathBuf) -> Inspection {
+    fn new(path: Arc<Path>) -> Inspection {
         Inspection {
             path,
             st: ISt::StillAt,
@@ -2054,15 +2068,15 @@ impl Inspection {
     /// The refusals that depend on the marker (card L8).
     fn check_marker(&self) -> Result<(), LeaseError> {
         match &self.found.marker {
-            Some(m) if m.path != self.path => Err(LeaseError::IdentityMismatch {
+            Some(m) if *m.path != *self.path => Err(LeaseError::IdentityMismatch {
                 path: self.control_path(IDENTITY_FILE),
                 recorded: m.path.clone(),
-                actual: self.path.clone(),
+                actual: self.path.to_path_buf(),
             }),
             Some(_) => Ok(()),
             None => match &self.foreign {
                 Some(entry) => Err(LeaseError::ForeignState {
-                    dir: self.path.clone(),
+                    dir: self.path.to_path_buf(),
                     entry: OsString::from(entry),
                 }),
                 None => Ok(()),
@@ -2081,10 +2095,10 @@ impl Inspection {
                 None
             }
             (ISt::StillAt, Res::Flag(false)) => Some(Err(LeaseError::Moved {
-                dir: self.path.clone(),
+                dir: self.path.to_path_buf(),
             })),
             (ISt::ReadMarker, Res::Bytes(Some(b))) => {
-                match marker_from(Some(b), self.control_path(IDENTITY_FILE)) {
+                match marker_from(Some(b), || self.control_path(IDENTITY_FILE)) {
                     Ok(m) => self.found.marker = m,
                     Err(e) => return Some(Err(e)),
                 }
@@ -2139,7 +2153,7 @@ impl Inspection {
             })),
             (ISt::ReadOwner, Res::Bytes(b)) => {
                 self.found.owner_file = b.is_some();
-                match owner_from(b, self.control_path(OWNER_FILE)) {
+                match owner_from(b, || self.control_path(OWNER_FILE)) {
                     Ok(o) => {
                         self.found.owner = o;
                         self.st = ISt::ReadEpoch;
@@ -2148,7 +2162,8 @@ impl Inspection {
                     Err(e) => Some(Err(e)),
                 }
             }
-            (ISt::ReadEpoch, res) => match epoch_from(res, self.control_path(epoch::EPOCH_FILE)) {
+            (ISt::ReadEpoch, res) => match epoch_from(res, || self.control_path(epoch::EPOCH_FILE))
+            {
                 Ok(stored) => {
                     self.found.epoch = stored.map_or(0, epoch::Stored::epoch);
                     self.found.stored = stored;
@@ -2174,7 +2189,7 @@ impl CheckSteps {
     /// Checks the state dir at `path`.
     pub fn new(path: PathBuf) -> CheckSteps {
         CheckSteps {
-            inspection: Inspection::new(path),
+            inspection: Inspection::new(Arc::from(path)),
             out: None,
         }
     }
@@ -2202,9 +2217,13 @@ impl Steps for CheckSteps {
 }
 
 /// Keeps the higher of `best` and (`e`, `path`).
-fn consider(best: &mut Option<Seen>, e: u64, path: PathBuf) {
+/// `e` (recorded at `path`, made only when it is kept) if it is above `best`.
+fn consider(best: &mut Option<Seen>, e: u64, path: impl FnOnce() -> PathBuf) {
     if best.as_ref().is_none_or(|b| e > b.epoch) {
-        *best = Some(Seen { epoch: e, path });
+        *best = Some(Seen {
+            epoch: e,
+            path: path(),
+        });
     }
 }
 
@@ -2465,7 +2484,7 @@ impl Steps for AcquireSteps {
             }
             (St::BusyOwner | St::ExpiredOwner, res) => {
                 let owner = match res {
-                    Res::Bytes(b) => owner_from(b, self.control_path(OWNER_FILE))
+                    Res::Bytes(b) => owner_from(b, || self.control_path(OWNER_FILE))
                         .ok()
                         .flatten()
                         .map(Box::new),
@@ -2501,7 +2520,7 @@ impl Steps for AcquireSteps {
             }
             (St::ReportOwner, res) => {
                 let owner = match res {
-                    Res::Bytes(b) => owner_from(b, self.control_path(OWNER_FILE))
+                    Res::Bytes(b) => owner_from(b, || self.control_path(OWNER_FILE))
                         .ok()
                         .flatten()
                         .map(Box::new),
@@ -3569,7 +3588,7 @@ mod tests {
             ]))
         };
         let start = || {
-            let mut i = Inspection::new(PathBuf::from("/state"));
+            let mut i = Inspection::new(Arc::from(Path::new("/state")));
             assert!(i.handle(Res::Flag(true)).is_none());
             assert!(i.handle(Res::Bytes(None)).is_none(), "no marker yet: list");
             assert!(i.handle(listing()).is_none(), "derived state: look again");
@@ -3595,7 +3614,7 @@ mod tests {
         assert!(i.handle(Res::Bytes(Some(bytes))).is_none());
         assert!(matches!(i.st, ISt::ReadOwner), "{:?}", i.st);
         // Without a control folder nobody is initialising it: one listing decides.
-        let mut i = Inspection::new(PathBuf::from("/state"));
+        let mut i = Inspection::new(Arc::from(Path::new("/state")));
         i.handle(Res::Flag(true));
         i.handle(Res::Bytes(None));
         let only_derived =

@@ -59,9 +59,32 @@ impl Serialize for Token {
 
 impl<'de> Deserialize<'de> for Token {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Token, D::Error> {
-        let s = String::deserialize(d)?;
-        Token::parse(&s)
-            .ok_or_else(|| serde::de::Error::custom("token must be 32 lowercase hex digits"))
+        d.deserialize_string(TokenVisitor)
+    }
+}
+
+/// Reads a token from a string without copying it first (records are parsed on every
+/// inspection). It accepts what `String` does and fails as it does: its `expecting` is
+/// `String`'s ("a string"), so a token of the wrong type is refused with the same message.
+struct TokenVisitor;
+
+impl serde::de::Visitor<'_> for TokenVisitor {
+    type Value = Token;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Token, E> {
+        Token::parse(s).ok_or_else(|| E::custom("token must be 32 lowercase hex digits"))
+    }
+
+    fn visit_bytes<E: serde::de::Error>(self, b: &[u8]) -> Result<Token, E> {
+        // As `String` does: bytes are a string when they are UTF-8.
+        match std::str::from_utf8(b) {
+            Ok(s) => self.visit_str(s),
+            Err(_) => Err(E::invalid_value(serde::de::Unexpected::Bytes(b), &self)),
+        }
     }
 }
 
@@ -160,7 +183,12 @@ fn versioned(version: u32) -> Result<(), String> {
 
 /// Parses an owner record (`owner.json`) and checks its version.
 pub fn parse_owner(bytes: &[u8]) -> Result<OwnerRecord, String> {
-    let r: OwnerRecord = parse(bytes)?;
+    // The compact form tenure writes is read directly; anything else goes through serde_json
+    // (the same record, or the same error: see [`compact`]).
+    let r: OwnerRecord = match compact::owner(bytes) {
+        Some(r) => r,
+        None => parse(bytes)?,
+    };
     versioned(r.version)?;
     Ok(r)
 }
@@ -236,7 +264,9 @@ fn unframe<'a>(magic: &[u8; 4], domain: &[u8], bytes: &'a [u8]) -> Option<&'a [u
 /// The slot holding `record` (written at offset 0); `None` when the record does not fit.
 pub(crate) fn owner_slot(record: &OwnerRecord) -> Option<Vec<u8>> {
     frame(OWNER_MAGIC, OWNER_DOMAIN, |out| {
-        serde_json::to_writer(out, record).expect("records serialise infallibly");
+        if !compact::write_owner(out, record) {
+            serde_json::to_writer(out, record).expect("records serialise infallibly");
+        }
     })
 }
 
@@ -306,7 +336,9 @@ pub fn is_registry_slot(name: &str) -> bool {
 /// (it is then written whole, as JSON).
 pub fn registry_slot(entry: Option<&RegistryRecord>) -> Option<Vec<u8>> {
     frame(REGISTRY_MAGIC, REGISTRY_DOMAIN, |out| {
-        if let Some(e) = entry {
+        if let Some(e) = entry
+            && !compact::write_registry(out, e)
+        {
             serde_json::to_writer(out, e).expect("records serialise infallibly");
         }
     })
@@ -321,7 +353,10 @@ pub fn decode_registry_slot(bytes: &[u8]) -> Result<Option<RegistryRecord>, Stri
     }
     match unframe(REGISTRY_MAGIC, REGISTRY_DOMAIN, bytes) {
         Some([]) | None => Ok(None),
-        Some(payload) => parse(payload).map(Some),
+        Some(payload) => match compact::registry(payload) {
+            Some(r) => Ok(Some(r)),
+            None => parse(payload).map(Some),
+        },
     }
 }
 
@@ -383,6 +418,336 @@ pub fn format_unix_ms(ms: u64) -> String {
         rem % 60,
         ms % 1000
     )
+}
+
+/// The compact JSON of the owner record and the registry entry as tenure writes them into their
+/// slots (`serde_json::to_writer`: fields in declaration order, no whitespace), read and
+/// written without serde's generic path: a lease reads the owner record on every inspection
+/// and writes it on every phase change (the models do so for every state they explore).
+///
+/// Both directions are exact or decline: [`owner`] and [`registry`] accept only the bytes
+/// serde_json writes for a record (no whitespace, no escapes, canonical numbers that fit,
+/// optional fields absent rather than `null`) and return `None` for anything else, which the
+/// caller then parses with serde_json — so every input is accepted or refused exactly as
+/// before, with the same record or the same message. [`write_owner`] and [`write_registry`]
+/// write serde_json's bytes, and decline (leaving `out` as it was) a record with a string that
+/// JSON would escape or a path that is not UTF-8.
+mod compact {
+    use super::{Containment, Identity, OwnerRecord, RegistryRecord, Token};
+    use crate::lease::cgroup::CgroupRecord;
+    use crate::machine::PhaseKind;
+    use std::path::PathBuf;
+
+    /// A cursor over the bytes being read.
+    struct Cur<'a> {
+        b: &'a [u8],
+        i: usize,
+    }
+
+    impl<'a> Cur<'a> {
+        fn lit(&mut self, s: &[u8]) -> Option<()> {
+            let end = self.i.checked_add(s.len())?;
+            (self.b.get(self.i..end)? == s).then(|| self.i = end)
+        }
+
+        /// Whether the next bytes are `s` (consumed if so).
+        fn peek_lit(&mut self, s: &[u8]) -> bool {
+            self.lit(s).is_some()
+        }
+
+        /// A number as serde_json writes it: `0`, or digits without a leading zero, no sign,
+        /// no fraction or exponent (the next literal fails on those), no overflow.
+        fn u64(&mut self) -> Option<u64> {
+            let start = self.i;
+            let mut v: u64 = 0;
+            while let Some(&c) = self.b.get(self.i) {
+                if !c.is_ascii_digit() {
+                    break;
+                }
+                v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+                self.i += 1;
+            }
+            let n = self.i - start;
+            (n == 1 || (n > 1 && self.b[start] != b'0')).then_some(v)
+        }
+
+        fn u32(&mut self) -> Option<u32> {
+            u32::try_from(self.u64()?).ok()
+        }
+
+        /// A string without escapes or control characters, as UTF-8.
+        fn str(&mut self) -> Option<&'a str> {
+            self.lit(b"\"")?;
+            let start = self.i;
+            loop {
+                match *self.b.get(self.i)? {
+                    b'"' => break,
+                    b'\\' | 0..=0x1f => return None,
+                    _ => self.i += 1,
+                }
+            }
+            let s = std::str::from_utf8(&self.b[start..self.i]).ok()?;
+            self.i += 1;
+            Some(s)
+        }
+
+        fn token(&mut self) -> Option<Token> {
+            Token::parse(self.str()?)
+        }
+
+        fn phase(&mut self) -> Option<PhaseKind> {
+            let s = self.str()?;
+            PhaseKind::ALL.into_iter().find(|k| k.name() == s)
+        }
+
+        /// `{"pid":…,"start_time":…,"exe":"…"[,"pidfs_ino":…]}`
+        fn identity(&mut self) -> Option<Identity> {
+            self.lit(b"{\"pid\":")?;
+            let pid = self.u32()?;
+            self.lit(b",\"start_time\":")?;
+            let start_time = self.u64()?;
+            self.lit(b",\"exe\":")?;
+            let exe = PathBuf::from(self.str()?);
+            let pidfs_ino = if self.peek_lit(b",\"pidfs_ino\":") {
+                Some(self.u64()?)
+            } else {
+                None
+            };
+            self.lit(b"}")?;
+            Some(Identity {
+                pid,
+                start_time,
+                exe,
+                pidfs_ino,
+            })
+        }
+
+        fn end(&self) -> Option<()> {
+            (self.i == self.b.len()).then_some(())
+        }
+    }
+
+    /// An owner record in the compact form, or `None` (then serde_json decides).
+    pub(super) fn owner(b: &[u8]) -> Option<OwnerRecord> {
+        let mut c = Cur { b, i: 0 };
+        c.lit(b"{\"version\":")?;
+        let version = c.u32()?;
+        c.lit(b",\"token\":")?;
+        let token = c.token()?;
+        c.lit(b",\"epoch\":")?;
+        let epoch = c.u64()?;
+        c.lit(b",\"acquired_at\":")?;
+        let acquired_at = c.u64()?;
+        c.lit(b",\"phase\":")?;
+        let phase = c.phase()?;
+        c.lit(b",\"identity\":")?;
+        let identity = c.identity()?;
+        let root_id = if c.peek_lit(b",\"root_id\":") {
+            Some(c.token()?)
+        } else {
+            None
+        };
+        let containment = if c.peek_lit(b",\"containment\":{\"mechanism\":") {
+            let m = match c.str()? {
+                "lock-fd" => Containment::LockFd,
+                "cgroup" => {
+                    c.lit(b",\"path\":")?;
+                    let path = PathBuf::from(c.str()?);
+                    c.lit(b",\"id\":")?;
+                    let id = c.u64()?;
+                    Containment::Cgroup(CgroupRecord { path, id })
+                }
+                _ => return None,
+            };
+            c.lit(b"}")?;
+            Some(m)
+        } else {
+            None
+        };
+        c.lit(b"}")?;
+        c.end()?;
+        Some(OwnerRecord {
+            version,
+            token,
+            epoch,
+            acquired_at,
+            phase,
+            identity,
+            root_id,
+            containment,
+        })
+    }
+
+    /// A registry entry in the compact form, or `None` (then serde_json decides).
+    pub(super) fn registry(b: &[u8]) -> Option<RegistryRecord> {
+        let mut c = Cur { b, i: 0 };
+        c.lit(b"{\"version\":")?;
+        let version = c.u32()?;
+        c.lit(b",\"epoch\":")?;
+        let epoch = c.u64()?;
+        c.lit(b",\"token\":")?;
+        let token = c.token()?;
+        c.lit(b",\"name\":")?;
+        let name = c.str()?.to_owned();
+        c.lit(b",\"identity\":")?;
+        let identity = c.identity()?;
+        c.lit(b",\"since\":")?;
+        let since = c.u64()?;
+        let root_id = if c.peek_lit(b",\"root_id\":") {
+            Some(c.token()?)
+        } else {
+            None
+        };
+        c.lit(b"}")?;
+        c.end()?;
+        Some(RegistryRecord {
+            version,
+            epoch,
+            token,
+            name,
+            identity,
+            since,
+            root_id,
+        })
+    }
+
+    /// Appends a string JSON writes without escapes; `false` for one it would escape.
+    fn str(out: &mut Vec<u8>, s: &str) -> bool {
+        if s.bytes().any(|c| c == b'"' || c == b'\\' || c < 0x20) {
+            return false;
+        }
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+        true
+    }
+
+    fn num(out: &mut Vec<u8>, v: u64) {
+        let mut buf = [0u8; 20];
+        let mut i = buf.len();
+        let mut v = v;
+        loop {
+            i -= 1;
+            buf[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        out.extend_from_slice(&buf[i..]);
+    }
+
+    fn token(out: &mut Vec<u8>, t: &Token) {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        out.push(b'"');
+        for b in t.0 {
+            out.push(DIGITS[usize::from(b >> 4)]);
+            out.push(DIGITS[usize::from(b & 0xf)]);
+        }
+        out.push(b'"');
+    }
+
+    fn path(out: &mut Vec<u8>, p: &std::path::Path) -> bool {
+        p.to_str().is_some_and(|s| str(out, s))
+    }
+
+    fn identity(out: &mut Vec<u8>, id: &Identity) -> bool {
+        out.extend_from_slice(b"{\"pid\":");
+        num(out, u64::from(id.pid));
+        out.extend_from_slice(b",\"start_time\":");
+        num(out, id.start_time);
+        out.extend_from_slice(b",\"exe\":");
+        if !path(out, &id.exe) {
+            return false;
+        }
+        if let Some(ino) = id.pidfs_ino {
+            out.extend_from_slice(b",\"pidfs_ino\":");
+            num(out, ino);
+        }
+        out.push(b'}');
+        true
+    }
+
+    /// Appends `r` as serde_json writes it; `false` (and `out` as it was) if it declines.
+    pub(super) fn write_owner(out: &mut Vec<u8>, r: &OwnerRecord) -> bool {
+        let start = out.len();
+        let ok = (|| {
+            out.extend_from_slice(b"{\"version\":");
+            num(out, u64::from(r.version));
+            out.extend_from_slice(b",\"token\":");
+            token(out, &r.token);
+            out.extend_from_slice(b",\"epoch\":");
+            num(out, r.epoch);
+            out.extend_from_slice(b",\"acquired_at\":");
+            num(out, r.acquired_at);
+            out.extend_from_slice(b",\"phase\":");
+            if !str(out, r.phase.name()) {
+                return false;
+            }
+            out.extend_from_slice(b",\"identity\":");
+            if !identity(out, &r.identity) {
+                return false;
+            }
+            if let Some(t) = &r.root_id {
+                out.extend_from_slice(b",\"root_id\":");
+                token(out, t);
+            }
+            match &r.containment {
+                None => {}
+                Some(Containment::LockFd) => {
+                    out.extend_from_slice(b",\"containment\":{\"mechanism\":\"lock-fd\"}");
+                }
+                Some(Containment::Cgroup(c)) => {
+                    out.extend_from_slice(b",\"containment\":{\"mechanism\":\"cgroup\",\"path\":");
+                    if !path(out, &c.path) {
+                        return false;
+                    }
+                    out.extend_from_slice(b",\"id\":");
+                    num(out, c.id);
+                    out.push(b'}');
+                }
+            }
+            out.push(b'}');
+            true
+        })();
+        if !ok {
+            out.truncate(start);
+        }
+        ok
+    }
+
+    /// Appends `r` as serde_json writes it; `false` (and `out` as it was) if it declines.
+    pub(super) fn write_registry(out: &mut Vec<u8>, r: &RegistryRecord) -> bool {
+        let start = out.len();
+        let ok = (|| {
+            out.extend_from_slice(b"{\"version\":");
+            num(out, u64::from(r.version));
+            out.extend_from_slice(b",\"epoch\":");
+            num(out, r.epoch);
+            out.extend_from_slice(b",\"token\":");
+            token(out, &r.token);
+            out.extend_from_slice(b",\"name\":");
+            if !str(out, &r.name) {
+                return false;
+            }
+            out.extend_from_slice(b",\"identity\":");
+            if !identity(out, &r.identity) {
+                return false;
+            }
+            out.extend_from_slice(b",\"since\":");
+            num(out, r.since);
+            if let Some(t) = &r.root_id {
+                out.extend_from_slice(b",\"root_id\":");
+                token(out, t);
+            }
+            out.push(b'}');
+            true
+        })();
+        if !ok {
+            out.truncate(start);
+        }
+        ok
+    }
 }
 
 #[cfg(test)]
@@ -513,5 +878,251 @@ mod tests {
         let json = serde_json::to_string(&rec).unwrap();
         assert!(json.contains("\"phase\":\"recovering\""), "{json}");
         assert_eq!(serde_json::from_str::<OwnerRecord>(&json).unwrap(), rec);
+    }
+
+    mod compact_form {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn text() -> impl Strategy<Value = String> {
+            // Mostly plain paths; sometimes what JSON escapes, non-ASCII, or nothing.
+            prop_oneof![
+                4 => "/[a-z0-9/._-]{0,20}",
+                1 => "[\"\\\\\n\t\u{1}é/a]{0,6}",
+                1 => Just(String::new()),
+            ]
+        }
+
+        fn identity() -> impl Strategy<Value = Identity> {
+            (any::<u32>(), any::<u64>(), text(), any::<Option<u64>>()).prop_map(
+                |(pid, start_time, exe, pidfs_ino)| Identity {
+                    pid,
+                    start_time,
+                    exe: PathBuf::from(exe),
+                    pidfs_ino,
+                },
+            )
+        }
+
+        fn token() -> impl Strategy<Value = Token> {
+            any::<[u8; 16]>().prop_map(Token)
+        }
+
+        fn owner() -> impl Strategy<Value = OwnerRecord> {
+            let containment = prop_oneof![
+                Just(None),
+                Just(Some(Containment::LockFd)),
+                (text(), any::<u64>()).prop_map(|(p, id)| Some(Containment::Cgroup(
+                    CgroupRecord {
+                        path: PathBuf::from(p),
+                        id
+                    }
+                ))),
+            ];
+            (
+                prop_oneof![Just(RECORD_VERSION), any::<u32>()],
+                token(),
+                any::<u64>(),
+                any::<u64>(),
+                prop::sample::select(PhaseKind::ALL.to_vec()),
+                identity(),
+                proptest::option::of(token()),
+                containment,
+            )
+                .prop_map(
+                    |(
+                        version,
+                        token,
+                        epoch,
+                        acquired_at,
+                        phase,
+                        identity,
+                        root_id,
+                        containment,
+                    )| {
+                        OwnerRecord {
+                            version,
+                            token,
+                            epoch,
+                            acquired_at,
+                            phase,
+                            identity,
+                            root_id,
+                            containment,
+                        }
+                    },
+                )
+        }
+
+        fn registry() -> impl Strategy<Value = RegistryRecord> {
+            (
+                any::<u32>(),
+                any::<u64>(),
+                token(),
+                text(),
+                identity(),
+                any::<u64>(),
+                proptest::option::of(token()),
+            )
+                .prop_map(|(version, epoch, token, name, identity, since, root_id)| {
+                    RegistryRecord {
+                        version,
+                        epoch,
+                        token,
+                        name,
+                        identity,
+                        since,
+                        root_id,
+                    }
+                })
+        }
+
+        fn plain(s: &str) -> bool {
+            !s.bytes().any(|c| c == b'"' || c == b'\\' || c < 0x20)
+        }
+
+        /// An edit of serialised bytes: a byte replaced, inserted or removed.
+        fn edit(bytes: &[u8], at: usize, what: u8, byte: u8) -> Vec<u8> {
+            let mut b = bytes.to_vec();
+            let at = at % (b.len() + 1);
+            match what % 3 {
+                0 if at < b.len() => b[at] = byte,
+                1 => b.insert(at, byte),
+                _ if at < b.len() => {
+                    b.remove(at);
+                }
+                _ => b.push(byte),
+            }
+            b
+        }
+
+        /// The serde_json reading of an owner record, as `parse_owner` was before the compact
+        /// reader: the same record or the same message for every input.
+        fn by_serde(b: &[u8]) -> Result<OwnerRecord, String> {
+            let r: OwnerRecord = parse(b)?;
+            versioned(r.version)?;
+            Ok(r)
+        }
+
+        /// Every insertion of a few telling snippets at every place of an owner record's
+        /// compact bytes (and every byte removed) reads as serde_json reads it: leading zeros,
+        /// signs, fractions, exponents, overflow, whitespace, escapes, `null`, duplicates.
+        #[test]
+        fn edits_anywhere_read_as_serde_json_reads_them() {
+            let mut r = super::sample_owner();
+            r.identity.pidfs_ino = Some(12);
+            r.containment = Some(Containment::Cgroup(CgroupRecord {
+                path: PathBuf::from("/sys/fs/cgroup/t"),
+                id: 4,
+            }));
+            let serde = serde_json::to_vec(&r).unwrap();
+            let snippets: [&[u8]; 16] = [
+                b"0",
+                b"00",
+                b"-",
+                b".0",
+                b"e1",
+                b" ",
+                b"\\",
+                b"\\u0041",
+                b"null",
+                b"9999999999",
+                b"99999999999999999999",
+                b"A",
+                b",\"epoch\":1",
+                b"\x01",
+                b"\xc3",
+                b"}",
+            ];
+            let mut inputs = vec![serde.clone()];
+            for at in 0..=serde.len() {
+                for s in snippets {
+                    let mut b = serde.clone();
+                    b.splice(at..at, s.iter().copied());
+                    inputs.push(b);
+                }
+                if at < serde.len() {
+                    let mut b = serde.clone();
+                    b.remove(at);
+                    inputs.push(b);
+                }
+            }
+            let mut fast = 0;
+            for b in &inputs {
+                assert_eq!(
+                    parse_owner(b),
+                    by_serde(b),
+                    "{}",
+                    String::from_utf8_lossy(b)
+                );
+                if let Some(x) = compact::owner(b) {
+                    assert_eq!(Ok(x), parse::<OwnerRecord>(b));
+                    fast += 1;
+                }
+            }
+            // The exact bytes, and the edits that keep them a record in the compact form (a
+            // digit inserted into a number, a character into a string).
+            assert!(fast > 1, "{fast}");
+        }
+
+        proptest! {
+            /// The compact writer writes serde_json's bytes (or declines a record with a string
+            /// JSON escapes), the compact reader reads them back; and for any edit of those
+            /// bytes, reading gives what serde_json gives: the same record or the same error.
+            #[test]
+            fn owner_records_read_and_write_as_serde_json_does(
+                r in owner(),
+                at in any::<usize>(),
+                what in any::<u8>(),
+                byte in prop::sample::select(b"{}[]\",:0123456789-.e \\abcdefnul\x01\xff".to_vec()),
+            ) {
+                let serde = serde_json::to_vec(&r).unwrap();
+                let mut out = b"x".to_vec();
+                let plain_strings = r.identity.exe.to_str().is_some_and(plain)
+                    && match &r.containment {
+                        Some(Containment::Cgroup(c)) => c.path.to_str().is_some_and(plain),
+                        _ => true,
+                    };
+                prop_assert_eq!(compact::write_owner(&mut out, &r), plain_strings);
+                if plain_strings {
+                    prop_assert_eq!(&out[1..], &serde[..]);
+                    prop_assert_eq!(compact::owner(&serde), Some(r.clone()));
+                } else {
+                    prop_assert_eq!(&out[..], b"x");
+                }
+                prop_assert_eq!(parse_owner(&serde), by_serde(&serde));
+                let edited = edit(&serde, at, what, byte);
+                prop_assert_eq!(parse_owner(&edited), by_serde(&edited));
+                if let Some(x) = compact::owner(&edited) {
+                    prop_assert_eq!(Ok(x), parse::<OwnerRecord>(&edited));
+                }
+            }
+
+            /// The same for registry entries.
+            #[test]
+            fn registry_entries_read_and_write_as_serde_json_does(
+                r in registry(),
+                at in any::<usize>(),
+                what in any::<u8>(),
+                byte in prop::sample::select(b"{}[]\",:0123456789-.e \\abcdefnul\x01\xff".to_vec()),
+            ) {
+                let serde = serde_json::to_vec(&r).unwrap();
+                let mut out = Vec::new();
+                let plain_strings = plain(&r.name) && r.identity.exe.to_str().is_some_and(plain);
+                prop_assert_eq!(compact::write_registry(&mut out, &r), plain_strings);
+                if plain_strings {
+                    prop_assert_eq!(&out, &serde);
+                    prop_assert_eq!(compact::registry(&serde), Some(r.clone()));
+                } else {
+                    prop_assert!(out.is_empty());
+                }
+                let edited = edit(&serde, at, what, byte);
+                if let Some(x) = compact::registry(&edited) {
+                    prop_assert_eq!(Ok(x), parse::<RegistryRecord>(&edited));
+                }
+                let slot = registry_slot(Some(&r)).unwrap();
+                prop_assert_eq!(decode_registry_slot(&slot), Ok(Some(r)));
+            }
+        }
     }
 }
