@@ -462,25 +462,25 @@ impl<'s> CheckpointStore<'s> {
             .join(d.to_hex())
     }
 
-    /// An executor on the state dir holding this store's directories (handles that share the
-    /// store's descriptors' poisoning: a directory whose fsync failed stays refused), and
-    /// their handles, each `None` where a read-only store lacks the directory.
-    fn exec(&self) -> Result<(Exec<'s>, [Option<Fd>; 3]), CheckpointError> {
+    /// An executor on the state dir holding this store's directories (lent, not duplicated:
+    /// the same handles, so a directory whose fsync failed stays refused), and their handles,
+    /// each `None` where a read-only store lacks the directory.
+    fn exec(&self) -> Result<(Exec<'_>, [Option<Fd>; 3]), CheckpointError> {
         let mut exec = Exec::new(self.state.root());
         let mut fds = [None; 3];
-        if let Some(d) = &self.dirs {
-            fds[0] = Some(exec.adopt_dir(d.root.try_clone()?));
+        if let Some(d) = self.dirs.as_deref() {
+            fds[0] = Some(exec.lend_dir(&d.root));
             if let Some(m) = &d.manifests {
-                fds[1] = Some(exec.adopt_dir(m.try_clone()?));
+                fds[1] = Some(exec.lend_dir(m));
             }
             if let Some(b) = &d.blobs {
-                fds[2] = Some(exec.adopt_dir(b.try_clone()?));
+                fds[2] = Some(exec.lend_dir(b));
             }
         }
         Ok((exec, fds))
     }
 
-    fn owned_fds(&self) -> Result<(Exec<'s>, plan::StoreFds), CheckpointError> {
+    fn owned_fds(&self) -> Result<(Exec<'_>, plan::StoreFds), CheckpointError> {
         self.owned_dirs()?;
         let (exec, fds) = self.exec()?;
         let [Some(root), Some(manifests), Some(blobs)] = fds else {
@@ -1083,21 +1083,29 @@ impl<'s> CheckpointStore<'s> {
     ) -> Result<Published, CheckpointError> {
         let (root, _, _) = self.owned_dirs()?;
         let parent = root.open_dir(STAGING_DIR)?;
-        let top = match parent.stat(&staging.name)? {
-            None => return self.nothing_to_publish(epoch),
-            Some(st) => match FileKind::of_mode(st.st_mode) {
-                FileKind::Directory => parent.open_dir_any_mode(&staging.name)?,
-                FileKind::Symlink => return Err(unsupported(staging.path(), "symlink")),
-                FileKind::Regular => return Err(unsupported(staging.path(), "regular file")),
-                FileKind::Fifo => return Err(unsupported(staging.path(), "fifo")),
-                FileKind::Socket => return Err(unsupported(staging.path(), "socket")),
-                FileKind::CharDevice => {
-                    return Err(unsupported(staging.path(), "character device"));
-                }
-                FileKind::BlockDevice => return Err(unsupported(staging.path(), "block device")),
-                FileKind::Unknown => {
-                    return Err(unsupported(staging.path(), "file of unknown type"));
-                }
+        // The area is opened first (one `openat` and its `fstat` on the run path); only when
+        // that fails does a look say what is there instead (issue 11).
+        let top = match parent.open_dir_any_mode(&staging.name) {
+            Ok(top) => top,
+            Err(FsError::NotFound { .. }) => return self.nothing_to_publish(epoch),
+            Err(open_err) => match parent.stat(&staging.name)? {
+                None => return self.nothing_to_publish(epoch),
+                Some(st) => match FileKind::of_mode(st.st_mode) {
+                    FileKind::Directory => return Err(open_err.into()),
+                    FileKind::Symlink => return Err(unsupported(staging.path(), "symlink")),
+                    FileKind::Regular => return Err(unsupported(staging.path(), "regular file")),
+                    FileKind::Fifo => return Err(unsupported(staging.path(), "fifo")),
+                    FileKind::Socket => return Err(unsupported(staging.path(), "socket")),
+                    FileKind::CharDevice => {
+                        return Err(unsupported(staging.path(), "character device"));
+                    }
+                    FileKind::BlockDevice => {
+                        return Err(unsupported(staging.path(), "block device"));
+                    }
+                    FileKind::Unknown => {
+                        return Err(unsupported(staging.path(), "file of unknown type"));
+                    }
+                },
             },
         };
         // 0. The limits, before anything is written: names, depth, count, manifest size.
@@ -1110,6 +1118,10 @@ impl<'s> CheckpointStore<'s> {
             self.check_totals(count, bound, &top.path().join(&found.name))?;
         }
         drop(walker);
+        // An empty output (the common run that publishes nothing) is not listed again.
+        if count == 0 {
+            return self.run_publish(epoch, 0, &mut |_| Ok(None), None);
+        }
         let mut walker = tree::Walker::new(&top, self.limits)?;
         let top_path = top.path().to_path_buf();
         let euid = rustix::process::geteuid().as_raw();
@@ -1272,7 +1284,7 @@ impl<'s> CheckpointStore<'s> {
 
     /// Runs the publish plan on the real filesystem, feeding it `next`'s inputs one at a time.
     fn run_publish<'r>(
-        &self,
+        &'r self,
         epoch: u64,
         count: u64,
         next: &mut dyn FnMut(&mut Exec<'r>) -> Result<Option<plan::Input>, CheckpointError>,

@@ -41,8 +41,10 @@ impl EventLog {
                 return None;
             }
         };
-        let flags = rustix::fs::fcntl_getfl(&file).ok()?;
-        rustix::fs::fcntl_setfl(&file, flags | rustix::fs::OFlags::APPEND).ok()?;
+        // `F_SETFL` changes only the status flags (`O_APPEND`, `O_NONBLOCK`, ...), so they are
+        // set without asking for them first (issue 11): the log is a regular file, for which
+        // `O_NONBLOCK` (opened with it, against a FIFO planted there) means nothing.
+        rustix::fs::fcntl_setfl(&file, rustix::fs::OFlags::APPEND).ok()?;
         Some(EventLog {
             control,
             file,
@@ -104,9 +106,7 @@ impl EventLog {
             return;
         }
         if let Ok(f) = self.control.open_or_create_file(LOG_FILE, "events") {
-            if let Ok(flags) = rustix::fs::fcntl_getfl(&f) {
-                let _ = rustix::fs::fcntl_setfl(&f, flags | rustix::fs::OFlags::APPEND);
-            }
+            let _ = rustix::fs::fcntl_setfl(&f, rustix::fs::OFlags::APPEND);
             self.file = f;
         }
     }

@@ -860,7 +860,7 @@ impl<'a> Runner<'a> {
             );
         if nothing_to_verify {
             let never = std::sync::atomic::AtomicBool::new(false);
-            self.worker = Some(Worker::Done(recover(&dir, keep, &never, None)));
+            self.worker = Some(Worker::Done(recover(&dir, keep, &never, None, true)));
             return;
         }
         let (wake, signal) = match UnixStream::pair() {
@@ -882,6 +882,7 @@ impl<'a> Runner<'a> {
                 pointer
                     .as_ref()
                     .map(|p| p as &dyn crate::checkpoint::CurrentPointer),
+                false,
             );
             let _ = (&signal).write_all(b"x");
             r
@@ -1903,11 +1904,15 @@ impl TraceWriter {
 /// child, and make an empty staging area for the next publish.
 /// `cancel` is checked before each step that writes (the view, the staging area): a recovery
 /// abandoned by a stop signal stops writing before the lease is released.
+/// `no_current`: the caller, holding the lease, just found no CURRENT (and has no cluster
+/// pointer); that look is the recovery's answer, as it already decides that no worker thread
+/// is needed, and CURRENT is not looked up a second time (issue 11).
 fn recover(
     dir: &StateDir,
     keep: usize,
     cancel: &std::sync::atomic::AtomicBool,
     pointer: Option<&dyn crate::checkpoint::CurrentPointer>,
+    no_current: bool,
 ) -> Result<Recovered, (Fault, String)> {
     let cancelled = || cancel.load(std::sync::atomic::Ordering::SeqCst);
     let abandoned = || (Fault::Io, "recovery was abandoned".to_string());
@@ -1952,7 +1957,12 @@ fn recover(
     }
     // One streaming pass verifies the checkpoint and copies it into the child's view, in
     // memory and descriptors that do not grow with its size or depth.
-    let (current, view) = match store.materialise_current().map_err(fail)? {
+    let materialised = if no_current {
+        None
+    } else {
+        store.materialise_current().map_err(fail)?
+    };
+    let (current, view) = match materialised {
         Some((c, v)) => (Some(c), Some(v)),
         None => (None, None),
     };

@@ -12,6 +12,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::cgroup::{self, Cgroup};
@@ -44,7 +45,7 @@ pub(crate) struct LockIo {
     /// path: the ownership's later plans (phase changes, registrations, the release) get a
     /// duplicate descriptor instead of opening and checking them again (issue 11). Nobody else
     /// changes the control folder's directories while the lock is held; dropped at the unlock.
-    opened: Vec<(PathBuf, Dir)>,
+    opened: Vec<(PathBuf, Arc<Dir>)>,
 }
 
 /// Runs lease plans on the real system.
@@ -166,12 +167,13 @@ impl<'a> Real<'a> {
         }
         let path = self.fs.dir_path(dir).join(name);
         if let Some((_, d)) = self.lock.opened.iter().find(|(p, _)| *p == path) {
-            let fd = self.fs.adopt_dir(d.try_clone()?);
+            // The same descriptor, shared: no `dup` now and no `close` when the plan is done.
+            let fd = self.fs.share_dir(Arc::clone(d));
             return Ok(Done::Opened { fd, size: 0 });
         }
         let done = self.fs.run(step)?;
         if let Done::Opened { fd, .. } = &done
-            && let Ok(d) = self.fs.dir(*fd).and_then(Dir::try_clone)
+            && let Some(d) = self.fs.share(*fd)
         {
             self.lock.opened.push((path, d));
         }

@@ -12,6 +12,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
@@ -35,6 +36,12 @@ const WRITEBACK_TAIL_MIN: u64 = 1 << 20;
 /// What a handle holds.
 enum Slot<'r> {
     Dir(Dir),
+    /// A directory the caller keeps and lends for the executor's lifetime (no duplicate
+    /// descriptor is made, and none is closed).
+    Lent(&'r Dir),
+    /// A directory shared with the caller, who keeps it beyond this executor (no duplicate
+    /// descriptor; the last holder closes it).
+    Shared(Arc<Dir>),
     File {
         file: File,
         path: PathBuf,
@@ -45,7 +52,9 @@ enum Slot<'r> {
     },
     List {
         iter: rustix::fs::Dir,
-        dir: Dir,
+        path: PathBuf,
+        /// The stream said it ended: later pages are empty without asking the kernel again.
+        ended: bool,
     },
 }
 
@@ -132,6 +141,40 @@ impl<'r> Exec<'r> {
         self.put(Slot::Dir(dir))
     }
 
+    /// Lends a directory the caller keeps open to the executor: the same handle, shared
+    /// poisoning included, without the `dup` and `close` of [`Exec::adopt_dir`] (issue 11:
+    /// every operation of the owned store ran on three duplicates of its directories).
+    pub fn lend_dir(&mut self, dir: &'r Dir) -> Fd {
+        self.put(Slot::Lent(dir))
+    }
+
+    /// Hands the executor a directory shared with the caller (see [`Exec::share`]).
+    pub fn share_dir(&mut self, dir: Arc<Dir>) -> Fd {
+        self.put(Slot::Shared(dir))
+    }
+
+    /// The directory of handle `fd`, made shared (in place: `fd` stays valid) so that the
+    /// caller can keep it beyond this executor and hand it to a later one with
+    /// [`Exec::share_dir`]; `None` when `fd` is not a directory this executor owns or shares.
+    pub fn share(&mut self, fd: Fd) -> Option<Arc<Dir>> {
+        let slot = self.slots.get_mut(fd.0 as usize)?;
+        match slot.take() {
+            Some(Slot::Dir(d)) => {
+                let d = Arc::new(d);
+                *slot = Some(Slot::Shared(Arc::clone(&d)));
+                Some(d)
+            }
+            Some(Slot::Shared(d)) => {
+                *slot = Some(Slot::Shared(Arc::clone(&d)));
+                Some(d)
+            }
+            other => {
+                *slot = other;
+                None
+            }
+        }
+    }
+
     /// Takes a directory out of the executor (e.g. one a plan opened, for its caller to keep).
     pub fn take_dir(&mut self, fd: Fd) -> Option<Dir> {
         match self.take_slot(fd) {
@@ -151,6 +194,8 @@ impl<'r> Exec<'r> {
         }
         match self.slots.get(fd.0 as usize) {
             Some(Some(Slot::Dir(d))) => Ok(d),
+            Some(Some(Slot::Lent(d))) => Ok(d),
+            Some(Some(Slot::Shared(d))) => Ok(d),
             Some(Some(Slot::File { .. } | Slot::Input { .. } | Slot::List { .. }) | None)
             | None => Err(bad_handle(fd, "directory")),
         }
@@ -166,9 +211,17 @@ impl<'r> Exec<'r> {
     fn file(&mut self, fd: Fd) -> Result<(&mut File, &Path), FsError> {
         match self.slots.get_mut(fd.0 as usize) {
             Some(Some(Slot::File { file, path })) => Ok((file, path)),
-            Some(Some(Slot::Dir(_) | Slot::Input { .. } | Slot::List { .. }) | None) | None => {
-                Err(bad_handle(fd, "file"))
-            }
+            Some(
+                Some(
+                    Slot::Dir(_)
+                    | Slot::Lent(_)
+                    | Slot::Shared(_)
+                    | Slot::Input { .. }
+                    | Slot::List { .. },
+                )
+                | None,
+            )
+            | None => Err(bad_handle(fd, "file")),
         }
     }
 
@@ -218,7 +271,9 @@ impl<'r> Exec<'r> {
                 (file, path, Some(len))
             }
             Slot::Input { reader, path } => (reader.as_mut(), path, None),
-            Slot::Dir(_) | Slot::List { .. } => return Err(bad_handle(to, "input")),
+            Slot::Dir(_) | Slot::Lent(_) | Slot::Shared(_) | Slot::List { .. } => {
+                return Err(bad_handle(to, "input"));
+            }
         };
         let src_path = src_path.to_path_buf();
         if self.buf.is_empty() {
@@ -341,23 +396,32 @@ impl<'r> Exec<'r> {
     }
 
     fn list_next(&mut self, list: Fd, max: usize) -> Result<Done, FsError> {
-        let Some(Some(Slot::List { iter, dir })) = self.slots.get_mut(list.0 as usize) else {
+        let Some(Some(Slot::List { iter, path, ended })) = self.slots.get_mut(list.0 as usize)
+        else {
             return Err(bad_handle(list, "listing"));
         };
         let mut out = Vec::new();
-        while out.len() < max {
-            let Some(item) = iter.next() else { break };
-            let item = item.map_err(|e| FsError::io("list", dir.path().to_path_buf(), e))?;
+        while out.len() < max && !*ended {
+            let Some(item) = iter.next() else {
+                *ended = true;
+                break;
+            };
+            let item = item.map_err(|e| FsError::io("list", path.clone(), e))?;
             let name = OsStr::from_bytes(item.file_name().to_bytes());
             if name == "." || name == ".." {
                 continue;
             }
             let mut kind = FileKind::from_file_type(item.file_type());
             if kind == FileKind::Unknown {
-                // Some filesystems do not fill d_type; ask lstat.
-                match dir.stat(name)? {
-                    Some(st) => kind = FileKind::of(&st),
-                    None => continue,
+                // Some filesystems do not fill d_type; ask lstat (relative to the listing's
+                // own descriptor: a `stat` does not move its position).
+                let fd = iter
+                    .fd()
+                    .map_err(|e| FsError::io("list", path.clone(), e))?;
+                match rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) => kind = FileKind::of(&st),
+                    Err(rustix::io::Errno::NOENT) => continue,
+                    Err(e) => return Err(FsError::io("look at", path.join(name), e)),
                 }
             }
             out.push((name.to_owned(), kind));
@@ -625,11 +689,14 @@ impl Executor for Exec<'_> {
             }
             Op::List { dir } => {
                 let d = self.dir(dir)?;
-                let dup = d.try_clone()?;
-                let iter = rustix::fs::Dir::read_from(&dup)
-                    .map_err(|e| FsError::io("list", dup.path().to_path_buf(), e))?;
+                let iter = d.listing()?;
+                let path = d.path().to_path_buf();
                 Ok(Done::Opened {
-                    fd: self.put(Slot::List { iter, dir: dup }),
+                    fd: self.put(Slot::List {
+                        iter,
+                        path,
+                        ended: false,
+                    }),
                     size: 0,
                 })
             }

@@ -816,6 +816,10 @@ impl Dir {
             path,
         ) {
             Ok(fd) => Ok(fd),
+            // Nothing by that name (`O_NOFOLLOW` answers `ELOOP` for a link, dangling or
+            // not): the look would only say so again. One syscall fewer for every optional
+            // directory that is absent, as `views/` and `incoming/` are on a run (issue 11).
+            Err(open_err @ FsError::NotFound { .. }) => Err(open_err),
             Err(open_err) => {
                 let lst = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
                     .map_err(|e| FsError::io("look at", path.to_path_buf(), e))?;
@@ -965,11 +969,29 @@ impl Dir {
         let path = self.child_path(name);
         // Sized from the check's fstat (one byte more, so the end is seen at once): one read
         // for the bytes and one for the end, instead of a doubling buffer's many.
-        let mut buf = Vec::with_capacity(size.min(max) as usize + 1);
         // Read one byte past the bound so an oversized file is detected without reading it all.
-        file.take(max + 1)
-            .read_to_end(&mut buf)
-            .map_err(|e| FsError::io("read", path.clone(), e))?;
+        // The reads ask for all that is left of that capacity at once: `read_to_end` starts
+        // with 8 KiB, which took three reads for the 8,240-byte epoch file (issue 11).
+        let cap = size.min(max) as usize + 1;
+        let mut buf = vec![0u8; cap];
+        let mut len = 0;
+        let mut file = file.take(max + 1);
+        loop {
+            if len == buf.len() {
+                if buf.len() as u64 > max {
+                    break;
+                }
+                // The file grew since its `fstat`: read on, still bounded by `max + 1`.
+                buf.resize((buf.len() * 2).min((max as usize).saturating_add(1)), 0);
+            }
+            match file.read(&mut buf[len..]) {
+                Ok(0) => break,
+                Ok(n) => len += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(FsError::io("read", path.clone(), e)),
+            }
+        }
+        buf.truncate(len);
         if buf.len() as u64 > max {
             let len = self
                 .stat(name)?
@@ -1325,12 +1347,25 @@ impl Dir {
         Ok(())
     }
 
+    /// A fresh stream over this directory's entries (its own open file description, so its
+    /// position is its own): one `openat` of `.`, where `rustix::fs::Dir::read_from` first
+    /// asks the flags with `fcntl` (issue 11: every listing of the run path paid for it).
+    pub(crate) fn listing(&self) -> Result<rustix::fs::Dir, FsError> {
+        let fd = rustix::fs::openat(
+            &self.fd,
+            c".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| FsError::io("list", self.path.clone(), e))?;
+        rustix::fs::Dir::new(fd).map_err(|e| FsError::io("list", self.path.clone(), e))
+    }
+
     /// The entries of this directory (without `.` and `..`), sorted by name, each classified by
     /// `lstat` semantics (a link is reported as a link).
     pub fn entries(&self) -> Result<Vec<Entry>, FsError> {
         let mut out = Vec::new();
-        let iter = rustix::fs::Dir::read_from(&self.fd)
-            .map_err(|e| FsError::io("list", self.path.clone(), e))?;
+        let iter = self.listing()?;
         for item in iter {
             let item = item.map_err(|e| FsError::io("list", self.path.clone(), e))?;
             let name = OsStr::from_bytes(item.file_name().to_bytes());
@@ -1363,8 +1398,7 @@ impl Dir {
         &self,
         mut f: impl FnMut(&OsStr, FileKind) -> Result<bool, E>,
     ) -> Result<(), E> {
-        let iter = rustix::fs::Dir::read_from(&self.fd)
-            .map_err(|e| FsError::io("list", self.path.clone(), e))?;
+        let iter = self.listing()?;
         for item in iter {
             let item = item.map_err(|e| FsError::io("list", self.path.clone(), e))?;
             let name = OsStr::from_bytes(item.file_name().to_bytes());
