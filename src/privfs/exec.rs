@@ -328,6 +328,13 @@ impl<'r> Exec<'r> {
             .map_err(|e| FsError::io("stat", path.to_path_buf(), e))?
             .len();
         let limit = limit.unwrap_or(u64::MAX);
+        // A large file's dirty pages (a staged file the publish adopts, written by the child
+        // just before) start writing back now, while the hash reads them, instead of after
+        // it in the publish's flush; for a clean file (a load's verify) this finds nothing to
+        // write.
+        if len.min(limit) >= WRITEBACK_TAIL_MIN {
+            start_writeback(file, 0, len.min(limit));
+        }
         let mut r = file.take(limit);
         let got = if helper && is_big(len.min(limit)) {
             hash::digest_fast(&mut r, len.min(limit), &mut [])
