@@ -810,6 +810,47 @@ struct LossEntry {
     outcomes: Arc<[PowerLoss]>,
 }
 
+/// A checker thread's power-loss outcomes by disk (its inodes and pending entry ops, and the
+/// reordering): [`SimFs::power_loss_shared`] keys it by the disk as it is,
+/// [`SimFs::power_loss_outcomes`] by its normal form.
+type LossTable = std::collections::HashMap<u64, LossEntry, crate::run::BuildFingerprint>;
+
+/// The outcomes `table` holds for `disk`, or else `make`'s, then remembered (the table is
+/// emptied first when it holds `limit` disks): the same outcomes whether remembered or not.
+fn remembered(
+    table: &'static std::thread::LocalKey<std::cell::RefCell<LossTable>>,
+    limit: usize,
+    disk: &SimFs,
+    reorder: Reorder,
+    make: impl FnOnce() -> Arc<[PowerLoss]>,
+) -> Arc<[PowerLoss]> {
+    let key = crate::run::fingerprint(&(&disk.nodes, &disk.pending, reorder));
+    let hit = table.with_borrow(|t| {
+        t.get(&key)
+            .filter(|e| e.reorder == reorder && e.pending == disk.pending && e.nodes == disk.nodes)
+            .map(|e| Arc::clone(&e.outcomes))
+    });
+    if let Some(outcomes) = hit {
+        return outcomes;
+    }
+    let outcomes = make();
+    table.with_borrow_mut(|t| {
+        if t.len() >= limit {
+            t.clear();
+        }
+        t.insert(
+            key,
+            LossEntry {
+                nodes: disk.nodes.clone(),
+                pending: disk.pending.clone(),
+                reorder,
+                outcomes: Arc::clone(&outcomes),
+            },
+        );
+    });
+    outcomes
+}
+
 /// One outcome of a power loss ([`SimFs::power_loss_shared`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PowerLoss {
@@ -1110,11 +1151,8 @@ impl SimFs {
     /// losses left, so their hashes are known and the model's verdict table finds them by
     /// pointer.
     pub fn power_loss_outcomes(&self, reorder: Reorder) -> Arc<[PowerLoss]> {
-        /// Disks remembered per thread before the table is emptied.
-        const REMEMBERED: usize = 1 << 10;
-        type Table = std::collections::HashMap<u64, LossEntry, crate::run::BuildFingerprint>;
         thread_local! {
-            static OUTCOMES: std::cell::RefCell<Table> = std::cell::RefCell::default();
+            static OUTCOMES: std::cell::RefCell<LossTable> = std::cell::RefCell::default();
         }
         let mut disk = SimFs {
             nodes: self.nodes.clone(),
@@ -1123,40 +1161,15 @@ impl SimFs {
             writers: Vec::new(),
         };
         disk.normalize();
-        let key = crate::run::fingerprint(&(&disk.nodes, &disk.pending, reorder));
-        let hit = OUTCOMES.with_borrow(|t| {
-            t.get(&key)
-                .filter(|e| {
-                    e.reorder == reorder && e.pending == disk.pending && e.nodes == disk.nodes
+        remembered(&OUTCOMES, 1 << 10, &disk, reorder, || {
+            disk.outcomes(reorder)
+                .iter()
+                .map(|o| PowerLoss {
+                    fs: interned(&o.fs),
+                    lost: o.lost,
                 })
-                .map(|e| Arc::clone(&e.outcomes))
-        });
-        if let Some(outcomes) = hit {
-            return outcomes;
-        }
-        let outcomes = disk.outcomes(reorder);
-        let outcomes: Arc<[PowerLoss]> = outcomes
-            .iter()
-            .map(|o| PowerLoss {
-                fs: interned(&o.fs),
-                lost: o.lost,
-            })
-            .collect();
-        OUTCOMES.with_borrow_mut(|t| {
-            if t.len() >= REMEMBERED {
-                t.clear();
-            }
-            t.insert(
-                key,
-                LossEntry {
-                    nodes: disk.nodes,
-                    pending: disk.pending,
-                    reorder,
-                    outcomes: Arc::clone(&outcomes),
-                },
-            );
-        });
-        outcomes
+                .collect()
+        })
     }
 
     fn outcomes(&self, reorder: Reorder) -> Arc<[PowerLoss]> {
@@ -1169,39 +1182,10 @@ impl SimFs {
     /// last are remembered (per checker thread, a bounded table: the same outcomes whether
     /// remembered or not; the lease power world runs 13 times faster with it).
     pub fn power_loss_shared(&self, reorder: Reorder) -> Arc<[PowerLoss]> {
-        /// Disks remembered per thread before the table is emptied.
-        const REMEMBERED: usize = 1 << 14;
-        type Table = std::collections::HashMap<u64, LossEntry, crate::run::BuildFingerprint>;
         thread_local! {
-            static LOSSES: std::cell::RefCell<Table> = std::cell::RefCell::default();
+            static LOSSES: std::cell::RefCell<LossTable> = std::cell::RefCell::default();
         }
-        let key = crate::run::fingerprint(&(&self.nodes, &self.pending, reorder));
-        let hit = LOSSES.with_borrow(|t| {
-            t.get(&key)
-                .filter(|e| {
-                    e.nodes == self.nodes && e.pending == self.pending && e.reorder == reorder
-                })
-                .map(|e| Arc::clone(&e.outcomes))
-        });
-        if let Some(outcomes) = hit {
-            return outcomes;
-        }
-        let outcomes = self.outcomes(reorder);
-        LOSSES.with_borrow_mut(|t| {
-            if t.len() >= REMEMBERED {
-                t.clear();
-            }
-            t.insert(
-                key,
-                LossEntry {
-                    nodes: self.nodes.clone(),
-                    pending: self.pending.clone(),
-                    reorder,
-                    outcomes: Arc::clone(&outcomes),
-                },
-            );
-        });
-        outcomes
+        remembered(&LOSSES, 1 << 14, self, reorder, || self.outcomes(reorder))
     }
 
     fn enumerate_power_loss(&self, reorder: Reorder) -> Vec<PowerLoss> {
