@@ -363,3 +363,60 @@ fn walks_hold_few_descriptors_and_never_recurse() {
     .unwrap();
     assert_eq!(st["checkpoint"]["state"], "valid", "{st}");
 }
+
+/// Card P1: a child that removes its output dir leaves the checkpoint as it was: the run ends
+/// with the child's 0, says the checkpoint is unchanged, and CURRENT keeps its bytes (the
+/// publish opens the output without a look first: a missing one is not an error).
+#[test]
+fn p1_an_output_dir_the_child_removed_leaves_the_checkpoint_unchanged() {
+    let env = Env::new();
+    env.run_to_end(
+        &["-n"],
+        &sh(r#"echo 1 > "$TENURE_CHECKPOINT_OUT/counter""#, &[]),
+    )
+    .expect_code(0);
+    let before = env.current_bytes();
+    let f = env.run_to_end(&["-n"], &sh(r#"rm -rf "$TENURE_CHECKPOINT_OUT""#, &[]));
+    f.expect_code(0);
+    assert!(f.stderr.contains("checkpoint unchanged"), "{}", f.stderr);
+    assert_eq!(env.current_bytes(), before, "CURRENT is unchanged");
+    assert_eq!(env.checkpoint_file("counter").as_deref(), Some("1\n"));
+}
+
+/// Card P1: an output dir the child replaced by a regular file or a FIFO is refused (74), named
+/// by its kind, never opened for reading (a FIFO nobody writes would block), and kept under
+/// `checkpoints/failed/<epoch>` as it was; CURRENT keeps its bytes.
+#[test]
+fn p1_an_output_replaced_by_a_file_or_fifo_is_refused_and_kept() {
+    for (make, kind) in [
+        (r#"echo x > "$TENURE_CHECKPOINT_OUT""#, "regular file"),
+        (r#"mkfifo "$TENURE_CHECKPOINT_OUT""#, "fifo"),
+    ] {
+        let env = Env::new();
+        env.run_to_end(
+            &["-n"],
+            &sh(r#"echo 1 > "$TENURE_CHECKPOINT_OUT/counter""#, &[]),
+        )
+        .expect_code(0);
+        let before = env.current_bytes();
+        let script = format!(r#"rm -rf "$TENURE_CHECKPOINT_OUT"; {make}"#);
+        let f = env.run_to_end(&["-n"], &sh(&script, &[]));
+        f.expect_code(74);
+        assert!(
+            f.stderr.contains(&format!("cannot publish a {kind}")),
+            "{kind}: {}",
+            f.stderr
+        );
+        let kept = kept_path(&f.stderr);
+        assert!(kept.ends_with("checkpoints/failed/2"), "{}", kept.display());
+        let ft = fs::symlink_metadata(&kept).unwrap().file_type();
+        let want = if kind == "fifo" {
+            std::os::unix::fs::FileTypeExt::is_fifo(&ft)
+        } else {
+            ft.is_file()
+        };
+        assert!(want, "{kind}: kept as {ft:?}");
+        assert_eq!(env.current_bytes(), before, "{kind}: CURRENT is unchanged");
+        assert_eq!(env.checkpoint_file("counter").as_deref(), Some("1\n"));
+    }
+}
