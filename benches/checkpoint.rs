@@ -620,13 +620,19 @@ fn write_many_child(dir: &str, n: usize) {
 /// Issue 11: a child writing many small files under `tenure run` (then published) vs the same
 /// writer into a plain dir followed by `sync -f` (one flush of the filesystem), `runs`
 /// interleaved repetitions of each (plain, run, plain, run, ...), medians and their ratio.
+///
+/// No tree is removed until the bench ends (they are under `tmp`): on ext4 without a journal
+/// (this machine's root), creating a file within a minute or more of many deletions scans the
+/// inode tables for recently deleted inodes (`recently_deleted` in the kernel), and a writer
+/// that ran right after the previous run's tree was removed took 2 to 10 times as long (2.5 s
+/// on a quiet filesystem, 7 to 27 s after deletions) — whichever side came second paid it.
 fn bench_many_under_run(tmp: &Path, n: usize, runs: usize) {
     let me = std::env::current_exe().unwrap();
     let (mut plain_t, mut run_t) = (Vec::new(), Vec::new());
     let mut parts: [Vec<f64>; 3] = Default::default();
     for r in 0..runs {
         quiesce();
-        let plain = tmp.join(format!("plain-many-{r}"));
+        let plain = tmp.join(format!("plain-many-{n}-{r}"));
         std::fs::create_dir_all(&plain).unwrap();
         let t = Instant::now();
         let st = Command::new(&me)
@@ -637,9 +643,8 @@ fn bench_many_under_run(tmp: &Path, n: usize, runs: usize) {
         let st = Command::new("sync").arg("-f").arg(&plain).status().unwrap();
         assert!(st.success());
         plain_t.push(t.elapsed());
-        std::fs::remove_dir_all(&plain).unwrap();
         quiesce();
-        let dir = tmp.join(format!("run-many-{r}"));
+        let dir = tmp.join(format!("run-many-{n}-{r}"));
         let t = Instant::now();
         let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
             .arg("run")
@@ -667,7 +672,6 @@ fn bench_many_under_run(tmp: &Path, n: usize, runs: usize) {
         for (all, p) in parts.iter_mut().zip(ph) {
             all.push(p);
         }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
     let (p, r) = (median(plain_t), median(run_t));
     println!("a child writing {n} small files (issue 11; median of {runs}, interleaved):");

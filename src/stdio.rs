@@ -19,11 +19,12 @@ use std::io::Write;
 /// Opens `/dev/null` on each of the descriptors 0, 1 and 2 that is closed, so that no file the
 /// process opens later can take their numbers. Call it before anything else opens a file.
 pub fn reserve_std_fds() {
-    use std::os::fd::AsFd;
+    // rustix's descriptors, not std's handles: `std::io::stdin()` would set up its 8 KiB
+    // buffer (and stdout its line buffer) only to be asked for a number.
     let fds = [
-        rustix::io::fcntl_getfd(std::io::stdin().as_fd()),
-        rustix::io::fcntl_getfd(std::io::stdout().as_fd()),
-        rustix::io::fcntl_getfd(std::io::stderr().as_fd()),
+        rustix::io::fcntl_getfd(rustix::stdio::stdin()),
+        rustix::io::fcntl_getfd(rustix::stdio::stdout()),
+        rustix::io::fcntl_getfd(rustix::stdio::stderr()),
     ];
     for probe in fds {
         if probe == Err(rustix::io::Errno::BADF) {

@@ -4,7 +4,12 @@
 //! signal (card R1).
 //!
 //! Waiters and cancelled runs write too (`waiting`, `busy`, `cancelled`), so lines are appended
-//! with `O_APPEND` (one `write` per line, atomic for lines this short). Only the owner rotates.
+//! with `O_APPEND`. Lines are gathered and written together by [`EventLog::flush`] (one `write`
+//! for the lines of a burst, atomic for writes this short): the runner flushes before anything
+//! that can take time (waiting for the lease, the recovery, the wait for the child, the
+//! publish), and a dropped log flushes what it holds, so a line is on file before the runner
+//! waits for anything after it. A run that ends at once wrote nine lines with nine `write`s and
+//! now writes them with four (issue 11). Only the owner rotates.
 
 use crate::lease::{CONTROL_DIR, Identity, now_ms};
 use crate::privfs::{Dir, StateDir};
@@ -25,6 +30,8 @@ pub struct EventLog {
     file: File,
     pid: u32,
     identity: Option<Identity>,
+    /// Lines written but not yet flushed.
+    pending: Vec<u8>,
 }
 
 impl EventLog {
@@ -50,6 +57,7 @@ impl EventLog {
             file,
             pid: std::process::id(),
             identity: Identity::of_self().ok(),
+            pending: Vec::new(),
         })
     }
 
@@ -64,8 +72,8 @@ impl EventLog {
         EventLog::open(dir)
     }
 
-    /// Appends one line: `{"at_ms", "kind", "pid", "epoch"?, "identity", ...fields}`. Failures
-    /// are reported on stderr and otherwise ignored: the log is evidence, not state.
+    /// Adds one line: `{"at_ms", "kind", "pid", "epoch"?, "identity", ...fields}`, on file at the
+    /// next [`EventLog::flush`] (or when the log is dropped).
     pub fn write(&mut self, kind: &str, epoch: Option<u64>, fields: Value) {
         let mut line = Map::new();
         line.insert("at_ms".into(), json!(now_ms()));
@@ -83,15 +91,29 @@ impl EventLog {
         if let Value::Object(extra) = fields {
             line.extend(extra);
         }
-        let mut text = Value::Object(line).to_string();
-        text.push('\n');
-        if let Err(e) = self.file.write_all(text.as_bytes()) {
+        let at = self.pending.len();
+        if serde_json::to_writer(&mut self.pending, &Value::Object(line)).is_ok() {
+            self.pending.push(b'\n');
+        } else {
+            self.pending.truncate(at);
+        }
+    }
+
+    /// Appends the lines written since the last flush, in one `write`. Failures are reported on
+    /// stderr and otherwise ignored: the log is evidence, not state.
+    pub fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        if let Err(e) = self.file.write_all(&self.pending) {
             log::warn!("cannot append to the event log: {e}");
         }
+        self.pending.clear();
     }
 
     /// Rotates the log when it grew past [`ROTATE_BYTES`]; call only while owning.
     pub fn rotate_if_large(&mut self) {
+        self.flush();
         let Ok(st) = rustix::fs::fstat(&self.file) else {
             return;
         };
@@ -109,6 +131,12 @@ impl EventLog {
             let _ = rustix::fs::fcntl_setfl(&f, rustix::fs::OFlags::APPEND);
             self.file = f;
         }
+    }
+}
+
+impl Drop for EventLog {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 

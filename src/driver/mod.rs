@@ -420,6 +420,14 @@ impl<'a> Runner<'a> {
         }
     }
 
+    /// Puts the event lines written so far on file: called before anything that can take time
+    /// (the recovery, the publish, every wait), so a line is never held while the runner waits.
+    fn flush_log(&mut self) {
+        if let Some(l) = &mut self.log {
+            l.flush();
+        }
+    }
+
     fn dir_display(&self) -> String {
         self.dir.as_ref().map_or_else(
             || self.opts.dir.display().to_string(),
@@ -545,6 +553,7 @@ impl<'a> Runner<'a> {
                         None,
                         json!({"owner_pid": pid, "owner_epoch": epoch}),
                     );
+                    l.flush();
                 }
             },
             want_cgroup,
@@ -683,6 +692,7 @@ impl<'a> Runner<'a> {
                             json!({"owner_pid": owner.pid, "owner_node": &owner.node,
                                    "owner_epoch": epoch, "lease": url}),
                         );
+                        l.flush();
                     }
                 }
                 Progress::Unavailable { error } => {
@@ -693,6 +703,7 @@ impl<'a> Runner<'a> {
                             None,
                             json!({"lease": url, "error": error.to_string(), "retrying": true}),
                         );
+                        l.flush();
                     }
                 }
                 Progress::Reachable { outage } => {
@@ -704,6 +715,7 @@ impl<'a> Runner<'a> {
                             None,
                             json!({"lease": url, "outage_ms": ms}),
                         );
+                        l.flush();
                     }
                 }
             }
@@ -818,6 +830,7 @@ impl<'a> Runner<'a> {
     }
 
     fn start_recovery(&mut self) {
+        self.flush_log();
         if let Some(msg) = self.orphan_alive.take() {
             // An orphan of a crashed owner could not be stopped: refuse before any workload.
             log::error!("{msg}");
@@ -1126,6 +1139,7 @@ impl<'a> Runner<'a> {
     }
 
     fn publish(&mut self) {
+        self.flush_log();
         let (Some(dir), Some(rec), Some(epoch)) = (&self.dir, &self.recovered, self.epoch) else {
             self.queue.push_back(Event::CheckpointSkipped);
             return;
@@ -1411,6 +1425,7 @@ impl<'a> Runner<'a> {
                 "stderr_truncated": truncated,
             }),
         );
+        self.flush_log();
         match o.reason {
             Reason::Exited
             | Reason::Stopped
@@ -1490,6 +1505,7 @@ impl<'a> Runner<'a> {
 
     /// Waits for the next observation and queues the events it means.
     fn wait(&mut self) -> Result<(), DriverError> {
+        self.flush_log();
         let now = Instant::now();
         let mut deadline = self.armed_deadlines().map(|(_, d)| d).min();
         let owning = self.lease.is_some();
