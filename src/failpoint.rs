@@ -13,6 +13,8 @@
 //! - `einval`: `hit` returns an `EINVAL` error — what NFS and many FUSE filesystems answer to
 //!   `renameat2(RENAME_NOREPLACE)`, which `privfs` asks the crash point `rename.noreplace`
 //!   before every no-replace rename (issue 14);
+//! - `exdev`: `hit` returns an `EXDEV` error — what `link` answers across filesystems (a
+//!   staged file the publish cannot link into the store is copied instead);
 //! - `gate:PATH`: `hit` blocks opening the FIFO `PATH` until the test opens it for writing, reads
 //!   to its end, then returns `Ok(())` — a handshake that holds a step for exactly as long as the
 //!   test wants (every hit blocks anew), so a race becomes an ordering the test chooses.
@@ -45,6 +47,8 @@ mod enabled {
         Eio,
         /// Return an `EINVAL` error from the step.
         Einval,
+        /// Return an `EXDEV` error from the step.
+        Exdev,
         /// Block until the FIFO at this path is opened for writing and closed again.
         Gate(PathBuf),
     }
@@ -64,6 +68,7 @@ mod enabled {
                     "kill" => Action::Kill,
                     "eio" => Action::Eio,
                     "einval" => Action::Einval,
+                    "exdev" => Action::Exdev,
                     a => match a.strip_prefix("gate:") {
                         Some(path) if !path.is_empty() => Action::Gate(path.into()),
                         _ => return None,
@@ -120,6 +125,9 @@ mod enabled {
             )),
             Some(Action::Einval) => Err(io::Error::from_raw_os_error(
                 rustix::io::Errno::INVAL.raw_os_error(),
+            )),
+            Some(Action::Exdev) => Err(io::Error::from_raw_os_error(
+                rustix::io::Errno::XDEV.raw_os_error(),
             )),
             Some(Action::Gate(path)) => {
                 // Opening a FIFO for reading blocks until a writer comes; its end of file is

@@ -296,6 +296,58 @@ fn publish_gen_result(store: &CheckpointStore<'_>, g: u64) -> Result<Published, 
     store.publish_files(1, list)
 }
 
+/// A staged file that cannot be linked into the store (`EXDEV`, as across filesystems; a
+/// missing /proc or hard links refused answer alike) is copied instead, after the adoption
+/// hashed it: its mode is given back, the copy starts from its first byte, and what loads is
+/// what was staged, a large file (its own fsync) and a small one alike.
+#[test]
+fn a_staged_file_that_cannot_be_linked_is_copied_whole() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let _g = serial();
+    let fx = Fixture::new(1);
+    let sd = fx.open();
+    let store = CheckpointStore::open_owned(&sd, opts()).unwrap();
+    let staging = store.staging().unwrap();
+    let files = [
+        ("big".to_string(), vec![7u8; 3 << 20]),
+        ("small".to_string(), b"small and staged".to_vec()),
+    ];
+    for (name, bytes) in &files {
+        let p = staging.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap();
+    }
+    let staged_ino = |n: &str| std::fs::metadata(staging.path().join(n)).unwrap().ino();
+    let inos: Vec<u64> = files.iter().map(|(n, _)| staged_ino(n)).collect();
+    let published = {
+        let _f = tenure::failpoint::scoped("publish.adopt.link=exdev");
+        store.publish_adopting(1, &staging).unwrap()
+    };
+    assert!(matches!(published, Published::New { .. }), "{published:?}");
+    for ((name, bytes), ino) in files.iter().zip(&inos) {
+        let staged = std::fs::metadata(staging.path().join(name)).unwrap();
+        assert_eq!(
+            staged.permissions().mode() & 0o777,
+            0o640,
+            "{name}: mode given back"
+        );
+        assert_eq!(staged.nlink(), 1, "{name}: no second name left behind");
+        let blob = fx.store_dir().join("blobs/sha256").join(sha(bytes));
+        let meta = std::fs::metadata(&blob).unwrap();
+        assert_ne!(meta.ino(), *ino, "{name}: copied, not adopted");
+        assert_eq!(
+            std::fs::read(&blob).unwrap(),
+            *bytes,
+            "{name}: copied whole"
+        );
+    }
+    store.discard_staging(staging).unwrap();
+    let ro = CheckpointStore::open(&sd, opts()).unwrap();
+    let loaded = ro.load().unwrap().expect("a checkpoint");
+    assert_eq!(contents(&ro, &loaded), files.to_vec());
+    assert!(temp_files(&fx.store_dir()).is_empty());
+}
+
 /// The recorded operation order of a publish (LazyFS cannot see a missing directory fsync, so
 /// the order is proved from privfs's recorder), in the batched protocol of issue 11: every
 /// create and rename is followed by an fsync of its directory before publish returns; the new

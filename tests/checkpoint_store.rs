@@ -369,14 +369,6 @@ fn gc_keeps_the_last_k_checkpoints() {
     }
 }
 
-fn sha(b: &[u8]) -> String {
-    use sha2::Digest as _;
-    sha2::Sha256::digest(b)
-        .iter()
-        .map(|x| format!("{x:02x}"))
-        .collect()
-}
-
 /// Leftover temp files of the store directory and scratch are removed by the next owned open
 /// and by nothing else; a manifest temp waits for the next publish's GC (issue 11: the run path
 /// does not list the manifests); files the store did not make are left alone.

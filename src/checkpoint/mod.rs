@@ -112,14 +112,14 @@ pub const FAILED_DIR: &str = "failed";
 /// checkpoint reaches them ([`plan::PublishPlan`]): each step is `<label>.<step>`, plus
 /// `publish.acked` (after the `CURRENT` directory fsync, before GC) and the GC steps. Tests
 /// iterate over this list, so a new step shows up in the crash sweep by being added here. A
-/// publish that adopts staged files reaches `publish.adopt.link` instead of the copy's
-/// [`FAILPOINTS_COPY_ONLY`].
+/// publish that adopts staged files reaches `publish.adopt.link` (after a large file's own
+/// `publish.blob.fsync`) instead of the copy's [`FAILPOINTS_COPY_ONLY`].
 pub const FAILPOINTS: &[&str] = &[
     "publish.incoming.mkdir",
-    "publish.adopt.link",
     "publish.blob.create",
     "publish.blob.write",
     "publish.blob.fsync",
+    "publish.adopt.link",
     "publish.blob.rename",
     "publish.manifest.create",
     "publish.manifest.write",
@@ -141,8 +141,13 @@ pub const FAILPOINTS: &[&str] = &[
 ];
 
 /// The crash points only a publish that copies its files reaches (one that adopts staged files
-/// links them instead; with the `failpoints` feature, `TENURE_ADOPT=0` makes it copy).
-pub const FAILPOINTS_COPY_ONLY: &[&str] = &["publish.blob.create", "publish.blob.write"];
+/// links each under its digest instead; with the `failpoints` feature, `TENURE_ADOPT=0` makes
+/// it copy).
+pub const FAILPOINTS_COPY_ONLY: &[&str] = &[
+    "publish.blob.create",
+    "publish.blob.write",
+    "publish.blob.rename",
+];
 
 /// The crash points at which `CURRENT` has already been replaced (load must yield the new
 /// checkpoint after a crash there); at every earlier point it must yield the old one.

@@ -1130,10 +1130,8 @@ impl<'s> CheckpointStore<'s> {
                 return Ok(None);
             };
             let leaf = found.name.rsplit('/').next().unwrap_or(&found.name);
-            let f = walker.dir()?.open_file_any_mode(leaf)?;
+            let (f, st) = walker.dir()?.open_file_any_mode_stat(leaf)?;
             let path = top_path.join(&found.name);
-            let st =
-                rustix::fs::fstat(&f).map_err(|e| CheckpointError::io(&path, "stat", e.into()))?;
             let size = st.st_size as u64;
             // Only a file of ours with one name may be adopted (the plan checks again once it
             // is linked); the link itself refuses another filesystem.

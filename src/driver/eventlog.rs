@@ -9,7 +9,7 @@
 //! that can take time (waiting for the lease, the recovery, the wait for the child, the
 //! publish), and a dropped log flushes what it holds, so a line is on file before the runner
 //! waits for anything after it. A run that ends at once wrote nine lines with nine `write`s and
-//! now writes them with four (issue 11). Only the owner rotates.
+//! now writes them with five (issue 11). Only the owner rotates.
 
 use crate::lease::{CONTROL_DIR, Identity, now_ms};
 use crate::privfs::{Dir, StateDir};

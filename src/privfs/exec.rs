@@ -13,6 +13,7 @@ use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
@@ -65,6 +66,8 @@ pub struct Exec<'r> {
     /// Temp files created and not yet renamed away or removed: (directory handle, name).
     temps: Vec<(Fd, OsString)>,
     buf: Vec<u8>,
+    /// The effective uid, asked once per executor (every adopted file's `Sole` compares it).
+    euid: Option<u32>,
 }
 
 impl std::fmt::Debug for Exec<'_> {
@@ -111,6 +114,7 @@ impl<'r> Exec<'r> {
             slots: vec![None],
             temps: Vec::new(),
             buf: Vec::new(),
+            euid: None,
         }
     }
 
@@ -629,35 +633,38 @@ impl Executor for Exec<'_> {
                 Ok(Done::Ok)
             }
             Op::LinkFd { fd, to_dir, to } => {
-                let (file, from) = self.file(fd)?;
-                // The handle's own file, through its /proc name (linkat(2): what an
-                // unprivileged process can link; `AT_EMPTY_PATH` needs a capability).
-                let proc = format!("/proc/self/fd/{}", file.as_raw_fd());
-                let from = from.to_path_buf();
-                let dst = self.dir(to_dir)?;
-                let to = dst.name(to)?;
-                let to_path = dst.child_path(to);
-                hit(label, RecordKind::Link)
-                    .map_err(|e| FsError::io("link", to_path.clone(), e))?;
-                rustix::fs::linkat(
-                    rustix::fs::CWD,
-                    proc.as_str(),
-                    dst,
-                    to,
-                    AtFlags::SYMLINK_FOLLOW,
-                )
-                .map_err(|e| FsError::io("link", to_path.clone(), e))?;
-                record(RecordKind::Link, dst.path(), to, Some(&from));
-                Ok(Done::Ok)
+                // Out of its slot while linked (the destination is borrowed from the table),
+                // back in it whatever the outcome.
+                let (file, from) = match self.take_slot(fd) {
+                    Some(Slot::File { file, path }) => (file, path),
+                    other => {
+                        if let Some(slot) = other {
+                            self.slots[fd.0 as usize] = Some(slot);
+                        }
+                        return Err(bad_handle(fd, "file"));
+                    }
+                };
+                let linked = self.dir(to_dir).and_then(|dst| {
+                    let to = dst.name(to)?;
+                    let to_path = dst.child_path(to);
+                    hit(label, RecordKind::Link)
+                        .and_then(|()| link_handle(&file, dst, to).map_err(io::Error::from))
+                        .map_err(|e| FsError::io("link", to_path, e))?;
+                    record(RecordKind::Link, dst.path(), to, Some(&from));
+                    Ok(Done::Ok)
+                });
+                self.slots[fd.0 as usize] = Some(Slot::File { file, path: from });
+                linked
             }
             Op::Sole { fd, links } => {
+                let euid = *self
+                    .euid
+                    .get_or_insert_with(|| rustix::process::geteuid().as_raw());
                 let (file, path) = self.file(fd)?;
                 let st = rustix::fs::fstat(&*file)
                     .map_err(|e| FsError::io("stat", path.to_path_buf(), e))?;
                 Ok(Done::Sole(
-                    st.st_nlink == links
-                        && st.st_uid == rustix::process::geteuid().as_raw()
-                        && no_writer(file),
+                    st.st_nlink == links && st.st_uid == euid && no_writer(file),
                 ))
             }
             Op::Rmdir { dir, name } => {
@@ -740,6 +747,37 @@ impl Dir {
         record(RecordKind::Mkdir, &self.path, name, None);
         Ok(())
     }
+}
+
+/// Whether `linkat(AT_EMPTY_PATH)` was refused in this process (a kernel before 6.10 grants it
+/// only with `CAP_DAC_READ_SEARCH`): from then on handles are linked through /proc at once.
+static EMPTY_PATH_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// Gives the file of handle `file` the name `to` in `dst` (linkat(2)): by the handle itself
+/// (`AT_EMPTY_PATH`, which Linux grants the process that opened the file since 6.10, and to
+/// any process with `CAP_DAC_READ_SEARCH`), else through its /proc name, which needs the path
+/// walk of `/proc/self/fd/N` per link (a publish of 100,000 files links each).
+fn link_handle(file: &File, dst: &Dir, to: &OsStr) -> rustix::io::Result<()> {
+    if !EMPTY_PATH_REFUSED.load(Ordering::Relaxed) {
+        match rustix::fs::linkat(file, c"", dst, to, AtFlags::EMPTY_PATH) {
+            Err(rustix::io::Errno::NOENT) => {}
+            done => return done,
+        }
+    }
+    let proc = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let done = rustix::fs::linkat(
+        rustix::fs::CWD,
+        proc.as_str(),
+        dst,
+        to,
+        AtFlags::SYMLINK_FOLLOW,
+    );
+    // Refused by the handle and linked by its /proc name: the kernel wants the capability (an
+    // `ENOENT` of both is the file's own, say unlinked, and teaches nothing).
+    if done.is_ok() {
+        EMPTY_PATH_REFUSED.store(true, Ordering::Relaxed);
+    }
+    done
 }
 
 /// Whether no process holds `file` open for writing (or mapped writable): a read lease is

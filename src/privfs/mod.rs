@@ -911,6 +911,15 @@ impl Dir {
     /// and any link count, because the child's umask decides those. Use it only below a
     /// directory that was itself opened checked, so nobody else could have reached the file.
     pub fn open_file_any_mode(&self, name: impl AsRef<OsStr>) -> Result<File, FsError> {
+        self.open_file_any_mode_stat(name).map(|(file, _)| file)
+    }
+
+    /// [`Dir::open_file_any_mode`], with the `fstat` of the opened file it checked (its size,
+    /// mode and link count, without asking again).
+    pub fn open_file_any_mode_stat(
+        &self,
+        name: impl AsRef<OsStr>,
+    ) -> Result<(File, rustix::fs::Stat), FsError> {
         let name = self.name(name.as_ref())?;
         let path = self.child_path(name);
         let lst = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
@@ -923,7 +932,7 @@ impl Dir {
         )?;
         let st = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
         check_kind_owner(&path, &st, FileKind::Regular)?;
-        Ok(File::from(fd))
+        Ok((File::from(fd), st))
     }
 
     /// Opens a subdirectory a child process made inside a private directory: a directory owned

@@ -590,3 +590,48 @@ fn reads_race_durable_replace_without_spurious_refusals() {
     stop.store(true, Ordering::Relaxed);
     writer.join().unwrap();
 }
+
+/// A wide and nested scratch tree is removed whole with the second thread (started at the first
+/// hoist in unit tests): 24 directories of 60 files, each with a 5-deep chain of read-only
+/// directories holding a file, a symlink and a FIFO at the bottom. Nothing outside it is
+/// touched.
+#[test]
+fn remove_tree_on_two_threads_removes_every_level() {
+    let t = private_tempdir();
+    let top = t.path().join("scratch");
+    let outside = t.path().join("outside");
+    std::fs::write(&outside, b"kept").unwrap();
+    for d in 0..24 {
+        let dir = top.join(format!("d{d:02}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..60 {
+            std::fs::write(dir.join(format!("f{f}")), b"x").unwrap();
+        }
+        let mut deep = dir.clone();
+        for l in 0..5 {
+            deep = deep.join(format!("l{l}"));
+            std::fs::create_dir(&deep).unwrap();
+        }
+        std::fs::write(deep.join("file"), b"y").unwrap();
+        std::os::unix::fs::symlink(&outside, deep.join("link")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            deep.join("fifo").as_path(),
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        // Read-only from the bottom up, as a view is.
+        let mut p = deep.clone();
+        while p != dir {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o500)).unwrap();
+            p = p.parent().unwrap().to_path_buf();
+        }
+    }
+    std::fs::write(top.join("loose"), b"z").unwrap();
+    let sd = StateDir::open(t.path(), false).unwrap();
+    sd.root().remove_tree("scratch", "t").unwrap();
+    assert!(!top.exists());
+    assert_eq!(std::fs::read(&outside).unwrap(), b"kept");
+}

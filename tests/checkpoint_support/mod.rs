@@ -245,3 +245,12 @@ pub fn long() -> bool {
 pub fn opts() -> StoreOptions {
     StoreOptions::default()
 }
+
+/// The lowercase hex sha256 of `b`: a blob's name under `blobs/sha256/`.
+pub fn sha(b: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(b)
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect()
+}
