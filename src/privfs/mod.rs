@@ -916,7 +916,7 @@ impl Dir {
 
     /// [`Dir::open_file_any_mode`], with the `fstat` of the opened file it checked (its size,
     /// mode and link count, without asking again).
-    pub fn open_file_any_mode_stat(
+    pub(crate) fn open_file_any_mode_stat(
         &self,
         name: impl AsRef<OsStr>,
     ) -> Result<(File, rustix::fs::Stat), FsError> {
