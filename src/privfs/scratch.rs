@@ -59,9 +59,10 @@ impl<'scope> Helper<'scope> {
 /// the top directory under fresh names, then it is removed. Every directory is renamed at most
 /// once and every file unlinked once, so the work is linear in the size of the tree, and only
 /// two directory descriptors are open at a time per thread. A large tree (a hoist that took
-/// [`HELP_AFTER`]) is shared with a second thread, on a machine with more than one core. Nothing ever leaves the tree (no `..`, no
-/// link is followed: a symlink is an entry like a file and is unlinked). Write permission is
-/// restored on each directory first because views are made read-only.
+/// `HELP_AFTER`) is shared with a second thread, on a machine with more than one core. Nothing
+/// ever leaves the tree (no `..`, no link is followed: a symlink is an entry like a file and is
+/// unlinked). Write permission is restored on each directory first because views are made
+/// read-only.
 pub(super) fn remove_tree(parent: &Dir, name: &OsStr, label: &str) -> Result<(), FsError> {
     let top = match parent.open_dir_any_mode(name) {
         Ok(d) => d,
