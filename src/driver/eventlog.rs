@@ -9,7 +9,7 @@
 //! that can take time (waiting for the lease, the recovery, the wait for the child, the
 //! publish), and a dropped log flushes what it holds, so a line is on file before the runner
 //! waits for anything after it. A run that ends at once wrote nine lines with nine `write`s and
-//! now writes them with five (issue 11). Only the owner rotates.
+//! now writes them with four (issue 11). Only the owner rotates.
 
 use crate::lease::{CONTROL_DIR, Identity, now_ms};
 use crate::privfs::{Dir, StateDir};
@@ -113,13 +113,14 @@ impl EventLog {
 
     /// Rotates the log when it grew past [`ROTATE_BYTES`]; call only while owning.
     pub fn rotate_if_large(&mut self) {
-        self.flush();
         let Ok(st) = rustix::fs::fstat(&self.file) else {
             return;
         };
-        if (st.st_size as u64) < ROTATE_BYTES {
+        // The lines not yet flushed count as written: they are flushed into this file first.
+        if (st.st_size as u64).saturating_add(self.pending.len() as u64) < ROTATE_BYTES {
             return;
         }
+        self.flush();
         if self
             .control
             .rename(LOG_FILE, LOG_FILE_OLD, "events")
