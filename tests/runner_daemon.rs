@@ -304,6 +304,51 @@ fn d6_event_log_lines() {
     assert_eq!(mode, 0o600);
 }
 
+/// Card D6: the event log is written in bursts (issue 11), but never behind the workload's back:
+/// a workload that reads the log as it starts finds its owner's `owned` and `recovered` lines
+/// there, and one that reads it while it runs finds `spawned` and `ready` too (the runner wrote
+/// them before it began to wait). At the end every line is there once, in order.
+#[test]
+fn d6_the_workload_finds_the_lines_written_before_it() {
+    let env = Env::new();
+    let log = env.dir.join(".tenure/events.jsonl");
+    let log = log.to_str().unwrap();
+    // `ready` comes right after the spawn (no readiness protocol): by the time the workload
+    // has waited for its runner to poll, both lines are on file.
+    let script = r#"
+        grep -q '"kind":"owned"' "$1" || exit 11
+        grep -q '"kind":"recovered"' "$1" || exit 12
+        i=0
+        until grep -q '"kind":"ready"' "$1"; do
+            i=$((i + 1)); [ $i -gt 400 ] && exit 13; sleep 0.05
+        done
+        grep -q '"kind":"spawned"' "$1" || exit 14
+    "#;
+    let f = env.run_to_end(&[], &sh(script, &[log]));
+    f.expect_code(0);
+    let kinds: Vec<String> = env
+        .events()
+        .iter()
+        .filter(|e| e["pid"] == f.pid)
+        .filter_map(|e| e["kind"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "owned",
+            "recovered",
+            "spawned",
+            "ready",
+            "child-exited",
+            "draining",
+            "checkpoint-unchanged",
+            "released",
+            "end"
+        ],
+        "{kinds:?}"
+    );
+}
+
 /// Card D7 (orderly): `tenure stop` sends SIGTERM to the live owner through the identity-checked
 /// path, waits for the release and says what it did; the owner drained and published.
 #[test]

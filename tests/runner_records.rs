@@ -6,8 +6,11 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::fs;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::Stdio;
+use std::time::Duration;
 
 /// Card P3: after five publishes, `echo 1 > .tenure/epoch` rewinds the epoch file; the next
 /// owner still gets an epoch above every epoch the dir recorded (6, not 2), says so in one
@@ -225,6 +228,73 @@ fn p5_stop_tells_the_truth_while_the_owner_is_starting() {
     let o = owner.wait();
     o.expect_code(143);
     assert_eq!(env.status()["phase"], "released");
+}
+
+/// Card D6 with the log written in bursts (issue 11): the workload finds its owner's `owned` and
+/// `recovered` lines on file as it starts, even when the runner is held right after the spawn
+/// (a gate at the instance entry's write, which only the workload opens, once it has looked).
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature (cargo test --all-features)"
+)]
+fn d6_the_log_is_on_file_before_the_workload_starts() {
+    let env = Env::new();
+    let gate = env.fifo("gate");
+    let seen = env.path("seen");
+    let log = env.dir.join(".tenure/events.jsonl");
+    // $1 the log, $2 where to say what it found, $3 the gate the runner waits at.
+    let script = r#"
+        found=
+        grep -q '"kind":"owned"' "$1" && found="$found owned"
+        grep -q '"kind":"recovered"' "$1" && found="$found recovered"
+        echo "$found" > "$2"
+        echo go > "$3"
+    "#;
+    let mut c = tenure();
+    c.env(
+        "TENURE_FAILPOINTS",
+        format!("lease.registry.write=gate:{}", gate.display()),
+    )
+    .args(["run", "--dir"])
+    .arg(&env.dir)
+    .arg("--")
+    .args(sh(
+        script,
+        &[
+            log.to_str().unwrap(),
+            seen.to_str().unwrap(),
+            gate.to_str().unwrap(),
+        ],
+    ));
+    let mut owner = env.start(c);
+    // The owner's own registry entry, written while acquiring, before the workload exists.
+    wait_blocked_in_fifo_open(owner.pid());
+    release_fifo(&gate);
+    // The workload releases the next write (its instance entry, right after the spawn) itself;
+    // whatever the owner writes to the registry after it (the release) is let through here.
+    wait_for(
+        "the workload to look at the log",
+        DEADLINE,
+        || fs::metadata(&seen).is_ok().then_some(()),
+        String::new,
+    );
+    while owner.running() {
+        if let Ok(mut f) = fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+            .open(&gate)
+        {
+            let _ = f.write_all(b"go\n");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    owner.wait().expect_code(0);
+    assert_eq!(
+        fs::read_to_string(&seen).unwrap().trim(),
+        "owned recovered",
+        "the workload's view of the log as it started"
+    );
 }
 
 /// Card P5: an owner whose child ignores SIGTERM past `stop`'s grace is SIGKILLed mid-drain:

@@ -6,10 +6,11 @@
 //! Waiters and cancelled runs write too (`waiting`, `busy`, `cancelled`), so lines are appended
 //! with `O_APPEND`. Lines are gathered and written together by [`EventLog::flush`] (one `write`
 //! for the lines of a burst, atomic for writes this short): the runner flushes before anything
-//! that can take time (waiting for the lease, the recovery, the wait for the child, the
-//! publish), and a dropped log flushes what it holds, so a line is on file before the runner
-//! waits for anything after it. A run that ends at once wrote nine lines with nine `write`s and
-//! now writes them with four (issue 11). Only the owner rotates.
+//! that can take time or look at the log (waiting for the lease, the recovery, the spawn of the
+//! workload, the wait for the child, the publish), and a dropped log flushes what it holds, so
+//! a line is on file before the runner waits for anything after it. A run that ends at once
+//! wrote nine lines with nine `write`s and now writes them with five (issue 11). Only the owner
+//! rotates.
 
 use crate::lease::{CONTROL_DIR, Identity, now_ms};
 use crate::privfs::{Dir, StateDir};

@@ -421,7 +421,8 @@ impl<'a> Runner<'a> {
     }
 
     /// Puts the event lines written so far on file: called before anything that can take time
-    /// (the recovery, the publish, every wait), so a line is never held while the runner waits.
+    /// or look at the log (the recovery, the spawn, the publish, every wait), so a line is never
+    /// held while the runner waits or its workload starts.
     fn flush_log(&mut self) {
         if let Some(l) = &mut self.log {
             l.flush();
@@ -943,6 +944,8 @@ impl<'a> Runner<'a> {
     /// the recovery was fed while the spawn was outstanding, a rejected event that ended the
     /// run without a release; seen as a flaky `p5_stop_tells_the_truth_while_the_owner_is_starting`).
     fn spawn(&mut self) {
+        // The workload may read the log as it starts: what happened before it is on file.
+        self.flush_log();
         let (program, args) = match self.opts.command.split_first() {
             Some((p, a)) => (p.clone(), a.to_vec()),
             None => (OsString::new(), Vec::new()),
