@@ -296,12 +296,12 @@ fn publish_gen_result(store: &CheckpointStore<'_>, g: u64) -> Result<Published, 
     store.publish_files(1, list)
 }
 
-/// A staged file that cannot be linked into the store (`EXDEV`, as across filesystems; a
+/// Card P1: a staged file that cannot be linked into the store (`EXDEV`, as across filesystems; a
 /// missing /proc or hard links refused answer alike) is copied instead, after the adoption
 /// hashed it: its mode is given back, the copy starts from its first byte, and what loads is
 /// what was staged, a large file (its own fsync) and a small one alike.
 #[test]
-fn a_staged_file_that_cannot_be_linked_is_copied_whole() {
+fn p1_a_staged_file_that_cannot_be_linked_is_copied_whole() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let _g = serial();
     let fx = Fixture::new(1);

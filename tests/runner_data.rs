@@ -12,6 +12,16 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 /// The kept output named in a failed run's stderr.
+/// Publishes checkpoint 1 (`counter` = 1) in `env`; returns CURRENT's bytes.
+fn seed_counter(env: &Env) -> Option<Vec<u8>> {
+    env.run_to_end(
+        &["-n"],
+        &sh(r#"echo 1 > "$TENURE_CHECKPOINT_OUT/counter""#, &[]),
+    )
+    .expect_code(0);
+    env.current_bytes()
+}
+
 fn kept_path(stderr: &str) -> PathBuf {
     let line = stderr
         .lines()
@@ -68,12 +78,7 @@ fn p1_a_replaced_output_dir_is_published() {
 #[test]
 fn p1_an_output_replaced_by_a_symlink_is_refused_and_kept() {
     let env = Env::new();
-    env.run_to_end(
-        &["-n"],
-        &sh(r#"echo 1 > "$TENURE_CHECKPOINT_OUT/counter""#, &[]),
-    )
-    .expect_code(0);
-    let before = env.current_bytes();
+    let before = seed_counter(&env);
     let outside = env.path("outside");
     fs::create_dir(&outside).unwrap();
     fs::write(outside.join("secret"), b"s").unwrap();
@@ -370,12 +375,7 @@ fn walks_hold_few_descriptors_and_never_recurse() {
 #[test]
 fn p1_an_output_dir_the_child_removed_leaves_the_checkpoint_unchanged() {
     let env = Env::new();
-    env.run_to_end(
-        &["-n"],
-        &sh(r#"echo 1 > "$TENURE_CHECKPOINT_OUT/counter""#, &[]),
-    )
-    .expect_code(0);
-    let before = env.current_bytes();
+    let before = seed_counter(&env);
     let f = env.run_to_end(&["-n"], &sh(r#"rm -rf "$TENURE_CHECKPOINT_OUT""#, &[]));
     f.expect_code(0);
     assert!(f.stderr.contains("checkpoint unchanged"), "{}", f.stderr);
@@ -393,12 +393,7 @@ fn p1_an_output_replaced_by_a_file_or_fifo_is_refused_and_kept() {
         (r#"mkfifo "$TENURE_CHECKPOINT_OUT""#, "fifo"),
     ] {
         let env = Env::new();
-        env.run_to_end(
-            &["-n"],
-            &sh(r#"echo 1 > "$TENURE_CHECKPOINT_OUT/counter""#, &[]),
-        )
-        .expect_code(0);
-        let before = env.current_bytes();
+        let before = seed_counter(&env);
         let script = format!(r#"rm -rf "$TENURE_CHECKPOINT_OUT"; {make}"#);
         let f = env.run_to_end(&["-n"], &sh(&script, &[]));
         f.expect_code(74);
@@ -419,4 +414,66 @@ fn p1_an_output_replaced_by_a_file_or_fifo_is_refused_and_kept() {
         assert_eq!(env.current_bytes(), before, "{kind}: CURRENT is unchanged");
         assert_eq!(env.checkpoint_file("counter").as_deref(), Some("1\n"));
     }
+}
+
+/// Card P1 with the files build tools leave: an output file with a second name inside the
+/// output, and one with a name outside it (hard links, as `cp -al` or a cache makes), beside a
+/// plain one. Everything is published and loads back; the linked files are copied, not taken
+/// (the name outside keeps its mode and bytes, and shares no inode with the store), and the
+/// plain file becomes a read-only blob of one name once the staging area is gone.
+#[test]
+fn p1_output_files_with_other_names_are_copied_and_the_rest_adopted() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let env = Env::new();
+    let outside = env.path("outside-name");
+    let f = env.run_to_end(
+        &["-n"],
+        &sh(
+            r#"O="$TENURE_CHECKPOINT_OUT"
+               echo shared > "$O/a" && ln "$O/a" "$O/b"
+               echo exported > "$O/c" && chmod 644 "$O/c" && ln "$O/c" "$1"
+               echo plain > "$O/d""#,
+            &[outside.to_str().unwrap()],
+        ),
+    );
+    f.expect_code(0);
+    assert!(f.stderr.contains("published"), "{}", f.stderr);
+    for (name, want) in [
+        ("a", "shared\n"),
+        ("b", "shared\n"),
+        ("c", "exported\n"),
+        ("d", "plain\n"),
+    ] {
+        assert_eq!(
+            env.checkpoint_file(name).as_deref(),
+            Some(want),
+            "{name} loads back"
+        );
+    }
+    let out = fs::metadata(&outside).unwrap();
+    assert_eq!(
+        out.permissions().mode() & 0o777,
+        0o644,
+        "the mode given back"
+    );
+    assert_eq!(
+        out.nlink(),
+        1,
+        "the staged name is gone, the store took no name"
+    );
+    assert_eq!(fs::read(&outside).unwrap(), b"exported\n");
+    let blobs = env.dir.join("checkpoints/blobs/sha256");
+    let mut seen = 0;
+    for e in fs::read_dir(&blobs).unwrap() {
+        let m = e.unwrap().metadata().unwrap();
+        assert_ne!(m.ino(), out.ino(), "the outside name's file is not a blob");
+        assert_eq!(m.permissions().mode() & 0o777, 0o400);
+        assert_eq!(
+            m.nlink(),
+            1,
+            "a blob has one name once the staging area is gone"
+        );
+        seen += 1;
+    }
+    assert_eq!(seen, 3, "three distinct contents, three blobs");
 }

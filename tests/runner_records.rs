@@ -10,7 +10,6 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
 
 /// Card P3: after five publishes, `echo 1 > .tenure/epoch` rewinds the epoch file; the next
 /// owner still gets an epoch above every epoch the dir recorded (6, not 2), says so in one
@@ -279,16 +278,24 @@ fn d6_the_log_is_on_file_before_the_workload_starts() {
         || fs::metadata(&seen).is_ok().then_some(()),
         String::new,
     );
-    while owner.running() {
-        if let Ok(mut f) = fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-            .open(&gate)
-        {
-            let _ = f.write_all(b"go\n");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for(
+        "the owner to end",
+        DEADLINE,
+        || {
+            if !owner.running() {
+                return Some(());
+            }
+            if let Ok(mut f) = fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+                .open(&gate)
+            {
+                let _ = f.write_all(b"go\n");
+            }
+            None
+        },
+        String::new,
+    );
     owner.wait().expect_code(0);
     assert_eq!(
         fs::read_to_string(&seen).unwrap().trim(),

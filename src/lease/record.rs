@@ -522,6 +522,15 @@ mod compact {
             })
         }
 
+        /// The optional `,"root_id":"…"` of both records: `None` when it is malformed.
+        fn root_id(&mut self) -> Option<Option<Token>> {
+            if self.peek_lit(b",\"root_id\":") {
+                self.token().map(Some)
+            } else {
+                Some(None)
+            }
+        }
+
         fn end(&self) -> Option<()> {
             (self.i == self.b.len()).then_some(())
         }
@@ -542,11 +551,7 @@ mod compact {
         let phase = c.phase()?;
         c.lit(b",\"identity\":")?;
         let identity = c.identity()?;
-        let root_id = if c.peek_lit(b",\"root_id\":") {
-            Some(c.token()?)
-        } else {
-            None
-        };
+        let root_id = c.root_id()?;
         let containment = if c.peek_lit(b",\"containment\":{\"mechanism\":") {
             let m = match c.str()? {
                 "lock-fd" => Containment::LockFd,
@@ -593,11 +598,7 @@ mod compact {
         let identity = c.identity()?;
         c.lit(b",\"since\":")?;
         let since = c.u64()?;
-        let root_id = if c.peek_lit(b",\"root_id\":") {
-            Some(c.token()?)
-        } else {
-            None
-        };
+        let root_id = c.root_id()?;
         c.lit(b"}")?;
         c.end()?;
         Some(RegistryRecord {
@@ -651,6 +652,23 @@ mod compact {
         p.to_str().is_some_and(|s| str(out, s))
     }
 
+    fn root_id(out: &mut Vec<u8>, t: Option<&Token>) {
+        if let Some(t) = t {
+            out.extend_from_slice(b",\"root_id\":");
+            token(out, t);
+        }
+    }
+
+    /// Runs `write`, and takes back what it appended if it declines (returns `false`).
+    fn whole(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>) -> bool) -> bool {
+        let start = out.len();
+        let ok = write(out);
+        if !ok {
+            out.truncate(start);
+        }
+        ok
+    }
+
     fn identity(out: &mut Vec<u8>, id: &Identity) -> bool {
         out.extend_from_slice(b"{\"pid\":");
         num(out, u64::from(id.pid));
@@ -670,8 +688,7 @@ mod compact {
 
     /// Appends `r` as serde_json writes it; `false` (and `out` as it was) if it declines.
     pub(super) fn write_owner(out: &mut Vec<u8>, r: &OwnerRecord) -> bool {
-        let start = out.len();
-        let ok = (|| {
+        whole(out, |out| {
             out.extend_from_slice(b"{\"version\":");
             num(out, u64::from(r.version));
             out.extend_from_slice(b",\"token\":");
@@ -688,10 +705,7 @@ mod compact {
             if !identity(out, &r.identity) {
                 return false;
             }
-            if let Some(t) = &r.root_id {
-                out.extend_from_slice(b",\"root_id\":");
-                token(out, t);
-            }
+            root_id(out, r.root_id.as_ref());
             match &r.containment {
                 None => {}
                 Some(Containment::LockFd) => {
@@ -709,17 +723,12 @@ mod compact {
             }
             out.push(b'}');
             true
-        })();
-        if !ok {
-            out.truncate(start);
-        }
-        ok
+        })
     }
 
     /// Appends `r` as serde_json writes it; `false` (and `out` as it was) if it declines.
     pub(super) fn write_registry(out: &mut Vec<u8>, r: &RegistryRecord) -> bool {
-        let start = out.len();
-        let ok = (|| {
+        whole(out, |out| {
             out.extend_from_slice(b"{\"version\":");
             num(out, u64::from(r.version));
             out.extend_from_slice(b",\"epoch\":");
@@ -736,17 +745,10 @@ mod compact {
             }
             out.extend_from_slice(b",\"since\":");
             num(out, r.since);
-            if let Some(t) = &r.root_id {
-                out.extend_from_slice(b",\"root_id\":");
-                token(out, t);
-            }
+            root_id(out, r.root_id.as_ref());
             out.push(b'}');
             true
-        })();
-        if !ok {
-            out.truncate(start);
-        }
-        ok
+        })
     }
 }
 
