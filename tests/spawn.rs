@@ -1,6 +1,7 @@
-//! The two ways the runner starts a child (cards D3, T1): `clone3(CLONE_INTO_CGROUP)`
-//! straight into the ownership's cgroup, and `fork` + `exec` (std) entering it through
-//! `cgroup.procs` where the kernel cannot. Both must behave the same: the same `execvp`
+//! The ways the runner starts a child (cards D3, T1): `clone3(CLONE_INTO_CGROUP)` straight
+//! into the ownership's cgroup, the same `clone3` without a cgroup, and `fork` + `exec` (std)
+//! entering the cgroup through `cgroup.procs` where the kernel cannot. All must behave the
+//! same: the same `execvp`
 //! lookup (a script without `#!` runs with /bin/sh), the same errors (`ENOENT` → 127,
 //! `EACCES` → 126), a process group of its own, the cgroup, the inherited descriptor.
 //!
@@ -167,8 +168,10 @@ fn same_behaviour(dir: &Path, configure: &dyn Fn(&mut SpawnSpec), cg: Option<&Cg
     assert_eq!(fs::read_to_string(&out).unwrap(), "kept\n");
 }
 
+/// Without a cgroup: the same `clone3` (memory shared until the exec), without
+/// `CLONE_INTO_CGROUP`.
 #[test]
-fn fork_and_exec_without_a_cgroup() {
+fn clone3_without_a_cgroup() {
     let tmp = tempfile::tempdir().unwrap();
     same_behaviour(tmp.path(), &|_| {}, None);
 }

@@ -189,9 +189,14 @@ impl Child {
     /// is created inside it by `clone3(CLONE_INTO_CGROUP)`: moving a forked child in through
     /// `cgroup.procs` costs the kernel an RCU grace period (about 10 ms on a busy machine, a
     /// third of a whole `tenure run -- true`), creating it there costs nothing.
+    ///
+    /// Without a cgroup the same `clone3` starts it (sharing this process's memory until its
+    /// exec, as `posix_spawn` does), not a `fork` that copies the runner's address space; the
+    /// fork remains for a kernel without `clone3`.
     pub fn spawn(spec: &SpawnSpec) -> Result<Child, SpawnError> {
-        if let Some(dir) = spec.cgroup_dir
-            && let Some(child) = clone3::spawn_into_cgroup(spec, dir)?
+        // A spec with only `cgroup.procs` asks for the fork that enters the cgroup through it.
+        if (spec.cgroup_dir.is_some() || spec.cgroup_procs.is_none())
+            && let Some(child) = clone3::spawn(spec, spec.cgroup_dir)?
         {
             return Ok(child);
         }
@@ -199,7 +204,7 @@ impl Child {
     }
 
     /// `fork` + `exec` through `std::process::Command`, entering the cgroup (if any) through
-    /// `cgroup.procs`.
+    /// `cgroup.procs`: for a kernel without `clone3` (or without `CLONE_INTO_CGROUP`).
     fn spawn_forked(spec: &SpawnSpec) -> Result<Child, SpawnError> {
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args);
@@ -407,7 +412,8 @@ pub fn valid_env_name(name: &OsStr) -> bool {
         && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
 }
 
-/// Spawning straight into a cgroup with `clone3(CLONE_INTO_CGROUP | CLONE_PIDFD)` (Linux ≥ 5.7).
+/// Spawning with `clone3(CLONE_PIDFD)`, straight into the workload's cgroup when there is one
+/// (`CLONE_INTO_CGROUP`, Linux ≥ 5.7).
 ///
 /// On x86-64 the child shares this process's memory until it execs (`CLONE_VM | CLONE_VFORK`,
 /// what `posix_spawn` does): a copy of the runner's address space, write-protected in the
@@ -495,11 +501,12 @@ mod clone3 {
             .collect()
     }
 
-    /// Spawns the child inside the cgroup whose directory is `cgroup`; `Ok(None)` when the
-    /// kernel has no `clone3` or no `CLONE_INTO_CGROUP` (the caller forks instead).
-    pub(super) fn spawn_into_cgroup(
+    /// Spawns the child, inside the cgroup whose directory is `cgroup` if there is one;
+    /// `Ok(None)` when the kernel has no `clone3` (or no `CLONE_INTO_CGROUP` for a cgroup):
+    /// the caller forks instead.
+    pub(super) fn spawn(
         spec: &SpawnSpec,
-        cgroup: RawFd,
+        cgroup: Option<RawFd>,
     ) -> Result<Option<Child>, SpawnError> {
         let fail = |e: io::Error| spawn_error(spec, e);
         let env = child_env(spec);
@@ -564,10 +571,10 @@ mod clone3 {
         };
         let mut pidfd: libc::c_int = -1;
         let mut args = CloneArgs {
-            flags: CLONE_PIDFD | CLONE_INTO_CGROUP,
+            flags: CLONE_PIDFD | cgroup.map_or(0, |_| CLONE_INTO_CGROUP),
             pidfd: &mut pidfd as *mut libc::c_int as u64,
             exit_signal: libc::SIGCHLD as u64,
-            cgroup: cgroup as u64,
+            cgroup: cgroup.map_or(0, |fd| fd as u64),
             ..CloneArgs::default()
         };
         // Every signal blocked in this thread until the child has exec'd (or exited): none is
