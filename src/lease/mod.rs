@@ -1201,3 +1201,75 @@ pub fn fenced_epoch(next_local: u64, cluster: u64) -> Result<u64, u64> {
         Err(next_local - 1)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use record::{RECORD_VERSION, RegistryRecord, Token};
+
+    fn someone(pid: u32) -> Identity {
+        Identity {
+            pid,
+            start_time: 1,
+            exe: PathBuf::from("/usr/bin/tenure"),
+            pidfs_ino: None,
+        }
+    }
+
+    fn owner(epoch: u64, phase: PhaseKind) -> OwnerRecord {
+        OwnerRecord {
+            version: RECORD_VERSION,
+            token: Token([epoch as u8; 16]),
+            epoch,
+            acquired_at: 0,
+            phase,
+            identity: someone(10 + epoch as u32),
+            root_id: None,
+            containment: None,
+        }
+    }
+
+    fn owner_entry(epoch: u64) -> RegistryRecord {
+        RegistryRecord {
+            version: RECORD_VERSION,
+            epoch,
+            token: Token([epoch as u8; 16]),
+            name: "owner".into(),
+            identity: someone(10 + epoch as u32),
+            since: 0,
+            root_id: None,
+        }
+    }
+
+    /// What `status` hides of `registry/leases/owner.slot`: the entry of an ownership that
+    /// released in order (its release leaves the entry for the next owner to overwrite), and
+    /// the entry of an ownership a later one replaced (a successor between its owner record and
+    /// its own entry, e.g. after a crash). The entry of the current ownership, and of one that
+    /// crashed (its record not released, no successor yet), are shown; so is any entry when no
+    /// owner record can be read.
+    #[test]
+    fn status_hides_the_owner_entries_of_ended_ownerships_only() {
+        let ended = |o: Option<OwnerRecord>, e: u64| owner_entry_ended(&o, &owner_entry(e));
+        // Released in order.
+        assert!(ended(Some(owner(3, PhaseKind::Released)), 3));
+        // Superseded: a later ownership's record, in any phase, before it rewrote the entry.
+        for phase in [
+            PhaseKind::Recovering,
+            PhaseKind::Ready,
+            PhaseKind::Draining,
+            PhaseKind::Released,
+        ] {
+            assert!(ended(Some(owner(4, phase)), 3), "{phase:?}");
+        }
+        // The current ownership's own entry, or a crashed one's (not released).
+        for phase in [PhaseKind::Recovering, PhaseKind::Ready, PhaseKind::Draining] {
+            assert!(!ended(Some(owner(3, phase)), 3), "{phase:?}");
+        }
+        // An entry newer than the record (the record of an older ownership still in place,
+        // e.g. rewound): shown, never hidden by an older record.
+        assert!(!ended(Some(owner(3, PhaseKind::Released)), 4));
+        assert!(!ended(Some(owner(3, PhaseKind::Ready)), 4));
+        // No owner record: nothing says the entry ended.
+        assert!(!ended(None, 3));
+    }
+}
