@@ -994,7 +994,7 @@ impl Model for CheckpointModel {
             CheckpointAction::Step => s.step(self.reorder),
             CheckpointAction::Crash => {
                 s.crashes_left -= 1;
-                s.fs.make_mut().crash_process();
+                s.fs = SimFs::crashed(&s.fs);
                 s.check_after_crash();
                 s.after_process_end();
             }
