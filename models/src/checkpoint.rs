@@ -301,11 +301,27 @@ fn sha(b: &[u8]) -> [u8; 32] {
 struct Judged {
     current: Option<Box<[u8]>>,
     named: std::sync::OnceLock<Named>,
+    /// The store's files a corruption may hit (made the first time they are asked for).
+    ours: std::sync::OnceLock<Box<[String]>>,
 }
 
 impl Judged {
     fn named(&self, fs: &SimFs) -> &Named {
         self.named.get_or_init(|| judge(fs))
+    }
+
+    /// The live files of the store outside its staging area (paths in the state dir, in the
+    /// order of [`SimFs::file_paths`]): what a corruption may flip a byte of.
+    fn ours(&self, fs: &SimFs) -> &[String] {
+        self.ours.get_or_init(|| {
+            fs.file_paths(STORE)
+                .into_iter()
+                .filter(|path| {
+                    path.strip_prefix(STORE)
+                        .is_some_and(|p| p.starts_with('/') && !p.starts_with("/staging"))
+                })
+                .collect()
+        })
     }
 }
 
@@ -342,6 +358,7 @@ fn judged(fs: &Shared<SimFs>) -> Arc<Judged> {
     let j = Arc::new(Judged {
         current: fs.read(CURRENT).map(Box::from),
         named: std::sync::OnceLock::new(),
+        ours: std::sync::OnceLock::new(),
     });
     JUDGED.with_borrow_mut(|t| {
         if t.len() >= REMEMBERED {
@@ -919,15 +936,11 @@ impl Model for CheckpointModel {
                         Named::Valid(_, files) => Some(files),
                         Named::Nothing | Named::Invalid => None,
                     };
-                    for path in s.fs.file_paths(STORE) {
-                        let ours = path
-                            .strip_prefix(STORE)
-                            .is_some_and(|p| p.starts_with('/') && !p.starts_with("/staging"));
-                        if ours
-                            && (self.corrupt_orphans
-                                || referenced.is_some_and(|r| r.contains(&path)))
-                        {
-                            out.push(CheckpointAction::Corrupt(path));
+                    // The store's files are remembered with the disk's verdict (the idle states
+                    // after a power loss share their disk).
+                    for path in judged.ours(&s.fs) {
+                        if self.corrupt_orphans || referenced.is_some_and(|r| r.contains(path)) {
+                            out.push(CheckpointAction::Corrupt(path.clone()));
                         }
                     }
                 }
@@ -981,7 +994,7 @@ impl Model for CheckpointModel {
             CheckpointAction::Step => s.step(self.reorder),
             CheckpointAction::Crash => {
                 s.crashes_left -= 1;
-                s.fs.make_mut().crash_process();
+                s.fs = SimFs::crashed(&s.fs);
                 s.check_after_crash();
                 s.after_process_end();
             }

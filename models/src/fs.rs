@@ -423,6 +423,52 @@ const INLINE_ENTRIES: usize = 4;
 /// Directories an entry op waits for (one, or two for a rename between directories).
 pub type Waiting = SmallVec<[Ino; 2]>;
 
+/// The hasher of [`SimFs::normal_key`]: a multiply-rotate mix per word (the key only picks a
+/// table slot; what it finds is compared whole).
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn write_u8(&mut self, x: u8) {
+        self.write_u64(u64::from(x));
+    }
+
+    fn write_u32(&mut self, x: u32) {
+        self.write_u64(u64::from(x));
+    }
+
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
+}
+
+/// What [`SimFs::normal_key`] hashes of a name: its length and its first and last eight bytes
+/// (a function of its bytes, cheaper than all of them; equal keys are compared whole).
+fn name_key(n: &Name, h: &mut impl std::hash::Hasher) {
+    let b = n.as_encoded_bytes();
+    h.write_usize(b.len());
+    if let (Some(first), Some(last)) = (b.first_chunk::<8>(), b.last_chunk::<8>()) {
+        h.write_u64(u64::from_le_bytes(*first));
+        h.write_u64(u64::from_le_bytes(*last));
+    } else {
+        h.write_u64(b.iter().fold(0, |x, c| x << 8 | u64::from(*c)));
+    }
+}
+
 impl Entries {
     fn find(&self, name: &OsStr) -> Result<usize, usize> {
         self.0.binary_search_by(|(n, _)| n.as_os_str().cmp(name))
@@ -691,6 +737,73 @@ impl EntryOp {
         .flatten()
     }
 
+    /// Hashes what [`EntryOp::renumber`] by `map` would leave (see [`name_key`]).
+    fn key_into(&self, map: &[Ino], h: &mut impl std::hash::Hasher) {
+        let m = |i: &Ino| map[*i as usize];
+        match self {
+            EntryOp::Add { dir, name, ino } => {
+                h.write_u8(0);
+                h.write_u32(m(dir));
+                name_key(name, h);
+                h.write_u32(m(ino));
+            }
+            EntryOp::Remove { dir, name } => {
+                h.write_u8(1);
+                h.write_u32(m(dir));
+                name_key(name, h);
+            }
+            EntryOp::Rename {
+                from_dir,
+                from,
+                to_dir,
+                to,
+                ino,
+            } => {
+                h.write_u8(2);
+                h.write_u32(m(from_dir));
+                name_key(from, h);
+                h.write_u32(m(to_dir));
+                name_key(to, h);
+                h.write_u32(m(ino));
+            }
+        }
+    }
+
+    /// Whether `other` is what [`EntryOp::renumber`] by `map` would leave of this op.
+    fn is_renumbered(&self, map: &[Ino], other: &EntryOp) -> bool {
+        let m = |i: &Ino| map[*i as usize];
+        match (self, other) {
+            (
+                EntryOp::Add { dir, name, ino },
+                EntryOp::Add {
+                    dir: d,
+                    name: n,
+                    ino: i,
+                },
+            ) => m(dir) == *d && m(ino) == *i && name == n,
+            (EntryOp::Remove { dir, name }, EntryOp::Remove { dir: d, name: n }) => {
+                m(dir) == *d && name == n
+            }
+            (
+                EntryOp::Rename {
+                    from_dir,
+                    from,
+                    to_dir,
+                    to,
+                    ino,
+                },
+                EntryOp::Rename {
+                    from_dir: fd,
+                    from: f,
+                    to_dir: td,
+                    to: t,
+                    ino: i,
+                },
+            ) => m(from_dir) == *fd && m(to_dir) == *td && m(ino) == *i && from == f && to == t,
+            _ => false,
+        }
+    }
+
     fn renumber(&mut self, map: &[Ino]) {
         let m = |i: &mut Ino| *i = map[*i as usize];
         match self {
@@ -804,8 +917,8 @@ pub enum Reorder {
 /// A disk whose power-loss outcomes [`SimFs::power_loss_shared`] or
 /// [`SimFs::power_loss_outcomes`] remembers.
 struct LossEntry {
-    nodes: Nodes,
-    pending: Vec<Pending>,
+    /// The disk's inodes and pending entry ops (no handle, no writer).
+    disk: SimFs,
     reorder: Reorder,
     outcomes: Arc<[PowerLoss]>,
 }
@@ -827,7 +940,9 @@ fn remembered(
     let key = crate::run::fingerprint(&(&disk.nodes, &disk.pending, reorder));
     let hit = table.with_borrow(|t| {
         t.get(&key)
-            .filter(|e| e.reorder == reorder && e.pending == disk.pending && e.nodes == disk.nodes)
+            .filter(|e| {
+                e.reorder == reorder && e.disk.pending == disk.pending && e.disk.nodes == disk.nodes
+            })
             .map(|e| Arc::clone(&e.outcomes))
     });
     if let Some(outcomes) = hit {
@@ -841,8 +956,12 @@ fn remembered(
         t.insert(
             key,
             LossEntry {
-                nodes: disk.nodes.clone(),
-                pending: disk.pending.clone(),
+                disk: SimFs {
+                    nodes: disk.nodes.clone(),
+                    pending: disk.pending.clone(),
+                    handles: Handles::default(),
+                    writers: Vec::new(),
+                },
                 reorder,
                 outcomes: Arc::clone(&outcomes),
             },
@@ -1149,10 +1268,29 @@ impl SimFs {
     /// table of the last 2 × 1,024 disks tried in phase 7 then cost more in memory traffic
     /// than it saved). A found state's outcomes are the very disks earlier states' power
     /// losses left, so their hashes are known and the model's verdict table finds them by
-    /// pointer.
+    /// pointer. The normal form is looked up without making it (its numbering, a fingerprint
+    /// of it and a comparison with the remembered one, all through the renumbering:
+    /// [`SimFs::normal_key`], [`SimFs::is_normal_form`]); a copy is normalised only for a
+    /// disk not found.
     pub fn power_loss_outcomes(&self, reorder: Reorder) -> Arc<[PowerLoss]> {
         thread_local! {
             static OUTCOMES: std::cell::RefCell<LossTable> = std::cell::RefCell::default();
+        }
+        // The key is the normal form's, computed and compared without making it (a copy of
+        // the disk normalised is made only for a disk not found).
+        let (key, hit) = self.with_normal_order(false, false, |map, order| {
+            let key = crate::run::fingerprint(&(self.normal_key(map, order, false), reorder));
+            let hit = OUTCOMES.with_borrow(|t| {
+                t.get(&key)
+                    .filter(|e| {
+                        e.reorder == reorder && self.is_normal_form(map, order, false, &e.disk)
+                    })
+                    .map(|e| Arc::clone(&e.outcomes))
+            });
+            (key, hit)
+        });
+        if let Some(outcomes) = hit {
+            return outcomes;
         }
         let mut disk = SimFs {
             nodes: self.nodes.clone(),
@@ -1161,15 +1299,28 @@ impl SimFs {
             writers: Vec::new(),
         };
         disk.normalize();
-        remembered(&OUTCOMES, 1 << 10, &disk, reorder, || {
-            disk.outcomes(reorder)
-                .iter()
-                .map(|o| PowerLoss {
-                    fs: interned(&o.fs),
-                    lost: o.lost,
-                })
-                .collect()
-        })
+        let outcomes: Arc<[PowerLoss]> = disk
+            .outcomes(reorder)
+            .iter()
+            .map(|o| PowerLoss {
+                fs: interned(&o.fs),
+                lost: o.lost,
+            })
+            .collect();
+        OUTCOMES.with_borrow_mut(|t| {
+            if t.len() >= 1 << 10 {
+                t.clear();
+            }
+            t.insert(
+                key,
+                LossEntry {
+                    disk,
+                    reorder,
+                    outcomes: Arc::clone(&outcomes),
+                },
+            );
+        });
+        outcomes
     }
 
     fn outcomes(&self, reorder: Reorder) -> Arc<[PowerLoss]> {
@@ -1314,55 +1465,10 @@ impl SimFs {
             return None;
         }
         let n = self.nodes.len();
-        // `map[old]` is the new number once visited; `order[new]` the old one.
-        let mut map: Vec<Ino> = vec![Ino::MAX; n];
-        let mut order: Vec<Ino> = Vec::with_capacity(n);
-        fn visit(i: Ino, map: &mut [Ino], order: &mut Vec<Ino>) {
-            let m = &mut map[i as usize];
-            if *m == Ino::MAX {
-                *m = order.len() as Ino;
-                order.push(i);
-            }
-        }
-        visit(ROOT_INO, &mut map, &mut order);
-        for durable in [false, true] {
-            let mut k = 0;
-            while k < order.len() {
-                if let Some(d) = self.dir_node(order[k]) {
-                    let entries = if durable { &d.durable } else { &d.live };
-                    for child in entries.values() {
-                        visit(*child, &mut map, &mut order);
-                    }
-                }
-                k += 1;
-            }
-        }
-        for p in &self.pending {
-            for i in p.op.inos() {
-                visit(i, &mut map, &mut order);
-            }
-        }
-        for h in self.handles.values() {
-            match h {
-                Handle::File { ino, .. } | Handle::Dir { ino } => {
-                    visit(*ino, &mut map, &mut order);
-                }
-                Handle::List { dir, .. } => visit(*dir, &mut map, &mut order),
-            }
-        }
-        for w in &self.writers {
-            visit(*w, &mut map, &mut order);
-        }
-        // Directories reached only through pending ops or handles may hold more.
-        let mut k = 0;
-        while k < order.len() {
-            if let Some(d) = self.dir_node(order[k]) {
-                for c in d.live.values().chain(d.durable.values()) {
-                    visit(*c, &mut map, &mut order);
-                }
-            }
-            k += 1;
-        }
+        let mut map = vec![Ino::MAX; n];
+        let mut order = vec![0; n];
+        let len = self.normal_order(true, true, &mut map, &mut order);
+        order.truncate(len);
         if order.len() == n
             && order
                 .iter()
@@ -1410,6 +1516,222 @@ impl SimFs {
             *w = map[*w as usize];
         }
         Some(map)
+    }
+
+    /// The numbering [`SimFs::normalize`] gives this disk with its handles (`handles`) and
+    /// its writers (`writers`) or without them, handed to `f`: `map[old]` is an inode's new
+    /// number (`Ino::MAX`: dropped), `order[new]` its old one. Kept on the stack for the disks
+    /// here (a few dozen inodes).
+    fn with_normal_order<R>(
+        &self,
+        handles: bool,
+        writers: bool,
+        f: impl FnOnce(&[Ino], &[Ino]) -> R,
+    ) -> R {
+        const INLINE: usize = 64;
+        let n = self.nodes.len();
+        if n <= INLINE {
+            let mut map = [Ino::MAX; INLINE];
+            let mut order = [0; INLINE];
+            let len = self.normal_order(handles, writers, &mut map[..n], &mut order[..n]);
+            f(&map[..n], &order[..len])
+        } else {
+            let mut map = vec![Ino::MAX; n];
+            let mut order = vec![0; n];
+            let len = self.normal_order(handles, writers, &mut map, &mut order);
+            f(&map, &order[..len])
+        }
+    }
+
+    /// Fills `map` (all `Ino::MAX`, one per inode) and `order` (one per inode) with the
+    /// numbering of [`SimFs::with_normal_order`]; returns how many inodes it keeps.
+    fn normal_order(
+        &self,
+        handles: bool,
+        writers: bool,
+        map: &mut [Ino],
+        order: &mut [Ino],
+    ) -> usize {
+        let mut len = 0;
+        fn visit(i: Ino, map: &mut [Ino], order: &mut [Ino], len: &mut usize) {
+            let m = &mut map[i as usize];
+            if *m == Ino::MAX {
+                *m = *len as Ino;
+                order[*len] = i;
+                *len += 1;
+            }
+        }
+        visit(ROOT_INO, map, order, &mut len);
+        for durable in [false, true] {
+            let mut k = 0;
+            while k < len {
+                if let Some(d) = self.dir_node(order[k]) {
+                    let entries = if durable { &d.durable } else { &d.live };
+                    for child in entries.values() {
+                        visit(*child, map, order, &mut len);
+                    }
+                }
+                k += 1;
+            }
+        }
+        for p in &self.pending {
+            for i in p.op.inos() {
+                visit(i, map, order, &mut len);
+            }
+        }
+        if handles {
+            for h in self.handles.values() {
+                match h {
+                    Handle::File { ino, .. } | Handle::Dir { ino } => {
+                        visit(*ino, map, order, &mut len);
+                    }
+                    Handle::List { dir, .. } => visit(*dir, map, order, &mut len),
+                }
+            }
+        }
+        if writers {
+            for w in &self.writers {
+                visit(*w, map, order, &mut len);
+            }
+        }
+        // Directories reached only through pending ops or handles may hold more.
+        let mut k = 0;
+        while k < len {
+            if let Some(d) = self.dir_node(order[k]) {
+                for c in d.live.values().chain(d.durable.values()) {
+                    visit(*c, map, order, &mut len);
+                }
+            }
+            k += 1;
+        }
+        len
+    }
+
+    /// A fingerprint of the disk [`SimFs::normal_order`]'s `map` and `order` make of this one
+    /// (no handle; its writers if `writers`), computed without making it: equal such disks
+    /// have equal fingerprints however their inodes were numbered.
+    fn normal_key(&self, map: &[Ino], order: &[Ino], writers: bool) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = KeyHasher::default();
+        h.write_usize(order.len());
+        for &o in order {
+            let node = &self.nodes.0[o as usize];
+            match &**node {
+                // A file inode is the same value in any numbering: its cached hash.
+                Node::File(_) => node.hash(&mut h),
+                Node::Dir(d) => {
+                    h.write_u8(1);
+                    for entries in [&d.live, &d.durable] {
+                        h.write_usize(entries.len());
+                        for (name, ino) in entries {
+                            name_key(name, &mut h);
+                            h.write_u32(map[*ino as usize]);
+                        }
+                    }
+                }
+            }
+        }
+        h.write_usize(self.pending.len());
+        for p in &self.pending {
+            p.op.key_into(map, &mut h);
+            h.write_usize(p.waiting.len());
+            for w in &p.waiting {
+                h.write_u32(map[*w as usize]);
+            }
+        }
+        if writers {
+            h.write_usize(self.writers.len());
+            for w in &self.writers {
+                h.write_u32(map[*w as usize]);
+            }
+        }
+        h.finish()
+    }
+
+    /// Whether `normal` (a normal disk without handles) is the disk `map` and `order` make of
+    /// this one (no handle; its writers if `writers`, else none), compared without making it.
+    fn is_normal_form(&self, map: &[Ino], order: &[Ino], writers: bool, normal: &SimFs) -> bool {
+        if normal.nodes.0.len() != order.len()
+            || !normal.handles.0.is_empty()
+            || normal.pending.len() != self.pending.len()
+        {
+            return false;
+        }
+        let same_nodes = order.iter().zip(&normal.nodes.0).all(|(&o, b)| {
+            let a = &self.nodes.0[o as usize];
+            match (&**a, &**b) {
+                (Node::File(x), Node::File(y)) => Shared::ptr_eq(a, b) || x == y,
+                (Node::Dir(x), Node::Dir(y)) => [(&x.live, &y.live), (&x.durable, &y.durable)]
+                    .into_iter()
+                    .all(|(ex, ey)| {
+                        ex.len() == ey.len()
+                            && ex
+                                .iter()
+                                .zip(ey.iter())
+                                .all(|((nx, ix), (ny, iy))| map[*ix as usize] == *iy && nx == ny)
+                    }),
+                _ => false,
+            }
+        });
+        if !same_nodes {
+            return false;
+        }
+        let same_pending = self.pending.iter().zip(&normal.pending).all(|(p, q)| {
+            p.op.is_renumbered(map, &q.op)
+                && p.waiting.len() == q.waiting.len()
+                && p.waiting
+                    .iter()
+                    .zip(&q.waiting)
+                    .all(|(w, v)| map[*w as usize] == *v)
+        });
+        if !same_pending {
+            return false;
+        }
+        if writers {
+            self.writers.len() == normal.writers.len()
+                && self
+                    .writers
+                    .iter()
+                    .zip(&normal.writers)
+                    .all(|(w, v)| map[*w as usize] == *v)
+        } else {
+            normal.writers.is_empty()
+        }
+    }
+
+    /// What a process crash leaves of `fs` ([`SimFs::crash_process`]), shared: the disks that
+    /// crashes left last are remembered per checker thread (a bounded table, by their normal
+    /// form, found without making it), so equal ones are one allocation (whose hash is known,
+    /// and which the checkpoint model's verdict table finds by pointer); the same value
+    /// whether remembered or not.
+    pub fn crashed(fs: &Shared<SimFs>) -> Shared<SimFs> {
+        /// Disks remembered per thread before the table is emptied.
+        const REMEMBERED: usize = 1 << 12;
+        type Table = std::collections::HashMap<u64, Shared<SimFs>, crate::run::BuildFingerprint>;
+        thread_local! {
+            static CRASHED: std::cell::RefCell<Table> = std::cell::RefCell::default();
+        }
+        let (key, hit) = fs.with_normal_order(false, true, |map, order| {
+            let key = fs.normal_key(map, order, true);
+            let hit = CRASHED.with_borrow(|t| {
+                t.get(&key)
+                    .filter(|d| fs.is_normal_form(map, order, true, d))
+                    .cloned()
+            });
+            (key, hit)
+        });
+        if let Some(d) = hit {
+            return d;
+        }
+        let mut d = fs.clone();
+        d.make_mut().crash_process();
+        CRASHED.with_borrow_mut(|t| {
+            if t.len() >= REMEMBERED {
+                t.clear();
+            }
+            t.insert(key, d.clone());
+        });
+        d
     }
 
     /// Whether [`SimFs::normalize`] would leave every inode where it is: the same walk, without
@@ -2636,6 +2958,22 @@ mod tests {
             assert!(Arc::ptr_eq(&remembered, &again));
             assert_eq!(&closed.enumerate_power_loss(reorder)[..], &again[..]);
         }
+        // What a crash leaves, remembered by its normal form: the disk's own, and found again
+        // (the same allocation) for a disk numbered otherwise with the same normal form.
+        let crashed = SimFs::crashed(&Shared::new(fs.clone()));
+        assert_eq!(*crashed, closed);
+        assert!(Shared::ptr_eq(
+            &crashed,
+            &SimFs::crashed(&Shared::new(closed.clone()))
+        ));
+        // A writer survives a crash, and tells the disk apart.
+        let mut held_open = fs.clone();
+        held_open.hold_for_write("h");
+        let mut kept = held_open.clone();
+        kept.crash_process();
+        let crashed_held = SimFs::crashed(&Shared::new(held_open));
+        assert_eq!(*crashed_held, kept);
+        assert_ne!(*crashed_held, closed);
         run(&mut fs, Op::Close { fd: held });
     }
 
