@@ -2,7 +2,8 @@
 //! same run on the same filesystem, so the ratios survive a slow or loaded machine:
 //!
 //! 1. `tenure run --dir D -- true` against `flock F/lock true` (both spawn `true`): medians of N
-//!    interleaved runs and their ratio (issue 11 target ≤ 1.3×); the start-up alone
+//!    interleaved runs and their ratio (issue 11 target ≤ 1.3×), with the same run without
+//!    the ownership's cgroup (`--cgroup off`) interleaved as a third; the start-up alone
 //!    (`tenure --version` against `flock --version`, interleaved); and the peak RSS of each (from
 //!    `/usr/bin/time -f %M` when it is installed).
 //! 2. The cost of containment, separately: `tenure run -- true` with a cgroup per
@@ -65,7 +66,9 @@ fn which(name: &str) -> Option<PathBuf> {
 }
 
 fn bench_run_vs_flock(tmp: &Path, n: usize) {
-    println!("== tenure run -- true  vs  flock LOCK true ({n} interleaved runs each)");
+    println!(
+        "== tenure run -- true  vs  flock LOCK true, and run --cgroup off ({n} interleaved runs each)"
+    );
     let Some(flock) = which("flock") else {
         println!("   skipped: flock(1) is not installed");
         return;
@@ -84,15 +87,32 @@ fn bench_run_vs_flock(tmp: &Path, n: usize) {
         c.arg(&lock).arg("true");
         c
     };
+    // The same run without the ownership's cgroup (the subreaper and the inherited lock
+    // contain the workload instead): what the containment's cgroup costs of the ratio.
+    let off_state = tmp.join("state-off");
+    let off_cmd = || {
+        let mut c = Command::new(TENURE);
+        c.arg("run")
+            .arg("--dir")
+            .arg(&off_state)
+            .args(["--cgroup", "off", "--", "true"]);
+        c
+    };
     // Warm-up: the first run creates the dir, its marker and the store's folders.
     timed(&mut tenure_cmd());
     timed(&mut flock_cmd());
-    let (mut t, mut f) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    timed(&mut off_cmd());
+    let (mut t, mut f, mut o) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
     for _ in 0..n {
         t.push(timed(&mut tenure_cmd()));
         f.push(timed(&mut flock_cmd()));
+        o.push(timed(&mut off_cmd()));
     }
-    let (tm, fm) = (median(&mut t), median(&mut f));
+    let (tm, fm, om) = (median(&mut t), median(&mut f), median(&mut o));
     let (tmin, fmin) = (t[0], f[0]);
     println!(
         "   tenure run: median {:7.2} ms  p90 {:7.2} ms  min {:7.2} ms",
@@ -109,6 +129,11 @@ fn bench_run_vs_flock(tmp: &Path, n: usize) {
     println!(
         "   ratio tenure/flock: {:.2}x  (issue 11 target <= 1.3x)",
         tm.as_secs_f64() / fm.as_secs_f64()
+    );
+    println!(
+        "   without the cgroup (--cgroup off): median {:7.2} ms, ratio to flock {:.2}x",
+        ms(om),
+        om.as_secs_f64() / fm.as_secs_f64()
     );
     // On a loaded machine every sleep of either side (the runner sleeps twice: for the exec and
     // for the exit) waits for a processor; the fastest runs show the work itself.
