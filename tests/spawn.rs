@@ -1,9 +1,9 @@
 //! The ways the runner starts a child (cards D3, T1): `clone3(CLONE_INTO_CGROUP)` straight
 //! into the ownership's cgroup, the same `clone3` without a cgroup, and `fork` + `exec` (std)
 //! entering the cgroup through `cgroup.procs` where the kernel cannot. All must behave the
-//! same: the same `execvp`
-//! lookup (a script without `#!` runs with /bin/sh), the same errors (`ENOENT` → 127,
-//! `EACCES` → 126), a process group of its own, the cgroup, the inherited descriptor.
+//! same: the same `execvp` lookup (a script without `#!` runs with /bin/sh), the same errors
+//! (`ENOENT` → 127, `EACCES` → 126), a process group of its own, the cgroup, the inherited
+//! descriptor.
 //!
 //! The cgroup cases need a writable cgroup v2 hierarchy: without one they skip by the one rule
 //! (tests/common/skip.rs: a `SKIPPED:` line, a failure under `TENURE_REQUIRE_SERVERS=1`).
