@@ -1270,7 +1270,7 @@ impl SimFs {
     /// losses left, so their hashes are known and the model's verdict table finds them by
     /// pointer. The normal form is looked up without making it (its numbering, a fingerprint
     /// of it and a comparison with the remembered one, all through the renumbering:
-    /// [`SimFs::normal_key`], [`SimFs::is_normal_form`]); a copy is normalised only for a
+    /// `SimFs::normal_key`, `SimFs::is_normal_form`); a copy is normalised only for a
     /// disk not found.
     pub fn power_loss_outcomes(&self, reorder: Reorder) -> Arc<[PowerLoss]> {
         thread_local! {
