@@ -416,6 +416,106 @@ fn p1_an_output_replaced_by_a_file_or_fifo_is_refused_and_kept() {
     }
 }
 
+/// Card P1, a child that leaves its output beside `$TENURE_CHECKPOINT_OUT`: it moves the
+/// output aside and puts a symlink in its place, and writes a `.new` it never renames into
+/// place. The publish is refused (74); the symlink is kept as before, and so is everything the
+/// child left beside it in `staging/`, named on stderr, in the event log and in `status`, with
+/// its bytes; nothing of it stays in `staging/` for the next owner to sweep. The siblings do
+/// not push older kept outputs out: `--keep` counts this run's outputs as one.
+#[test]
+fn p1_output_left_beside_the_output_path_is_kept_and_named() {
+    let env = Env::new();
+    let before = seed_counter(&env);
+    // An older failure, kept: it must survive this run's siblings under the default --keep (2).
+    env.run_to_end(
+        &["-n"],
+        &sh(
+            r#"rm -rf "$TENURE_CHECKPOINT_OUT"; echo x > "$TENURE_CHECKPOINT_OUT""#,
+            &[],
+        ),
+    )
+    .expect_code(74);
+    let outside = env.path("outside");
+    fs::create_dir(&outside).unwrap();
+    let f = env.run_to_end(
+        &["-n"],
+        &sh(
+            r#"O="$TENURE_CHECKPOINT_OUT"; echo moved > "$O/a"; mv "$O" "$O.moved" && ln -s "$1" "$O" && mkdir "$O.new" && echo new > "$O.new/b""#,
+            &[outside.to_str().unwrap()],
+        ),
+    );
+    f.expect_code(74);
+    let kept = kept_path(&f.stderr);
+    assert!(
+        fs::symlink_metadata(&kept)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "{}",
+        f.stderr
+    );
+    let line = f
+        .stderr
+        .lines()
+        .find(|l| l.contains("beside its output; they were kept in "))
+        .unwrap_or_else(|| panic!("the siblings are not named:\n{}", f.stderr));
+    let beside: Vec<PathBuf> = line
+        .split("they were kept in ")
+        .nth(1)
+        .unwrap()
+        .split(", ")
+        .map(PathBuf::from)
+        .collect();
+    assert_eq!(beside.len(), 2, "{line}");
+    let mut found: Vec<String> = beside
+        .iter()
+        .map(|d| {
+            let names: Vec<_> = fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .collect();
+            assert_eq!(names.len(), 1, "{}", d.display());
+            fs::read_to_string(&names[0]).unwrap()
+        })
+        .collect();
+    found.sort();
+    assert_eq!(found, ["moved\n", "new\n"]);
+    // Nothing of the child's is left in staging/ (at most the parked empty spare).
+    let staging: Vec<_> = fs::read_dir(env.dir.join("checkpoints/staging"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != ".spare")
+        .collect();
+    assert!(staging.is_empty(), "{staging:?}");
+    let events = fs::read_to_string(env.dir.join(".tenure/events.jsonl")).unwrap();
+    let failed = events
+        .lines()
+        .rfind(|l| l.contains("\"kind\":\"publish-failed\""))
+        .unwrap();
+    let v: Value = serde_json::from_str(failed).unwrap();
+    assert_eq!(v["kept_beside"].as_array().map(Vec::len), Some(2), "{v}");
+    // status lists the older failure, both siblings and the symlink.
+    let st = env.status();
+    let paths: Vec<String> = st["failed_publishes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(paths.len(), 4, "{st}");
+    assert!(paths[0].ends_with("checkpoints/failed/2"), "{paths:?}");
+    assert!(paths.contains(&kept.display().to_string()), "{paths:?}");
+    for b in &beside {
+        assert!(paths.contains(&b.display().to_string()), "{paths:?}");
+    }
+    assert_eq!(env.current_bytes(), before, "CURRENT is unchanged");
+    // The next owner recovers without touching what was kept.
+    env.run_to_end(&["-n"], &sh("true", &[])).expect_code(0);
+    for b in &beside {
+        assert!(b.exists(), "{}", b.display());
+    }
+}
+
 /// Card P1 with the files build tools leave: an output file with a second name inside the
 /// output, and one with a name outside it (hard links, as `cp -al` or a cache makes), beside a
 /// plain one. Everything is published and loads back; the linked files are copied, not taken

@@ -1009,6 +1009,64 @@ impl<'s> CheckpointStore<'s> {
         tree::remove_tree(&parent, &staging.name, "staging")
     }
 
+    /// Keeps a failed publish's output together with what its writer left beside it (card
+    /// P1): each of [`CheckpointStore::siblings`] first, then the area itself, last and so the
+    /// newest. This run's outputs count as one against the store's `keep`: the older kept
+    /// outputs are pruned as if there were no siblings, and later prunes take this run's
+    /// siblings before its area. Returns where the area was kept (as
+    /// [`CheckpointStore::keep_failed`]) and where each sibling was; a sibling that cannot be
+    /// kept is reported in the list of failures and stays where it is.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn keep_failed_with_siblings(
+        &self,
+        staging: &Staging,
+        epoch: u64,
+    ) -> (
+        Result<Option<PathBuf>, CheckpointError>,
+        Vec<PathBuf>,
+        Vec<(PathBuf, CheckpointError)>,
+    ) {
+        let (mut beside, mut failures) = (Vec::new(), Vec::new());
+        match self.siblings(staging) {
+            Ok(siblings) => {
+                for sib in siblings {
+                    match self.keep_failed_within(&sib, epoch, usize::MAX) {
+                        Ok(Some(k)) => beside.push(k),
+                        Ok(None) => {}
+                        Err(e) => failures.push((sib.path, e)),
+                    }
+                }
+            }
+            Err(e) => failures.push((self.path().join(STAGING_DIR), e)),
+        }
+        let kept = self.keep_failed_within(staging, epoch, self.keep.saturating_add(beside.len()));
+        (kept, beside, failures)
+    }
+
+    /// What a writer left in `staging/` beside its area (card P1): the entries whose names
+    /// extend the area's own — `$TENURE_CHECKPOINT_OUT.new` written to be renamed into place,
+    /// the output moved aside (`.old`, `.moved`) — as areas of their own, sorted by name, for
+    /// [`CheckpointStore::keep_failed`] to keep beside a kept output. Read-only; the area
+    /// itself is not listed. Call it only once nothing can write into `staging/` any more.
+    pub(crate) fn siblings(&self, staging: &Staging) -> Result<Vec<Staging>, CheckpointError> {
+        let (root, _, _) = self.owned_dirs()?;
+        let parent = root.open_dir(STAGING_DIR)?;
+        let mut found = Vec::new();
+        for e in parent.entries()? {
+            let Some(name) = e.name.to_str() else {
+                continue;
+            };
+            if name.len() > staging.name.len() && name.starts_with(staging.name.as_str()) {
+                found.push(Staging {
+                    name: name.to_owned(),
+                    path: self.path().join(STAGING_DIR).join(name),
+                });
+            }
+        }
+        found.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(found)
+    }
+
     /// Keeps the output of a failed publish (card P1, [`plan::KeepFailedPlan`]): the staging
     /// area — whatever its path names now, a directory, a symlink or a file — is renamed to
     /// `failed/<epoch>` (or `failed/<epoch>.<n>` when that is taken), which needs no space and
@@ -1019,8 +1077,18 @@ impl<'s> CheckpointStore<'s> {
         staging: &Staging,
         epoch: u64,
     ) -> Result<Option<PathBuf>, CheckpointError> {
+        self.keep_failed_within(staging, epoch, self.keep)
+    }
+
+    /// [`CheckpointStore::keep_failed`] with `keep` kept outputs in place of the store's.
+    pub(crate) fn keep_failed_within(
+        &self,
+        staging: &Staging,
+        epoch: u64,
+        keep: usize,
+    ) -> Result<Option<PathBuf>, CheckpointError> {
         let (mut exec, fds) = self.owned_fds()?;
-        let mut p = plan::KeepFailedPlan::new(fds.root, staging.name.clone(), epoch, self.keep);
+        let mut p = plan::KeepFailedPlan::new(fds.root, staging.name.clone(), epoch, keep);
         plan::run(&mut p, &mut exec)?;
         Ok(p.kept().map(|n| self.path().join(FAILED_DIR).join(n)))
     }

@@ -1184,12 +1184,26 @@ impl<'a> Runner<'a> {
             }
             Err(e) => {
                 // Card P1: the child's output is never lost. The staging area (whatever its
-                // path names now) is kept under `checkpoints/failed/<epoch>`, and the error and
-                // the fix name that place, not the staging area that no longer exists.
-                let kept = self
-                    .attach()
-                    .expect("attached above")
-                    .and_then(|s| s.keep_failed(&rec.staging, epoch));
+                // path names now) is kept under `checkpoints/failed/`, and the error and the
+                // fix name that place, not the staging area that no longer exists; what the
+                // child left beside it in `staging/` (the output moved aside, a `.new` never
+                // renamed into place) is kept there too, and named.
+                let (kept, beside) = match self.attach().expect("attached above") {
+                    Ok(s) => {
+                        let (kept, beside, failures) =
+                            s.keep_failed_with_siblings(&rec.staging, epoch);
+                        for (path, err) in failures {
+                            log::error!(
+                                "what the child left beside its output, {}, could not be kept: {err}",
+                                path.display()
+                            );
+                        }
+                        let beside: Vec<String> =
+                            beside.iter().map(|p| p.display().to_string()).collect();
+                        (kept, beside)
+                    }
+                    Err(err) => (Err(err), Vec::new()),
+                };
                 let e = match &kept {
                     Ok(Some(k)) => e.relocate(rec.staging.path(), k),
                     _ => e,
@@ -1214,6 +1228,12 @@ impl<'a> Runner<'a> {
                         Some(rec.staging.path().display().to_string())
                     }
                 };
+                if !beside.is_empty() {
+                    log::error!(
+                        "the child also left files beside its output; they were kept in {}",
+                        beside.join(", ")
+                    );
+                }
                 self.kept_output = kept;
                 // A failure after CURRENT was renamed (its directory fsync) leaves the new
                 // checkpoint current but not durable: read what CURRENT names now rather than
@@ -1230,7 +1250,8 @@ impl<'a> Runner<'a> {
                 self.log(
                     "publish-failed",
                     json!({"error": e.to_string(), "current_before": before.map(|c| c.get()),
-                           "current": now.map(|c| c.get()), "kept": self.kept_output}),
+                           "current": now.map(|c| c.get()), "kept": self.kept_output,
+                           "kept_beside": beside}),
                 );
                 self.queue.push_back(Event::CheckpointFailed);
             }
