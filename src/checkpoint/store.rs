@@ -224,6 +224,16 @@ impl Staging {
     }
 }
 
+/// What [`CheckpointStore::keep_failed_with_siblings`] kept of a failed publish's output.
+pub(crate) struct KeptFailure {
+    /// Where the staging area was kept (as [`CheckpointStore::keep_failed`] answers).
+    pub(crate) area: Result<Option<PathBuf>, CheckpointError>,
+    /// Where each entry its writer left beside it was kept.
+    pub(crate) beside: Vec<PathBuf>,
+    /// The entries that could not be kept (they stay where they are), and why.
+    pub(crate) failures: Vec<(PathBuf, CheckpointError)>,
+}
+
 /// A read-only copy of a checkpoint's files in the store's `views/` directory
 /// (`TENURE_CHECKPOINT`); remove it with [`CheckpointStore::remove_view`].
 #[derive(Debug)]
@@ -1016,16 +1026,7 @@ impl<'s> CheckpointStore<'s> {
     /// siblings before its area. Returns where the area was kept (as
     /// [`CheckpointStore::keep_failed`]) and where each sibling was; a sibling that cannot be
     /// kept is reported in the list of failures and stays where it is.
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn keep_failed_with_siblings(
-        &self,
-        staging: &Staging,
-        epoch: u64,
-    ) -> (
-        Result<Option<PathBuf>, CheckpointError>,
-        Vec<PathBuf>,
-        Vec<(PathBuf, CheckpointError)>,
-    ) {
+    pub(crate) fn keep_failed_with_siblings(&self, staging: &Staging, epoch: u64) -> KeptFailure {
         let (mut beside, mut failures) = (Vec::new(), Vec::new());
         match self.siblings(staging) {
             Ok(siblings) => {
@@ -1039,8 +1040,12 @@ impl<'s> CheckpointStore<'s> {
             }
             Err(e) => failures.push((self.path().join(STAGING_DIR), e)),
         }
-        let kept = self.keep_failed_within(staging, epoch, self.keep.saturating_add(beside.len()));
-        (kept, beside, failures)
+        let area = self.keep_failed_within(staging, epoch, self.keep.saturating_add(beside.len()));
+        KeptFailure {
+            area,
+            beside,
+            failures,
+        }
     }
 
     /// What a writer left in `staging/` beside its area (card P1): the entries whose names

@@ -821,3 +821,44 @@ mod clone3 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without a cgroup the child is started by `clone3` itself, not by the `fork` fallback
+    /// (`clone3::spawn` answers `None` only where the kernel has no `clone3`): the runner's
+    /// spawn without a cgroup shares its memory until the exec instead of copying it.
+    #[test]
+    fn a_spawn_without_a_cgroup_takes_clone3_not_the_fork() {
+        let spec = SpawnSpec {
+            program: "sh".into(),
+            args: vec!["-c".into(), "exit 7".into()],
+            allow: None,
+            remove: Vec::new(),
+            set: Vec::new(),
+            cgroup_dir: None,
+            cgroup_procs: None,
+            inherit: Vec::new(),
+            user: None,
+            foreground: false,
+        };
+        let mut child = clone3::spawn(&spec, None)
+            .expect("spawn sh")
+            .expect("clone3 started it (Linux 5.3+), no fall back to fork");
+        // Waits for the exit on the pidfd (an event, bounded for a loaded machine).
+        {
+            let pidfd = child.pidfd();
+            let mut fds = [rustix::event::PollFd::new(
+                &pidfd,
+                rustix::event::PollFlags::IN,
+            )];
+            let ts = rustix::time::Timespec {
+                tv_sec: 60,
+                tv_nsec: 0,
+            };
+            rustix::event::poll(&mut fds, Some(&ts)).expect("poll the pidfd");
+        }
+        assert_eq!(child.try_reap().unwrap(), Some(ChildStatus::Exited(7)));
+    }
+}

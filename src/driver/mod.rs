@@ -1190,17 +1190,16 @@ impl<'a> Runner<'a> {
                 // renamed into place) is kept there too, and named.
                 let (kept, beside) = match self.attach().expect("attached above") {
                     Ok(s) => {
-                        let (kept, beside, failures) =
-                            s.keep_failed_with_siblings(&rec.staging, epoch);
-                        for (path, err) in failures {
+                        let k = s.keep_failed_with_siblings(&rec.staging, epoch);
+                        for (path, err) in k.failures {
                             log::error!(
                                 "what the child left beside its output, {}, could not be kept: {err}",
                                 path.display()
                             );
                         }
                         let beside: Vec<String> =
-                            beside.iter().map(|p| p.display().to_string()).collect();
-                        (kept, beside)
+                            k.beside.iter().map(|p| p.display().to_string()).collect();
+                        (k.area, beside)
                     }
                     Err(err) => (Err(err), Vec::new()),
                 };

@@ -1241,7 +1241,7 @@ mod tests {
         }
     }
 
-    /// What `status` hides of `registry/leases/owner.slot`: the entry of an ownership that
+    /// Card H8: what `status` hides of `registry/leases/owner.slot`: the entry of an ownership that
     /// released in order (its release leaves the entry for the next owner to overwrite), and
     /// the entry of an ownership a later one replaced (a successor between its owner record and
     /// its own entry, e.g. after a crash). The entry of the current ownership, and of one that
