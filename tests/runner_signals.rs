@@ -295,7 +295,17 @@ fn g3_refuse_while_verifying_the_checkpoint() {
         },
         || read(&trace),
     );
-    assert!(r.running(), "the run ended before the worker was let go");
+    // The release joins the worker first: while the worker is held, the run does not end. (A
+    // release that did not wait for it ends the run within milliseconds of the stop; half a
+    // second of watching sees that even on a loaded machine.)
+    let watch = std::time::Instant::now() + std::time::Duration::from_millis(500);
+    while std::time::Instant::now() < watch {
+        assert!(
+            r.running(),
+            "the run ended while its recovery worker was still held: the release did not join it"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     release_fifo(&gate);
     let f = r.wait();
     f.expect_code(143);
