@@ -311,6 +311,55 @@ read _"#;
     assert_eq!(read(&out), "clean\n", "the successor's workload overlapped");
 }
 
+/// Cards P5 and T1, no cgroup: a crashed owner's leftover keeps the dir locked through the lock
+/// descriptor it inherited, and `status` says to stop it. `tenure stop` does: it sends the
+/// leftover SIGTERM, then SIGKILL after its grace (in that order, card D1), and reports that the
+/// owner ended without an orderly release (137). It used to wait out its grace for a record
+/// naming the holder and exit 75 saying the owner was "still starting", however often it ran.
+#[test]
+fn p5_stop_ends_a_crashed_owners_leftovers_holding_the_lock() {
+    let env = Env::new();
+    let pidfile = env.path("gc.pid");
+    let got = env.path("got");
+    let script = r#"setsid sh -c 'trap "echo term >> \"$2\"" TERM; echo $$ > "$1"; while :; do sleep 0.05 & wait $!; done' sh "$1" "$2" &
+read _"#;
+    // (The sleeps run in the background: dash would end itself once a foreground sleep holding
+    // the lock died of the same SIGTERM.)
+    let r = env.run(
+        &["--cgroup", "off"],
+        &sh(script, &[pidfile.to_str().unwrap(), got.to_str().unwrap()]),
+    );
+    let gc = read_pid(&pidfile);
+    env.wait_event("ready", Some(r.pid()));
+    r.signal(Signal::KILL);
+    r.wait();
+    assert!(
+        alive(gc),
+        "precondition: the grandchild outlived its runner"
+    );
+    assert_eq!(env.status()["lock_held"], true);
+
+    let f = env.tool("stop", &["--grace", "0.5"]);
+    f.expect_code(137);
+    assert!(!f.stderr.contains("still starting"), "{}", f.stderr);
+    assert!(f.stdout.contains("sent SIGTERM"), "{}", f.stdout);
+    assert!(f.stdout.contains("sent SIGKILL"), "{}", f.stdout);
+    assert!(
+        f.stderr.contains("without an orderly release"),
+        "{}",
+        f.stderr
+    );
+    assert!(!alive(gc), "the leftover still runs after stop returned");
+    assert_eq!(
+        read(&got),
+        "term\n",
+        "SIGTERM reached the leftover before SIGKILL"
+    );
+    assert_eq!(env.status()["lock_held"], false);
+    env.run_to_end(&["--cgroup", "off", "-n"], &["true"])
+        .expect_code(0);
+}
+
 /// Card T3: USR1, USR2, WINCH, QUIT, ALRM, PWR and a real-time signal reach the workload
 /// and the runner survives them all; HUP is forwarded too by default. The same signals while
 /// the runner waits for a lease change nothing.
