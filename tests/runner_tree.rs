@@ -321,13 +321,21 @@ fn p5_stop_ends_a_crashed_owners_leftovers_holding_the_lock() {
     let env = Env::new();
     let pidfile = env.path("gc.pid");
     let got = env.path("got");
-    let script = r#"setsid sh -c 'trap "echo term >> \"$2\"" TERM; echo $$ > "$1"; while :; do sleep 0.05 & wait $!; done' sh "$1" "$2" &
+    // The leftover reads a FIFO it opened read-write (it never gets input, never sees its end)
+    // and forks nothing: a SIGTERM runs its trap, and only SIGKILL ends it.
+    let fifo = env.fifo("never");
+    let script = r#"setsid sh -c 'trap "echo term >> \"$2\"" TERM; echo $$ > "$1"; while :; do read _ <> "$3"; done' sh "$1" "$2" "$3" &
 read _"#;
-    // (The sleeps run in the background: dash would end itself once a foreground sleep holding
-    // the lock died of the same SIGTERM.)
     let r = env.run(
         &["--cgroup", "off"],
-        &sh(script, &[pidfile.to_str().unwrap(), got.to_str().unwrap()]),
+        &sh(
+            script,
+            &[
+                pidfile.to_str().unwrap(),
+                got.to_str().unwrap(),
+                fifo.to_str().unwrap(),
+            ],
+        ),
     );
     let gc = read_pid(&pidfile);
     env.wait_event("ready", Some(r.pid()));
@@ -358,6 +366,71 @@ read _"#;
     assert_eq!(env.status()["lock_held"], false);
     env.run_to_end(&["--cgroup", "off", "-n"], &["true"])
         .expect_code(0);
+}
+
+/// Cards P5 and T1 with a cgroup: a crashed owner's leftover runs on in its recorded cgroup while
+/// the lock is free. `tenure stop` ends it — SIGTERM, then SIGKILL after its grace — and exits
+/// 137. It used to say the dir "is not owned: nothing runs there (already stopped)", exit 0
+/// and leave it running until the next owner started.
+#[test]
+fn p5_stop_ends_a_crashed_owners_leftovers_in_its_cgroup() {
+    if !modes("p5_stop_ends_a_crashed_owners_leftovers_in_its_cgroup").contains(&Mode::Cgroup) {
+        return;
+    }
+    let env = Env::new();
+    let pidfile = env.path("gc.pid");
+    let got = env.path("got");
+    // The leftover reads a FIFO it opened read-write (it never gets input, never sees its end)
+    // and forks nothing: a SIGTERM runs its trap, and only SIGKILL ends it.
+    let fifo = env.fifo("never");
+    let script = r#"setsid sh -c 'trap "echo term >> \"$2\"" TERM; echo $$ > "$1"; while :; do read _ <> "$3"; done' sh "$1" "$2" "$3" &
+read _"#;
+    let r = env.run(
+        &["--cgroup", "auto"],
+        &sh(
+            script,
+            &[
+                pidfile.to_str().unwrap(),
+                got.to_str().unwrap(),
+                fifo.to_str().unwrap(),
+            ],
+        ),
+    );
+    let gc = read_pid(&pidfile);
+    env.wait_event("ready", Some(r.pid()));
+    r.signal(Signal::KILL);
+    r.wait();
+    assert!(
+        alive(gc),
+        "precondition: the grandchild outlived its runner"
+    );
+    let st = env.status();
+    assert_eq!(st["lock_held"], false, "{st}");
+    assert_eq!(st["containment"]["mechanism"], "cgroup", "{st}");
+
+    let f = env.tool("stop", &["--grace", "0.5"]);
+    f.expect_code(137);
+    assert!(!f.stdout.contains("nothing runs there"), "{}", f.stdout);
+    assert!(f.stdout.contains("sent SIGTERM"), "{}", f.stdout);
+    assert!(f.stdout.contains("sent SIGKILL"), "{}", f.stdout);
+    assert!(
+        f.stderr.contains("without an orderly release"),
+        "{}",
+        f.stderr
+    );
+    assert!(!alive(gc), "the leftover still runs after stop returned");
+    assert_eq!(
+        read(&got),
+        "term\n",
+        "SIGTERM reached the leftover before SIGKILL"
+    );
+    let st = env.status();
+    assert_eq!(
+        st["containment"]["processes"],
+        serde_json::json!([]),
+        "{st}"
+    );
+    env.run_to_end(&["-n"], &["true"]).expect_code(0);
 }
 
 /// Card T3: USR1, USR2, WINCH, QUIT, ALRM, PWR and a real-time signal reach the workload

@@ -345,7 +345,9 @@ pub fn status(dir: &Path, json: bool) -> u8 {
         .is_some_and(|o| o.process.liveness != Liveness::Live);
     if owner_gone && !s.containment.processes.is_empty() {
         let then = match s.containment.cgroup {
-            Some(_) => "the next owner ends them before it starts its own workload",
+            Some(_) => {
+                "the next owner ends them before it starts its own workload; `tenure stop` ends them now"
+            }
             None => "the dir stays locked until they exit; `tenure stop` ends them",
         };
         println!(
@@ -665,6 +667,12 @@ fn names_the_holder(st: &LeaseStatus, o: &lease::OwnerRecord) -> bool {
 /// process gone) whose workload kept the lock descriptor (no cgroup): whoever holds the lock
 /// through an inherited descriptor is then a leftover of that workload (card T2).
 fn crashed_without_cgroup(st: &LeaseStatus, o: &lease::OwnerRecord) -> bool {
+    crashed(st, o) && o.containment == Some(lease::Containment::LockFd)
+}
+
+/// Whether `o` is the record of a crashed owner: written for this dir, an owning phase, its
+/// process gone.
+fn crashed(st: &LeaseStatus, o: &lease::OwnerRecord) -> bool {
     let owning = match o.phase {
         PhaseKind::Recovering | PhaseKind::Ready | PhaseKind::Draining => true,
         PhaseKind::Cold | PhaseKind::Released | PhaseKind::Cancelled | PhaseKind::Refused => false,
@@ -674,7 +682,65 @@ fn crashed_without_cgroup(st: &LeaseStatus, o: &lease::OwnerRecord) -> bool {
         .as_ref()
         .is_some_and(|m| o.root_id == Some(m.root_id));
     let gone = matches!(st.owner_liveness, Some(Liveness::Dead | Liveness::Recycled));
-    owning && ours && gone && o.containment == Some(lease::Containment::LockFd)
+    owning && ours && gone
+}
+
+/// `stop` of a dir whose crashed owner's workload still runs in its recorded cgroup (cards P5,
+/// T1): SIGTERM to its processes (through pidfds checked against the cgroup), then, past
+/// `grace`, the cgroup's SIGKILL. The owner never released: [`EXIT_STOP_KILLED`], or 70 if
+/// something survives SIGKILL.
+fn stop_cgroup_leftovers(
+    d: &StateDir,
+    owner: &lease::OwnerRecord,
+    rec: &lease::cgroup::CgroupRecord,
+    root_id: &str,
+    grace: Duration,
+) -> u8 {
+    let pid = owner.identity.pid;
+    let termed = lease::cgroup::signal_recorded(rec, rustix::process::Signal::TERM);
+    println!(
+        "owner pid {pid} (epoch {}) of {} is gone, but its workload still runs in cgroup {}; sent SIGTERM to {} process(es): {termed:?}",
+        owner.epoch,
+        d.path().display(),
+        rec.path.display(),
+        termed.len()
+    );
+    let deadline = Instant::now() + grace;
+    while lease::cgroup::recorded_members(rec).is_some_and(|m| !m.is_empty()) {
+        if Instant::now() >= deadline {
+            println!(
+                "the workload of owner pid {pid} did not stop within {:.1}s; sending SIGKILL",
+                grace.as_secs_f64()
+            );
+            match lease::cgroup::end_recorded(rec, root_id, owner.epoch, Duration::from_secs(10)) {
+                Ok(lease::cgroup::EndedCgroup::Ended { killed }) => println!(
+                    "sent SIGKILL to the {} process(es) of the owner's workload (cgroup {}): {killed:?}",
+                    killed.len(),
+                    rec.path.display()
+                ),
+                Ok(lease::cgroup::EndedCgroup::Gone) => {}
+                Ok(lease::cgroup::EndedCgroup::Survived { pids }) => {
+                    log::error!(
+                        "did not stop: processes {pids:?} of the workload of owner pid {pid} survived SIGKILL in {}",
+                        rec.path.display()
+                    );
+                    return EXIT_DID_NOT_STOP;
+                }
+                Err(e) => {
+                    log::error!("{e}");
+                    return EXIT_IO;
+                }
+            }
+            break;
+        }
+        std::thread::sleep(STOP_POLL);
+    }
+    log::error!(
+        "owner pid {pid} ended without an orderly release (its record says {}); its workload was stopped and the lease of {} is free, but its last checkpoint may not have been published",
+        owner.phase,
+        d.path().display()
+    );
+    EXIT_STOP_KILLED
 }
 
 /// `stop` of a dir that the leftovers of a crashed owner keep locked through the lock descriptor
@@ -785,8 +851,9 @@ fn wait_end(d: &StateDir, owner: &lease::OwnerRecord, deadline: Instant) -> End 
 /// It tells the truth (card P5): when the lock is held but the record does not yet name the
 /// holder (an owner between taking the lock and writing its record), it waits up to `grace`
 /// for that record and stops the owner it names, or exits [`EXIT_STOP_STARTING`] saying the
-/// owner is starting. When the lock is held by the leftovers of a crashed owner's workload that
-/// kept the lock descriptor (no cgroup, card T2), it stops them: SIGTERM, SIGKILL after `grace`.
+/// owner is starting. What a crashed owner's workload left running — holding the lock through
+/// the descriptor it inherited (no cgroup), or in its recorded cgroup while the lock is free
+/// (card T2) — it stops: SIGTERM, SIGKILL after `grace`.
 /// Exit 0 only when no owner holds the lease or after an orderly release;
 /// [`EXIT_STOP_KILLED`] when the owner or its workload had to be SIGKILLed (or it ended
 /// without releasing; an owner that releases after stop killed its child is no orderly drain), 70
@@ -819,6 +886,15 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
             }
         };
         if !st.held {
+            // What a crashed owner's workload left running in its cgroup runs on without the
+            // lock, until the next owner ends it.
+            if let Some(o) = st.owner.as_ref().filter(|o| crashed(&st, o))
+                && let (Some(lease::Containment::Cgroup(rec)), Some(marker)) =
+                    (&o.containment, st.identity.as_ref())
+                && lease::cgroup::recorded_members(rec).is_some_and(|m| !m.is_empty())
+            {
+                return stop_cgroup_leftovers(&d, o, rec, &marker.root_id.to_string(), grace);
+            }
             println!(
                 "{} is not owned: nothing runs there (already stopped); nothing was signalled",
                 d.path().display()
