@@ -1253,6 +1253,17 @@ pub fn checkpoint_list(dir: &Path, json: bool) -> u8 {
     0
 }
 
+/// What `show` and `rollback` say of a checkpoint id the store has no manifest of (the store's
+/// own error speaks of the one CURRENT names).
+fn no_such_checkpoint(d: &StateDir, id: CheckpointId) -> String {
+    format!(
+        "{} has no checkpoint {} (see `tenure checkpoint list --dir {}`)",
+        d.path().display(),
+        id.get(),
+        d.path().display()
+    )
+}
+
 /// `tenure checkpoint show N`: checkpoint N's header and files, verified (read-only). Exit 0
 /// when it verifies; 65 naming the bad file when it does not or does not exist (74 for an I/O
 /// error).
@@ -1273,12 +1284,7 @@ pub fn checkpoint_show(dir: &Path, id: u64, json: bool) -> u8 {
         Ok(cp) => cp,
         Err(e) => {
             let hint = match &e {
-                CheckpointError::ManifestMissing { .. } => {
-                    format!(
-                        "{e} (see `tenure checkpoint list --dir {}`)",
-                        d.path().display()
-                    )
-                }
+                CheckpointError::ManifestMissing { .. } => no_such_checkpoint(&d, id),
                 _ => format!("checkpoint {} does not verify: {e}", id.get()),
             };
             return refuse_json(dir, json, checkpoint_code(&e), hint);
@@ -1364,8 +1370,12 @@ pub fn rollback(
     let before = match CheckpointStore::open(&d, StoreOptions::default()) {
         Ok(store) => {
             if let Err(e) = store.load_id(to) {
+                let why = match &e {
+                    CheckpointError::ManifestMissing { .. } => no_such_checkpoint(&d, to),
+                    _ => e.to_string(),
+                };
                 log::error!(
-                    "cannot roll back to checkpoint {}: {e}; nothing was changed",
+                    "cannot roll back to checkpoint {}: {why}; nothing was changed",
                     to.get()
                 );
                 return checkpoint_code(&e);
