@@ -684,6 +684,35 @@ fn t4_redis_daemonize_under_type_forking() {
     }
 }
 
+/// Cards T4 and D4: a forking daemon whose first process never exits is stopped at the
+/// readiness timeout, and the message says what was awaited — the first process's exit (and
+/// the pid file) — not a `READY=1` that `--type forking` never asks for.
+#[test]
+fn t4_a_forking_readiness_timeout_names_what_was_awaited() {
+    let env = Env::new();
+    let pidfile = env.path("main.pid");
+    let f = env.run_to_end(
+        &[
+            "--type",
+            "forking",
+            "--pidfile",
+            pidfile.to_str().unwrap(),
+            "--ready-timeout",
+            "0.5",
+        ],
+        &sh("read _; exec sleep 1000", &[]),
+    );
+    f.expect_code(69);
+    assert!(f.stderr.contains("readiness timed out"), "{}", f.stderr);
+    assert!(!f.stderr.contains("READY=1"), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("first process did not exit 0"),
+        "{}",
+        f.stderr
+    );
+    assert!(f.stderr.contains(pidfile.to_str().unwrap()), "{}", f.stderr);
+}
+
 fn which(name: &str) -> Option<std::path::PathBuf> {
     std::env::var_os("PATH")?
         .to_str()?

@@ -1353,7 +1353,18 @@ impl<'a> Runner<'a> {
                 self.log("tree-remains", json!({"pids": left}));
             }
             Note::ReadinessTimedOut => {
-                log::error!("readiness timed out: the child did not send READY=1 in time");
+                let what = match (self.opts.ready, &self.opts.pid_file) {
+                    (ReadyMode::Notify, _) => "the child did not send READY=1 in time".to_owned(),
+                    (ReadyMode::Forking, Some(f)) => format!(
+                        "the daemon's first process did not exit 0, or its pid file {} did not name its main process, in time",
+                        f.display()
+                    ),
+                    (ReadyMode::Forking, None) => {
+                        "the daemon's first process did not exit 0 in time".to_owned()
+                    }
+                    (ReadyMode::Start, _) => "the child was not ready in time".to_owned(),
+                };
+                log::error!("readiness timed out: {what}");
                 self.log("readiness-timed-out", json!({}));
             }
             Note::Killed if self.core.lost() => {
