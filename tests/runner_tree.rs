@@ -408,6 +408,23 @@ read _"#;
     assert_eq!(st["lock_held"], false, "{st}");
     assert_eq!(st["containment"]["mechanism"], "cgroup", "{st}");
 
+    // Card P4: a copy of the dir (its marker names the original) never acts on them.
+    let copy = env.path("copy");
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&env.dir)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let mut c = tenure();
+    c.args(["stop", "--grace", "0.5", "--dir"]).arg(&copy);
+    let mut from_copy = env.start(c);
+    from_copy.close_stdin();
+    let from_copy = from_copy.wait();
+    from_copy.expect_code(0);
+    assert!(alive(gc), "stop of a copy ended the original's leftover");
+
     let f = env.tool("stop", &["--grace", "0.5"]);
     f.expect_code(137);
     assert!(!f.stdout.contains("nothing runs there"), "{}", f.stdout);

@@ -671,7 +671,9 @@ fn crashed_without_cgroup(st: &LeaseStatus, o: &lease::OwnerRecord) -> bool {
 }
 
 /// Whether `o` is the record of a crashed owner: written for this dir, an owning phase, its
-/// process gone.
+/// process gone. The dir's marker must name this very path: a copy that was not adopted
+/// (`cp -a`) holds the original's marker and records, and never acts on the original's
+/// processes (card P4).
 fn crashed(st: &LeaseStatus, o: &lease::OwnerRecord) -> bool {
     let owning = match o.phase {
         PhaseKind::Recovering | PhaseKind::Ready | PhaseKind::Draining => true,
@@ -680,7 +682,7 @@ fn crashed(st: &LeaseStatus, o: &lease::OwnerRecord) -> bool {
     let ours = st
         .identity
         .as_ref()
-        .is_some_and(|m| o.root_id == Some(m.root_id));
+        .is_some_and(|m| o.root_id == Some(m.root_id) && m.path == st.dir);
     let gone = matches!(st.owner_liveness, Some(Liveness::Dead | Liveness::Recycled));
     owning && ours && gone
 }
