@@ -1211,10 +1211,21 @@ impl<'a> Runner<'a> {
                 let kept = match kept {
                     Ok(Some(k)) => {
                         let d = dir.path().display();
+                        // What the child left in place of its output directory may be a file
+                        // of another kind: the fix copies what can be published.
+                        let kind = std::fs::symlink_metadata(&k).map(|m| m.file_type());
                         let k = k.display();
-                        log::error!(
-                            "the child's output was kept in {k}; fix it there, then publish it with: tenure run --dir {d} -- sh -c 'cp -a {k}/. \"$TENURE_CHECKPOINT_OUT\"'"
-                        );
+                        match kind {
+                            Ok(t) if t.is_dir() => log::error!(
+                                "the child's output was kept in {k}; fix it there, then publish it with: tenure run --dir {d} -- sh -c 'cp -a {k}/. \"$TENURE_CHECKPOINT_OUT\"'"
+                            ),
+                            Ok(t) if t.is_file() => log::error!(
+                                "the child's output was kept in {k}; fix it there (it is a file, where a directory of files was expected), then publish it with: tenure run --dir {d} -- sh -c 'cp {k} \"$TENURE_CHECKPOINT_OUT/\"'"
+                            ),
+                            _ => log::error!(
+                                "the child's output was kept in {k}; fix it there: it is not a directory of regular files and directories, so there is nothing to publish as it is"
+                            ),
+                        }
                         Some(k.to_string())
                     }
                     Ok(None) => None,
