@@ -826,6 +826,71 @@ while :; do sleep 0.02; done"#;
 
 /// Card T5: a parent `NOTIFY_SOCKET` whose queue is full never stalls the runner: SIGTERM still
 /// drains within grace + 1 s (a child that ignores TERM is killed after the grace).
+/// Card T5 with `systemd-notify`: each sends its notice, then `BARRIER=1` with a descriptor, and
+/// exits as soon as that descriptor is closed. Thirty of them queue up while the runner is
+/// stopped (SIGSTOP), so it reads many of their datagrams at once: every one is accepted as the
+/// workload's, none is reported as a stranger's. The runner used to close each descriptor as
+/// it read the datagram and check the senders afterwards, when many had exited already (14 of
+/// 30 rejected, the first `READY=1`s among them).
+#[test]
+fn t5_systemd_notify_senders_are_checked_before_their_barrier_closes() {
+    let env = Env::new();
+    let gate = env.fifo("go");
+    let script = r#"read x < "$1"
+i=0; while [ $i -lt 30 ]; do systemd-notify --ready & i=$((i + 1)); done
+wait
+read _ || true"#;
+    let mut r = env.run(
+        &["--type", "notify", "--ready-timeout", "60"],
+        &sh(script, &[gate.to_str().unwrap()]),
+    );
+    let child = env.wait_event("spawned", Some(r.pid()))["child_pid"]
+        .as_u64()
+        .unwrap() as u32;
+    wait_blocked_in_fifo_open(child);
+    r.signal(Signal::STOP);
+    release_fifo(&gate);
+    // All thirty wait: in their send (the socket's queue is full) or for their barrier.
+    wait_for(
+        "thirty systemd-notify waiting on the stopped runner",
+        DEADLINE,
+        || {
+            let waiting = fs::read_dir("/proc")
+                .ok()?
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|pid| {
+                    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                    let wchan =
+                        fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+                    stat.contains("(systemd-notify)")
+                        && stat.rsplit(')').next().and_then(|t| t.split(' ').nth(2))
+                            == Some(&child.to_string())
+                        && (wchan.contains("wait_for_peer") || wchan.contains("poll"))
+                })
+                .count();
+            (waiting == 30).then_some(())
+        },
+        String::new,
+    );
+    r.signal(Signal::CONT);
+    env.wait_status("ready", |s| s["phase"] == "ready");
+    r.close_stdin();
+    let f = r.wait();
+    f.expect_code(0);
+    let rejected: Vec<Value> = env
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "notify-rejected")
+        .map(|e| e["sender_pid"].clone())
+        .collect();
+    assert!(
+        rejected.is_empty(),
+        "{} of the workload's systemd-notify were rejected: {rejected:?}",
+        rejected.len()
+    );
+}
+
 #[test]
 fn t5_full_parent_socket_never_stalls() {
     let env = Env::new();

@@ -1844,7 +1844,10 @@ impl<'a> Runner<'a> {
     /// Reads the workload's notifications; only processes of the workload are heard (card T5).
     fn take_notices(&mut self) {
         let Some(n) = &self.notify else { return };
-        let datagrams = n.take();
+        // The descriptors passed along stay open until every sender was checked: a
+        // `systemd-notify` exits as soon as its `BARRIER=1` descriptor is closed, and a sender
+        // that is gone can no longer be found in the workload (card T5).
+        let (datagrams, barriers) = n.take_holding();
         for d in datagrams {
             let accepted = d.sender.is_some_and(|pid| self.in_workload(pid));
             if !accepted {
@@ -1872,6 +1875,7 @@ impl<'a> Runner<'a> {
                 }
             }
         }
+        drop(barriers);
     }
 
     /// Whether `pid` is a process of the workload: in its cgroup, or a descendant of the runner.
