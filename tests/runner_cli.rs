@@ -357,6 +357,31 @@ fn counter_run(env: &Env) -> Finished {
     )
 }
 
+/// `checkpoint show N` and `checkpoint rollback --to N` of a checkpoint the dir never had: a
+/// refusal that says there is no such checkpoint and where to look, and changes nothing. It
+/// used to say that "CURRENT names a missing manifest" and to restore it, although CURRENT is
+/// intact and names checkpoint 1.
+#[test]
+fn a_checkpoint_that_does_not_exist_is_named_as_such() {
+    let env = Env::new();
+    counter_run(&env).expect_code(0);
+    let before = snapshot(&env.dir);
+    let show = cp(&env, "show", &["9"]);
+    let rollback = cp(&env, "rollback", &["--to", "9"]);
+    for f in [&show, &rollback] {
+        f.expect_code(65);
+        assert!(f.stderr.contains("has no checkpoint 9"), "{}", f.stderr);
+        assert!(f.stderr.contains("tenure checkpoint list"), "{}", f.stderr);
+        assert!(!f.stderr.contains("CURRENT names"), "{}", f.stderr);
+    }
+    assert!(
+        rollback.stderr.contains("nothing was changed"),
+        "{}",
+        rollback.stderr
+    );
+    assert_same_tree(&before, &snapshot(&env.dir));
+}
+
 /// Rollback round trip: a corrupted `CURRENT` makes `run` refuse; `checkpoint list` shows
 /// what verifies; a rollback to a checkpoint that does not verify changes nothing; a rollback
 /// to one that does takes the lease, publishes it again under a new epoch, keeps the refused

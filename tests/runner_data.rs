@@ -416,6 +416,45 @@ fn p1_an_output_replaced_by_a_file_or_fifo_is_refused_and_kept() {
     }
 }
 
+/// Card P1: an output dir the child replaced by a regular file is refused with a message that
+/// says what is wrong (the output must be a directory), and the fix the run prints works from
+/// where the file was kept: the next run publishes it. It used to say that a regular file
+/// cannot be published because the staging area "may hold only regular files and
+/// directories", and to print `cp -a KEPT/. …`, which fails on a file.
+#[test]
+fn p1_an_output_replaced_by_a_file_names_a_fix_that_works() {
+    let env = Env::new();
+    seed_counter(&env);
+    let f = env.run_to_end(
+        &["-n"],
+        &sh(
+            r#"rm -rf "$TENURE_CHECKPOINT_OUT"; echo 7 > "$TENURE_CHECKPOINT_OUT""#,
+            &[],
+        ),
+    );
+    f.expect_code(74);
+    assert!(
+        f.stderr.contains("cannot publish a regular file"),
+        "{}",
+        f.stderr
+    );
+    assert!(
+        !f.stderr.contains("may hold only regular files"),
+        "{}",
+        f.stderr
+    );
+    let kept = kept_path(&f.stderr);
+    assert!(fs::symlink_metadata(&kept).unwrap().is_file());
+    let fix = run_the_fix(&f.stderr);
+    assert!(
+        fix.status.success(),
+        "the fix failed: {}",
+        String::from_utf8_lossy(&fix.stderr)
+    );
+    let name = kept.file_name().unwrap().to_str().unwrap();
+    assert_eq!(env.checkpoint_file(name).as_deref(), Some("7\n"));
+}
+
 /// Card P1, a child that leaves its output beside `$TENURE_CHECKPOINT_OUT`: it moves the
 /// output aside and puts a symlink in its place, and writes a `.new` it never renames into
 /// place. The publish is refused (74); the symlink is kept as before, and so is everything the

@@ -60,6 +60,42 @@ fn p3_a_rewound_epoch_file_never_hands_out_an_epoch_twice() {
     assert_eq!(epochs.len(), n, "an epoch was handed out twice: {lines}");
 }
 
+/// Cards L10 and P3: a corrupt epoch file is refused, naming the file, with a fix that works:
+/// the dir is left as it was, and once the file is moved aside as the message says, the next
+/// owner gets an epoch above every epoch the dir recorded. The message used to send the
+/// operator to `tenure init --adopt`, which leaves the epoch file alone: every later run was
+/// refused the same way.
+#[test]
+fn p3_a_corrupt_epoch_file_is_refused_with_a_fix_that_works() {
+    let env = Env::new();
+    for _ in 0..3 {
+        env.run_to_end(&["-n"], &["true"]).expect_code(0);
+    }
+    let epoch = env.dir.join(".tenure/epoch");
+    write_private(&epoch, b"");
+    let before = snapshot(&env.dir);
+    let f = env.run_to_end(&["-n"], &["true"]);
+    f.expect_code(65);
+    assert!(
+        f.stderr
+            .contains(&format!("{} is corrupt", epoch.display())),
+        "{}",
+        f.stderr
+    );
+    // Whatever the message names as the fix, done by hand.
+    assert!(f.stderr.contains("move it aside"), "{}", f.stderr);
+    assert!(!f.stderr.contains("init --adopt"), "{}", f.stderr);
+    assert_same_tree(&before, &snapshot(&env.dir));
+    fs::rename(&epoch, env.dir.join(".tenure/epoch.corrupt")).unwrap();
+    let out = env.path("epoch-seen");
+    let f = env.run_to_end(
+        &["-n"],
+        &sh(r#"echo "$TENURE_EPOCH" > "$1""#, &[out.to_str().unwrap()]),
+    );
+    f.expect_code(0);
+    assert_eq!(read(&out), "4\n", "{}", f.stderr);
+}
+
 fn root_id(dir: &Path) -> String {
     let v: Value = serde_json::from_str(&read(&dir.join(".tenure/identity.json"))).unwrap();
     v["root_id"].as_str().unwrap().to_owned()

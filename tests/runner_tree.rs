@@ -311,6 +311,145 @@ read _"#;
     assert_eq!(read(&out), "clean\n", "the successor's workload overlapped");
 }
 
+/// Cards P5 and T1, no cgroup: a crashed owner's leftover keeps the dir locked through the lock
+/// descriptor it inherited, and `status` says to stop it. `tenure stop` does: it sends the
+/// leftover SIGTERM, then SIGKILL after its grace (in that order, card D1), and reports that the
+/// owner ended without an orderly release (137). It used to wait out its grace for a record
+/// naming the holder and exit 75 saying the owner was "still starting", however often it ran.
+#[test]
+fn p5_stop_ends_a_crashed_owners_leftovers_holding_the_lock() {
+    let env = Env::new();
+    let pidfile = env.path("gc.pid");
+    let got = env.path("got");
+    // The leftover reads a FIFO it opened read-write (it never gets input, never sees its end)
+    // and forks nothing: a SIGTERM runs its trap, and only SIGKILL ends it.
+    let fifo = env.fifo("never");
+    let script = r#"setsid sh -c 'trap "echo term >> \"$2\"" TERM; echo $$ > "$1"; while :; do read _ <> "$3"; done' sh "$1" "$2" "$3" &
+read _"#;
+    let r = env.run(
+        &["--cgroup", "off"],
+        &sh(
+            script,
+            &[
+                pidfile.to_str().unwrap(),
+                got.to_str().unwrap(),
+                fifo.to_str().unwrap(),
+            ],
+        ),
+    );
+    let gc = read_pid(&pidfile);
+    env.wait_event("ready", Some(r.pid()));
+    r.signal(Signal::KILL);
+    r.wait();
+    assert!(
+        alive(gc),
+        "precondition: the grandchild outlived its runner"
+    );
+    assert_eq!(env.status()["lock_held"], true);
+
+    let f = env.tool("stop", &["--grace", "0.5"]);
+    f.expect_code(137);
+    assert!(!f.stderr.contains("still starting"), "{}", f.stderr);
+    assert!(f.stdout.contains("sent SIGTERM"), "{}", f.stdout);
+    assert!(f.stdout.contains("sent SIGKILL"), "{}", f.stdout);
+    assert!(
+        f.stderr.contains("without an orderly release"),
+        "{}",
+        f.stderr
+    );
+    assert!(!alive(gc), "the leftover still runs after stop returned");
+    assert_eq!(
+        read(&got),
+        "term\n",
+        "SIGTERM reached the leftover before SIGKILL"
+    );
+    assert_eq!(env.status()["lock_held"], false);
+    env.run_to_end(&["--cgroup", "off", "-n"], &["true"])
+        .expect_code(0);
+}
+
+/// Cards P5 and T1 with a cgroup: a crashed owner's leftover runs on in its recorded cgroup while
+/// the lock is free. `tenure stop` ends it — SIGTERM, then SIGKILL after its grace — and exits
+/// 137. It used to say the dir "is not owned: nothing runs there (already stopped)", exit 0
+/// and leave it running until the next owner started.
+#[test]
+fn p5_stop_ends_a_crashed_owners_leftovers_in_its_cgroup() {
+    if !modes("p5_stop_ends_a_crashed_owners_leftovers_in_its_cgroup").contains(&Mode::Cgroup) {
+        return;
+    }
+    let env = Env::new();
+    let pidfile = env.path("gc.pid");
+    let got = env.path("got");
+    // The leftover reads a FIFO it opened read-write (it never gets input, never sees its end)
+    // and forks nothing: a SIGTERM runs its trap, and only SIGKILL ends it.
+    let fifo = env.fifo("never");
+    let script = r#"setsid sh -c 'trap "echo term >> \"$2\"" TERM; echo $$ > "$1"; while :; do read _ <> "$3"; done' sh "$1" "$2" "$3" &
+read _"#;
+    let r = env.run(
+        &["--cgroup", "auto"],
+        &sh(
+            script,
+            &[
+                pidfile.to_str().unwrap(),
+                got.to_str().unwrap(),
+                fifo.to_str().unwrap(),
+            ],
+        ),
+    );
+    let gc = read_pid(&pidfile);
+    env.wait_event("ready", Some(r.pid()));
+    r.signal(Signal::KILL);
+    r.wait();
+    assert!(
+        alive(gc),
+        "precondition: the grandchild outlived its runner"
+    );
+    let st = env.status();
+    assert_eq!(st["lock_held"], false, "{st}");
+    assert_eq!(st["containment"]["mechanism"], "cgroup", "{st}");
+
+    // Card P4: a copy of the dir (its marker names the original) never acts on them.
+    let copy = env.path("copy");
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&env.dir)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let mut c = tenure();
+    c.args(["stop", "--grace", "0.5", "--dir"]).arg(&copy);
+    let mut from_copy = env.start(c);
+    from_copy.close_stdin();
+    let from_copy = from_copy.wait();
+    from_copy.expect_code(0);
+    assert!(alive(gc), "stop of a copy ended the original's leftover");
+
+    let f = env.tool("stop", &["--grace", "0.5"]);
+    f.expect_code(137);
+    assert!(!f.stdout.contains("nothing runs there"), "{}", f.stdout);
+    assert!(f.stdout.contains("sent SIGTERM"), "{}", f.stdout);
+    assert!(f.stdout.contains("sent SIGKILL"), "{}", f.stdout);
+    assert!(
+        f.stderr.contains("without an orderly release"),
+        "{}",
+        f.stderr
+    );
+    assert!(!alive(gc), "the leftover still runs after stop returned");
+    assert_eq!(
+        read(&got),
+        "term\n",
+        "SIGTERM reached the leftover before SIGKILL"
+    );
+    let st = env.status();
+    assert_eq!(
+        st["containment"]["processes"],
+        serde_json::json!([]),
+        "{st}"
+    );
+    env.run_to_end(&["-n"], &["true"]).expect_code(0);
+}
+
 /// Card T3: USR1, USR2, WINCH, QUIT, ALRM, PWR and a real-time signal reach the workload
 /// and the runner survives them all; HUP is forwarded too by default. The same signals while
 /// the runner waits for a lease change nothing.
@@ -562,6 +701,35 @@ fn t4_redis_daemonize_under_type_forking() {
     }
 }
 
+/// Cards T4 and D4: a forking daemon whose first process never exits is stopped at the
+/// readiness timeout, and the message says what was awaited — the first process's exit (and
+/// the pid file) — not a `READY=1` that `--type forking` never asks for.
+#[test]
+fn t4_a_forking_readiness_timeout_names_what_was_awaited() {
+    let env = Env::new();
+    let pidfile = env.path("main.pid");
+    let f = env.run_to_end(
+        &[
+            "--type",
+            "forking",
+            "--pidfile",
+            pidfile.to_str().unwrap(),
+            "--ready-timeout",
+            "0.5",
+        ],
+        &sh("read _; exec sleep 1000", &[]),
+    );
+    f.expect_code(69);
+    assert!(f.stderr.contains("readiness timed out"), "{}", f.stderr);
+    assert!(!f.stderr.contains("READY=1"), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("first process did not exit 0"),
+        "{}",
+        f.stderr
+    );
+    assert!(f.stderr.contains(pidfile.to_str().unwrap()), "{}", f.stderr);
+}
+
 fn which(name: &str) -> Option<std::path::PathBuf> {
     std::env::var_os("PATH")?
         .to_str()?
@@ -658,6 +826,71 @@ while :; do sleep 0.02; done"#;
 
 /// Card T5: a parent `NOTIFY_SOCKET` whose queue is full never stalls the runner: SIGTERM still
 /// drains within grace + 1 s (a child that ignores TERM is killed after the grace).
+/// Card T5 with `systemd-notify`: each sends its notice, then `BARRIER=1` with a descriptor, and
+/// exits as soon as that descriptor is closed. Thirty of them queue up while the runner is
+/// stopped (SIGSTOP), so it reads many of their datagrams at once: every one is accepted as the
+/// workload's, none is reported as a stranger's. The runner used to close each descriptor as
+/// it read the datagram and check the senders afterwards, when many had exited already (14 of
+/// 30 rejected, the first `READY=1`s among them).
+#[test]
+fn t5_systemd_notify_senders_are_checked_before_their_barrier_closes() {
+    let env = Env::new();
+    let gate = env.fifo("go");
+    let script = r#"read x < "$1"
+i=0; while [ $i -lt 30 ]; do systemd-notify --ready & i=$((i + 1)); done
+wait
+read _ || true"#;
+    let mut r = env.run(
+        &["--type", "notify", "--ready-timeout", "60"],
+        &sh(script, &[gate.to_str().unwrap()]),
+    );
+    let child = env.wait_event("spawned", Some(r.pid()))["child_pid"]
+        .as_u64()
+        .unwrap() as u32;
+    wait_blocked_in_fifo_open(child);
+    r.signal(Signal::STOP);
+    release_fifo(&gate);
+    // All thirty wait: in their send (the socket's queue is full) or for their barrier.
+    wait_for(
+        "thirty systemd-notify waiting on the stopped runner",
+        DEADLINE,
+        || {
+            let waiting = fs::read_dir("/proc")
+                .ok()?
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|pid| {
+                    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                    let wchan =
+                        fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+                    stat.contains("(systemd-notify)")
+                        && stat.rsplit(')').next().and_then(|t| t.split(' ').nth(2))
+                            == Some(&child.to_string())
+                        && (wchan.contains("wait_for_peer") || wchan.contains("poll"))
+                })
+                .count();
+            (waiting == 30).then_some(())
+        },
+        String::new,
+    );
+    r.signal(Signal::CONT);
+    env.wait_status("ready", |s| s["phase"] == "ready");
+    r.close_stdin();
+    let f = r.wait();
+    f.expect_code(0);
+    let rejected: Vec<Value> = env
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "notify-rejected")
+        .map(|e| e["sender_pid"].clone())
+        .collect();
+    assert!(
+        rejected.is_empty(),
+        "{} of the workload's systemd-notify were rejected: {rejected:?}",
+        rejected.len()
+    );
+}
+
 #[test]
 fn t5_full_parent_socket_never_stalls() {
     let env = Env::new();

@@ -182,7 +182,7 @@ pub enum CheckpointError {
     },
     /// The staging area holds something other than regular files and directories.
     #[error(
-        "{path}: cannot publish a {kind}; the staging area may hold only regular files and directories"
+        "{path}: cannot publish a {kind}; a checkpoint is a directory of regular files and directories"
     )]
     UnsupportedFile {
         /// The offending entry.

@@ -1211,10 +1211,21 @@ impl<'a> Runner<'a> {
                 let kept = match kept {
                     Ok(Some(k)) => {
                         let d = dir.path().display();
+                        // What the child left in place of its output directory may be a file
+                        // of another kind: the fix copies what can be published.
+                        let kind = std::fs::symlink_metadata(&k).map(|m| m.file_type());
                         let k = k.display();
-                        log::error!(
-                            "the child's output was kept in {k}; fix it there, then publish it with: tenure run --dir {d} -- sh -c 'cp -a {k}/. \"$TENURE_CHECKPOINT_OUT\"'"
-                        );
+                        match kind {
+                            Ok(t) if t.is_dir() => log::error!(
+                                "the child's output was kept in {k}; fix it there, then publish it with: tenure run --dir {d} -- sh -c 'cp -a {k}/. \"$TENURE_CHECKPOINT_OUT\"'"
+                            ),
+                            Ok(t) if t.is_file() => log::error!(
+                                "the child's output was kept in {k}; fix it there (it is a file, where a directory of files was expected), then publish it with: tenure run --dir {d} -- sh -c 'cp {k} \"$TENURE_CHECKPOINT_OUT/\"'"
+                            ),
+                            _ => log::error!(
+                                "the child's output was kept in {k}; fix it there: it is not a directory of regular files and directories, so there is nothing to publish as it is"
+                            ),
+                        }
                         Some(k.to_string())
                     }
                     Ok(None) => None,
@@ -1353,7 +1364,18 @@ impl<'a> Runner<'a> {
                 self.log("tree-remains", json!({"pids": left}));
             }
             Note::ReadinessTimedOut => {
-                log::error!("readiness timed out: the child did not send READY=1 in time");
+                let what = match (self.opts.ready, &self.opts.pid_file) {
+                    (ReadyMode::Notify, _) => "the child did not send READY=1 in time".to_owned(),
+                    (ReadyMode::Forking, Some(f)) => format!(
+                        "the daemon's first process did not exit 0, or its pid file {} did not name its main process, in time",
+                        f.display()
+                    ),
+                    (ReadyMode::Forking, None) => {
+                        "the daemon's first process did not exit 0 in time".to_owned()
+                    }
+                    (ReadyMode::Start, _) => "the child was not ready in time".to_owned(),
+                };
+                log::error!("readiness timed out: {what}");
                 self.log("readiness-timed-out", json!({}));
             }
             Note::Killed if self.core.lost() => {
@@ -1822,7 +1844,10 @@ impl<'a> Runner<'a> {
     /// Reads the workload's notifications; only processes of the workload are heard (card T5).
     fn take_notices(&mut self) {
         let Some(n) = &self.notify else { return };
-        let datagrams = n.take();
+        // The descriptors passed along stay open until every sender was checked: a
+        // `systemd-notify` exits as soon as its `BARRIER=1` descriptor is closed, and a sender
+        // that is gone can no longer be found in the workload (card T5).
+        let (datagrams, barriers) = n.take_holding();
         for d in datagrams {
             let accepted = d.sender.is_some_and(|pid| self.in_workload(pid));
             if !accepted {
@@ -1850,6 +1875,7 @@ impl<'a> Runner<'a> {
                 }
             }
         }
+        drop(barriers);
     }
 
     /// Whether `pid` is a process of the workload: in its cgroup, or a descendant of the runner.

@@ -6,8 +6,8 @@
 //! the sender's pid to every datagram, and the driver accepts a datagram only from a process of
 //! the workload (see [`NotifySocket::take`]); anyone else's is dropped with one warning line per
 //! sender. A sender must still exist when its datagram is read (`systemd-notify` waits for that:
-//! it sends `BARRIER=1` and waits until the descriptor it passes is closed, which happens here
-//! when the datagram is read).
+//! it sends `BARRIER=1` and waits until the descriptor it passes is closed, which the driver
+//! does once it checked the senders of the datagrams it read, [`NotifySocket::take_holding`]).
 //!
 //! **The supervisor never stalls us.** Every send to the parent's socket is non-blocking: a full
 //! queue or a missing socket is an error the caller reports as a warning, never a wait.
@@ -15,7 +15,7 @@
 use std::ffi::OsString;
 use std::io::{self, IoSliceMut};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::path::Path;
@@ -94,7 +94,17 @@ impl NotifySocket {
     /// Reads every waiting datagram, in order, with its sender. Descriptors passed along (the
     /// `BARRIER=1` protocol) are closed as soon as the datagram is read.
     pub fn take(&self) -> Vec<Datagram> {
+        self.take_holding().0
+    }
+
+    /// Reads every waiting datagram, in order, with its sender, and the descriptors passed
+    /// along (the `BARRIER=1` protocol), still open. A sender that waits for its descriptor to
+    /// be closed (`systemd-notify`) exists until the caller drops them: the caller checks the
+    /// senders first (card T5), since a sender that already exited can no longer be told from
+    /// a stranger.
+    pub fn take_holding(&self) -> (Vec<Datagram>, Vec<OwnedFd>) {
         let mut out = Vec::new();
+        let mut held = Vec::new();
         let mut buf = vec![0u8; 4096];
         loop {
             let mut space =
@@ -117,8 +127,8 @@ impl NotifySocket {
                     RecvAncillaryMessage::ScmCredentials(c) => {
                         sender = Some(c.pid.as_raw_nonzero().get() as u32);
                     }
-                    // Closed here: the sender of `BARRIER=1` waits for exactly that.
-                    RecvAncillaryMessage::ScmRights(fds) => fds.for_each(drop),
+                    // Closed by the caller: the sender of `BARRIER=1` waits for exactly that.
+                    RecvAncillaryMessage::ScmRights(fds) => held.extend(fds),
                     _ => {}
                 }
             }
@@ -128,7 +138,7 @@ impl NotifySocket {
                 notices: parse(&buf[..n]),
             });
         }
-        out
+        (out, held)
     }
 }
 

@@ -345,8 +345,10 @@ pub fn status(dir: &Path, json: bool) -> u8 {
         .is_some_and(|o| o.process.liveness != Liveness::Live);
     if owner_gone && !s.containment.processes.is_empty() {
         let then = match s.containment.cgroup {
-            Some(_) => "the next owner ends them before it starts its own workload",
-            None => "the dir stays locked until they exit; stop them to go on",
+            Some(_) => {
+                "the next owner ends them before it starts its own workload; `tenure stop` ends them now"
+            }
+            None => "the dir stays locked until they exit; `tenure stop` ends them",
         };
         println!(
             "leftovers:  pids {:?} of the recorded owner's workload still run; {then}",
@@ -661,6 +663,142 @@ fn names_the_holder(st: &LeaseStatus, o: &lease::OwnerRecord) -> bool {
     owning && ours && st.owner_liveness == Some(Liveness::Live)
 }
 
+/// Whether `o` is the record of a crashed owner (written for this dir, an owning phase, its
+/// process gone) whose workload kept the lock descriptor (no cgroup): whoever holds the lock
+/// through an inherited descriptor is then a leftover of that workload (card T2).
+fn crashed_without_cgroup(st: &LeaseStatus, o: &lease::OwnerRecord) -> bool {
+    crashed(st, o) && o.containment == Some(lease::Containment::LockFd)
+}
+
+/// Whether `o` is the record of a crashed owner: written for this dir, an owning phase, its
+/// process gone. The dir's marker must name this very path: a copy that was not adopted
+/// (`cp -a`) holds the original's marker and records, and never acts on the original's
+/// processes (card P4).
+fn crashed(st: &LeaseStatus, o: &lease::OwnerRecord) -> bool {
+    let owning = match o.phase {
+        PhaseKind::Recovering | PhaseKind::Ready | PhaseKind::Draining => true,
+        PhaseKind::Cold | PhaseKind::Released | PhaseKind::Cancelled | PhaseKind::Refused => false,
+    };
+    let ours = st
+        .identity
+        .as_ref()
+        .is_some_and(|m| o.root_id == Some(m.root_id) && m.path == st.dir);
+    let gone = matches!(st.owner_liveness, Some(Liveness::Dead | Liveness::Recycled));
+    owning && ours && gone
+}
+
+/// `stop` of a dir whose crashed owner's workload still runs in its recorded cgroup (cards P5,
+/// T1): SIGTERM to its processes (through pidfds checked against the cgroup), then, past
+/// `grace`, the cgroup's SIGKILL. The owner never released: [`EXIT_STOP_KILLED`], or 70 if
+/// something survives SIGKILL.
+fn stop_cgroup_leftovers(
+    d: &StateDir,
+    owner: &lease::OwnerRecord,
+    rec: &lease::cgroup::CgroupRecord,
+    root_id: &str,
+    grace: Duration,
+) -> u8 {
+    let pid = owner.identity.pid;
+    let termed = lease::cgroup::signal_recorded(rec, rustix::process::Signal::TERM);
+    println!(
+        "owner pid {pid} (epoch {}) of {} is gone, but its workload still runs in cgroup {}; sent SIGTERM to {} process(es): {termed:?}",
+        owner.epoch,
+        d.path().display(),
+        rec.path.display(),
+        termed.len()
+    );
+    let deadline = Instant::now() + grace;
+    while lease::cgroup::recorded_members(rec).is_some_and(|m| !m.is_empty()) {
+        if Instant::now() >= deadline {
+            println!(
+                "the workload of owner pid {pid} did not stop within {:.1}s; sending SIGKILL",
+                grace.as_secs_f64()
+            );
+            match lease::cgroup::end_recorded(rec, root_id, owner.epoch, Duration::from_secs(10)) {
+                Ok(lease::cgroup::EndedCgroup::Ended { killed }) => println!(
+                    "sent SIGKILL to the {} process(es) of the owner's workload (cgroup {}): {killed:?}",
+                    killed.len(),
+                    rec.path.display()
+                ),
+                Ok(lease::cgroup::EndedCgroup::Gone) => {}
+                Ok(lease::cgroup::EndedCgroup::Survived { pids }) => {
+                    log::error!(
+                        "did not stop: processes {pids:?} of the workload of owner pid {pid} survived SIGKILL in {}",
+                        rec.path.display()
+                    );
+                    return EXIT_DID_NOT_STOP;
+                }
+                Err(e) => {
+                    log::error!("{e}");
+                    return EXIT_IO;
+                }
+            }
+            break;
+        }
+        std::thread::sleep(STOP_POLL);
+    }
+    log::error!(
+        "owner pid {pid} ended without an orderly release (its record says {}); its workload was stopped and the lease of {} is free, but its last checkpoint may not have been published",
+        owner.phase,
+        d.path().display()
+    );
+    EXIT_STOP_KILLED
+}
+
+/// `stop` of a dir that the leftovers of a crashed owner keep locked through the lock descriptor
+/// they inherited (cards P5, T1): SIGTERM to them, SIGKILL after `grace` (each through a pidfd
+/// checked against the lock, so a recycled pid is never signalled), until nothing holds the
+/// lock. The owner never released: [`EXIT_STOP_KILLED`], or 70 if they survive SIGKILL.
+fn stop_leftovers(d: &StateDir, owner: &lease::OwnerRecord, grace: Duration) -> u8 {
+    let lock = d.path().join(lease::CONTROL_DIR).join(lease::LOCK_FILE);
+    let pid = owner.identity.pid;
+    let termed = crate::driver::tree::signal_lock_holders(&lock, rustix::process::Signal::TERM);
+    println!(
+        "owner pid {pid} (epoch {}) of {} is gone, but its workload still holds the lock; sent SIGTERM to {} process(es): {termed:?}",
+        owner.epoch,
+        d.path().display(),
+        termed.len()
+    );
+    if !wait_released(d, owner.epoch, Instant::now() + grace) {
+        println!(
+            "the workload of owner pid {pid} did not let go of the lock within {:.1}s; sending SIGKILL",
+            grace.as_secs_f64()
+        );
+        // Again until the lock is free: a process the workload started meanwhile inherited the
+        // descriptor too.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut killed: Vec<u32> = Vec::new();
+        loop {
+            for k in crate::driver::tree::kill_lock_holders(&lock) {
+                if !killed.contains(&k) {
+                    killed.push(k);
+                }
+            }
+            if wait_released(d, owner.epoch, Instant::now() + STOP_POLL) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                log::error!(
+                    "did not stop: processes {:?} of the workload of owner pid {pid} still hold {} after SIGKILL",
+                    crate::driver::tree::inherited_lock_holders(&lock),
+                    d.path().display()
+                );
+                return EXIT_DID_NOT_STOP;
+            }
+        }
+        println!(
+            "sent SIGKILL to {} process(es) of the owner's workload still holding the lock: {killed:?}",
+            killed.len()
+        );
+    }
+    log::error!(
+        "owner pid {pid} ended without an orderly release (its record says {}); its workload was stopped and the lease of {} is free, but its last checkpoint may not have been published",
+        owner.phase,
+        d.path().display()
+    );
+    EXIT_STOP_KILLED
+}
+
 /// How the ownership `stop` signalled ended.
 enum End {
     /// Its record says `released`: the drain finished and the lease was let go in order.
@@ -715,7 +853,10 @@ fn wait_end(d: &StateDir, owner: &lease::OwnerRecord, deadline: Instant) -> End 
 /// It tells the truth (card P5): when the lock is held but the record does not yet name the
 /// holder (an owner between taking the lock and writing its record), it waits up to `grace`
 /// for that record and stops the owner it names, or exits [`EXIT_STOP_STARTING`] saying the
-/// owner is starting. Exit 0 only when no owner holds the lease or after an orderly release;
+/// owner is starting. What a crashed owner's workload left running — holding the lock through
+/// the descriptor it inherited (no cgroup), or in its recorded cgroup while the lock is free
+/// (card T2) — it stops: SIGTERM, SIGKILL after `grace`.
+/// Exit 0 only when no owner holds the lease or after an orderly release;
 /// [`EXIT_STOP_KILLED`] when the owner or its workload had to be SIGKILLed (or it ended
 /// without releasing; an owner that releases after stop killed its child is no orderly drain), 70
 /// when it still holds the lease after SIGKILL, 65 for a refused dir.
@@ -747,6 +888,15 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
             }
         };
         if !st.held {
+            // What a crashed owner's workload left running in its cgroup runs on without the
+            // lock, until the next owner ends it.
+            if let Some(o) = st.owner.as_ref().filter(|o| crashed(&st, o))
+                && let (Some(lease::Containment::Cgroup(rec)), Some(marker)) =
+                    (&o.containment, st.identity.as_ref())
+                && lease::cgroup::recorded_members(rec).is_some_and(|m| !m.is_empty())
+            {
+                return stop_cgroup_leftovers(&d, o, rec, &marker.root_id.to_string(), grace);
+            }
             println!(
                 "{} is not owned: nothing runs there (already stopped); nothing was signalled",
                 d.path().display()
@@ -755,6 +905,15 @@ pub fn stop(dir: &Path, grace: Duration) -> u8 {
         }
         if let Some(o) = st.owner.as_ref().filter(|o| names_the_holder(&st, o)) {
             break (o.clone(), st.identity.clone());
+        }
+        // A crashed owner's leftovers hold the lock: no record will ever name them.
+        if let Some(o) = st.owner.as_ref().filter(|o| crashed_without_cgroup(&st, o))
+            && !crate::driver::tree::inherited_lock_holders(
+                &d.path().join(lease::CONTROL_DIR).join(lease::LOCK_FILE),
+            )
+            .is_empty()
+        {
+            return stop_leftovers(&d, o, grace);
         }
         if Instant::now() >= first_look {
             log::error!(
@@ -1096,6 +1255,17 @@ pub fn checkpoint_list(dir: &Path, json: bool) -> u8 {
     0
 }
 
+/// What `show` and `rollback` say of a checkpoint id the store has no manifest of (the store's
+/// own error speaks of the one CURRENT names).
+fn no_such_checkpoint(d: &StateDir, id: CheckpointId) -> String {
+    format!(
+        "{} has no checkpoint {} (see `tenure checkpoint list --dir {}`)",
+        d.path().display(),
+        id.get(),
+        d.path().display()
+    )
+}
+
 /// `tenure checkpoint show N`: checkpoint N's header and files, verified (read-only). Exit 0
 /// when it verifies; 65 naming the bad file when it does not or does not exist (74 for an I/O
 /// error).
@@ -1116,12 +1286,7 @@ pub fn checkpoint_show(dir: &Path, id: u64, json: bool) -> u8 {
         Ok(cp) => cp,
         Err(e) => {
             let hint = match &e {
-                CheckpointError::ManifestMissing { .. } => {
-                    format!(
-                        "{e} (see `tenure checkpoint list --dir {}`)",
-                        d.path().display()
-                    )
-                }
+                CheckpointError::ManifestMissing { .. } => no_such_checkpoint(&d, id),
                 _ => format!("checkpoint {} does not verify: {e}", id.get()),
             };
             return refuse_json(dir, json, checkpoint_code(&e), hint);
@@ -1207,8 +1372,12 @@ pub fn rollback(
     let before = match CheckpointStore::open(&d, StoreOptions::default()) {
         Ok(store) => {
             if let Err(e) = store.load_id(to) {
+                let why = match &e {
+                    CheckpointError::ManifestMissing { .. } => no_such_checkpoint(&d, to),
+                    _ => e.to_string(),
+                };
                 log::error!(
-                    "cannot roll back to checkpoint {}: {e}; nothing was changed",
+                    "cannot roll back to checkpoint {}: {why}; nothing was changed",
                     to.get()
                 );
                 return checkpoint_code(&e);

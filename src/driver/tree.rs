@@ -332,6 +332,13 @@ fn flock_taken_by(fdinfo: &str) -> Option<u32> {
 /// lock itself, such as a successor), each through a pidfd opened before its hold is checked
 /// again, so a recycled pid is never signalled. Returns the pids killed.
 pub fn kill_lock_holders(path: &std::path::Path) -> Vec<u32> {
+    signal_lock_holders(path, Signal::KILL)
+}
+
+/// Sends `sig` to the processes that hold the lock on `path` through an inherited descriptor,
+/// as [`kill_lock_holders`] does SIGKILL (the same pidfd check, so a recycled pid is never
+/// signalled). Returns the pids signalled.
+pub fn signal_lock_holders(path: &std::path::Path, sig: Signal) -> Vec<u32> {
     let mut killed = Vec::new();
     for pid in inherited_lock_holders(path) {
         let Some(p) = Pid::from_raw(pid as i32) else {
@@ -342,7 +349,7 @@ pub fn kill_lock_holders(path: &std::path::Path) -> Vec<u32> {
         };
         // The pidfd pins the process; if it still holds the lock, it is the one listed.
         if inherited_lock_holders(path).contains(&pid)
-            && rustix::process::pidfd_send_signal(&fd, Signal::KILL).is_ok()
+            && rustix::process::pidfd_send_signal(&fd, sig).is_ok()
         {
             killed.push(pid);
         }

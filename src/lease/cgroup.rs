@@ -361,6 +361,28 @@ pub fn recorded_members(rec: &CgroupRecord) -> Option<Vec<u32>> {
     read_procs(dir.as_fd(), &rec.path).ok()
 }
 
+/// Sends `sig` to each process in the recorded cgroup, if the directory at the recorded path is
+/// still that cgroup (as [`recorded_members`] checks), through a pidfd opened before its
+/// membership is read again, so a recycled pid is never signalled. Returns the pids signalled.
+pub fn signal_recorded(rec: &CgroupRecord, sig: rustix::process::Signal) -> Vec<u32> {
+    let mut sent = Vec::new();
+    for pid in recorded_members(rec).unwrap_or_default() {
+        let Some(p) = rustix::process::Pid::from_raw(pid as i32) else {
+            continue;
+        };
+        let Ok(fd) = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()) else {
+            continue;
+        };
+        // The pidfd pins the process; if it is still a member, it is the one listed.
+        if recorded_members(rec).is_some_and(|m| m.contains(&pid))
+            && rustix::process::pidfd_send_signal(&fd, sig).is_ok()
+        {
+            sent.push(pid);
+        }
+    }
+    sent
+}
+
 /// What [`end_recorded`] found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EndedCgroup {

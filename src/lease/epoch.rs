@@ -125,7 +125,7 @@ pub struct Batched {
 pub enum EpochError {
     /// The file exists but holds neither a valid slot nor `<decimal u64>\n`.
     #[error(
-        "{path} is corrupt ({reason}); it must hold a valid epoch slot (or, from an older tenure, one decimal number and a newline): restore it from a backup or run `tenure init --adopt`"
+        "{path} is corrupt ({reason}); it must hold a valid epoch slot (or, from an older tenure, one decimal number and a newline): restore it from a backup, or move it aside (`mv {path} {path}.corrupt`): the next owner then takes an epoch above every epoch the dir records"
     )]
     Corrupt {
         /// The epoch file.
