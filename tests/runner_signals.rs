@@ -298,13 +298,13 @@ fn g3_refuse_while_verifying_the_checkpoint() {
     // The release joins the worker first: while the worker is held, the run does not end. (A
     // release that did not wait for it ends the run within milliseconds of the stop; half a
     // second of watching sees that even on a loaded machine.)
-    let watch = std::time::Instant::now() + std::time::Duration::from_millis(500);
-    while std::time::Instant::now() < watch {
+    let watch = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < watch {
         assert!(
             r.running(),
             "the run ended while its recovery worker was still held: the release did not join it"
         );
-        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(10));
     }
     release_fifo(&gate);
     let f = r.wait();
@@ -1082,4 +1082,111 @@ fn wait_armed(armed: &std::path::Path) {
         || armed.exists().then_some(()),
         || format!("{} not created", armed.display()),
     );
+}
+
+/// Cards G4 and D5: a stderr nobody reads never stops the stop. The runner's stderr is a pipe
+/// the test does not read, and the pipe fills in two ways: (a) the child writes 200,000 bytes to
+/// its stderr, which the runner relays (three times what the pipe holds), and waits; (b) the
+/// child writes to its stdout, which is the same pipe (`2>&1 |`), until it is full and the child
+/// blocks. SIGTERM still reaches the child, and the owner drains and releases while the pipe
+/// stays full. (The runner used to block in `write` — on the relay, or on its own `draining`
+/// line — and a blocked runner handled no signal: nothing was forwarded, no grace ran out.) Once
+/// the test reads the pipe, the runner exits 143, and nothing it or the child wrote is lost:
+/// every relayed byte, in order before the runner's own `released` line.
+#[test]
+fn g4_a_stderr_nobody_reads_never_stops_the_stop() {
+    use std::io::Read;
+    for shared_stdout in [false, true] {
+        let what = if shared_stdout {
+            "the child's stdout fills the pipe"
+        } else {
+            "the relayed stderr fills the pipe"
+        };
+        let env = Env::new();
+        let (read_end, write_end) = rustix::pipe::pipe().expect("pipe");
+        let written = env.path("written");
+        let script = if shared_stdout {
+            r#"exec head -c 200000 /dev/zero"#
+        } else {
+            r#"head -c 200000 /dev/zero | tr '\0' x >&2; : > "$1"; exec sleep 600"#
+        };
+        let mut c = tenure();
+        c.arg("run")
+            .arg("--dir")
+            .arg(&env.dir)
+            .arg("--")
+            .args(sh(script, &[written.to_str().unwrap()]))
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::from(
+                write_end.try_clone().expect("dup the write end"),
+            ));
+        if shared_stdout {
+            c.stdout(std::process::Stdio::from(write_end));
+        } else {
+            c.stdout(std::process::Stdio::null());
+            drop(write_end);
+        }
+        let mut runner = c.spawn().expect("spawn tenure");
+        // The command keeps no copy of the write end: the runner (and its child) hold them.
+        drop(c);
+        let pid = runner.id();
+        if shared_stdout {
+            env.wait_event("ready", Some(pid));
+            wait_for(
+                "the child's stdout to fill the pipe",
+                DEADLINE,
+                || {
+                    (rustix::io::ioctl_fionread(&read_end).expect("FIONREAD") >= 60 * 1024)
+                        .then_some(())
+                },
+                String::new,
+            );
+        } else {
+            wait_for(
+                "the child to have written its stderr",
+                DEADLINE,
+                || written.exists().then_some(()),
+                || format!("{what}: events so far:\n{}", env.events_text()),
+            );
+        }
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid as i32).unwrap(),
+            Signal::TERM,
+        )
+        .expect("SIGTERM to the runner");
+        // The whole stop while nobody reads stderr: forwarded, drained, released.
+        env.wait_event("released", Some(pid));
+        let ks = kinds(&env, pid);
+        before(&ks, "draining", "released");
+        let reader = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            std::fs::File::from(read_end)
+                .read_to_end(&mut out)
+                .expect("read the runner's stderr");
+            out
+        });
+        let status = wait_for(
+            "the runner to exit once its stderr is read",
+            DEADLINE,
+            || runner.try_wait().expect("try_wait"),
+            String::new,
+        );
+        let out = reader.join().expect("the reader thread");
+        let text = String::from_utf8_lossy(&out);
+        assert_eq!(
+            status.code(),
+            Some(143),
+            "{what}: {}",
+            text.replace('\0', "")
+        );
+        assert!(text.contains("tenure: draining"), "{what}: {text}");
+        assert!(text.contains("tenure: released"), "{what}: {text}");
+        if !shared_stdout {
+            let xs = text.matches('x').count();
+            assert_eq!(xs, 200_000, "the relayed stderr lost bytes: {xs} of 200000");
+            let last_x = text.rfind('x').unwrap();
+            let released_line = text.find("tenure: released").unwrap();
+            assert!(last_x < released_line, "out of order:\n{}", &text[last_x..]);
+        }
+    }
 }

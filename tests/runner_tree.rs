@@ -730,6 +730,62 @@ fn t4_a_forking_readiness_timeout_names_what_was_awaited() {
     assert!(f.stderr.contains(pidfile.to_str().unwrap()), "{}", f.stderr);
 }
 
+/// Card T4: the pid file is read without following a symbolic link and without waiting on a
+/// FIFO. A `--pidfile` that is a link to the daemon's real pid file, or a FIFO, is reported
+/// (`waiting for the pid file …: it is a symbolic link; refusing to follow it`, `… it is not a
+/// regular file`) and never adopted, and the runner still handles a stop — it never waits in
+/// `open` — which ends the run and the daemon.
+#[test]
+fn t4_a_pid_file_that_is_a_link_or_a_fifo_is_never_followed_or_waited_on() {
+    for kind in ["symlink", "fifo"] {
+        let env = Env::new();
+        let real = env.path("real.pid");
+        let pidfile = if kind == "fifo" {
+            env.fifo("main.pid")
+        } else {
+            let p = env.path("main.pid");
+            std::os::unix::fs::symlink(&real, &p).unwrap();
+            p
+        };
+        let script = r#"(setsid sh -c 'echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; exec sleep 1000' sh "$1" &)
+exit 0"#;
+        let r = env.run(
+            &[
+                "--type",
+                "forking",
+                "--pidfile",
+                pidfile.to_str().unwrap(),
+                "--ready-timeout",
+                "60",
+            ],
+            &sh(script, &[real.to_str().unwrap()]),
+        );
+        let daemon = read_pid(&real);
+        let said = if kind == "fifo" {
+            "it is not a regular file"
+        } else {
+            "it is a symbolic link; refusing to follow it"
+        };
+        let line = format!("waiting for the pid file {}: {said}", pidfile.display());
+        wait_for(
+            &format!("{kind}: the runner to report its pid file"),
+            DEADLINE,
+            || r.stderr().contains(&line).then_some(()),
+            || r.stderr(),
+        );
+        assert_eq!(env.status()["phase"], "recovering", "{kind}");
+        r.signal(Signal::TERM);
+        let f = r.wait();
+        f.expect_code(143);
+        assert!(
+            !env.kinds_of(f.pid).iter().any(|k| k == "main-adopted"),
+            "{kind}: the daemon was adopted through the pid file: {}",
+            env.events_text()
+        );
+        assert!(!alive(daemon), "{kind}: the daemon outlived the run");
+    }
+}
+
 fn which(name: &str) -> Option<std::path::PathBuf> {
     std::env::var_os("PATH")?
         .to_str()?

@@ -54,7 +54,7 @@ fn write_executable(path: &Path, text: &str) {
 fn wait_exit(c: &mut Child) -> ChildStatus {
     let end = Instant::now() + Duration::from_secs(20);
     loop {
-        c.pump_stderr();
+        c.pump_stderr(false);
         if let Some(s) = c.try_reap().unwrap() {
             return s;
         }

@@ -9,7 +9,7 @@ use rustix::event::{PollFd, PollFlags, poll};
 use rustix::process::{Pid, PidfdFlags, WaitId, WaitIdOptions, pidfd_open, pidfd_send_signal};
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{ChildStderr, Command, Stdio};
@@ -359,26 +359,32 @@ impl Child {
         } else {
             return Ok(None);
         };
-        self.pump_stderr();
+        // All of what the pipe still holds: the tail is complete when the exit is reported.
+        self.pump_stderr(true);
         self.status = Some(status);
         Ok(Some(status))
     }
 
     /// Copies what the child wrote to stderr to our stderr and keeps the last 4 KiB. Returns
-    /// false once the pipe reached end of file.
-    pub fn pump_stderr(&mut self) -> bool {
+    /// false once the pipe reached end of file. Our stderr never blocks this (see
+    /// [`crate::stdio`]): unless `all`, reading stops while [`crate::stdio::ERR_RELAY_ROOM`]
+    /// bytes wait for it, and the child waits in its own `write` meanwhile.
+    pub fn pump_stderr(&mut self, all: bool) -> bool {
         let Some(pipe) = self.stderr.as_mut() else {
             return false;
         };
         let mut buf = [0u8; 8192];
         loop {
+            if !all && !crate::stdio::err_relay_room() {
+                return true;
+            }
             match pipe.read(&mut buf) {
                 Ok(0) => {
                     self.stderr = None;
                     return false;
                 }
                 Ok(n) => {
-                    let _ = io::stderr().write_all(&buf[..n]);
+                    crate::stdio::err_bytes(&buf[..n]);
                     for &b in &buf[..n] {
                         if self.tail.len() == STDERR_TAIL {
                             self.tail.pop_front();

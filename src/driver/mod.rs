@@ -235,7 +235,12 @@ pub fn run(opts: &RunOptions, intake: &SignalIntake) -> Result<RunReport, Driver
     }
     let mut r = Runner::new(opts, intake)?;
     r.queue.push_back(Event::Start);
-    r.run()
+    let report = r.run();
+    drop(r);
+    // The lease is released and the workload gone: what still waits for stderr (a reader that
+    // stalled) is written out now, however long that takes (see `crate::stdio`).
+    crate::stdio::flush_err();
+    report
 }
 
 struct Runner<'a> {
@@ -1583,9 +1588,17 @@ impl<'a> Runner<'a> {
                 (Some(c), None) => push(c.pidfd(), PollFlags::IN),
                 _ => None,
             };
+            // The child's stderr is read while our stderr keeps up with it; what waits for our
+            // stderr goes out when it has room (a stalled reader never blocks this loop).
             let stderr_i = match self.child.as_ref().and_then(|c| c.stderr_fd()) {
-                Some(fd) => push(fd, PollFlags::IN),
-                None => None,
+                Some(fd) if crate::stdio::err_relay_room() => push(fd, PollFlags::IN),
+                _ => None,
+            };
+            let err_out = rustix::stdio::stderr();
+            let err_out_i = if crate::stdio::err_pending() {
+                push(err_out, PollFlags::OUT)
+            } else {
+                None
             };
             let notify_i = match &self.notify {
                 Some(n) => push(n.fd(), PollFlags::IN),
@@ -1622,6 +1635,7 @@ impl<'a> Runner<'a> {
                 other: !fds[1].revents().is_empty(),
                 pidfd: ready(pidfd_i),
                 stderr: ready(stderr_i),
+                err_out: ready(err_out_i),
                 notify: ready(notify_i),
                 // A stop that arrived while it ran is fed first, as it would have been had a
                 // worker thread still been running (card G3): the next wait feeds the result.
@@ -1630,10 +1644,13 @@ impl<'a> Runner<'a> {
                 lost: ready(lost_i),
             }
         };
+        if ready.err_out {
+            crate::stdio::flush_err_ready();
+        }
         if ready.stderr
             && let Some(c) = &mut self.child
         {
-            c.pump_stderr();
+            c.pump_stderr(false);
         }
         // Readiness notices come before the exit they may precede.
         if ready.notify {
@@ -1900,6 +1917,8 @@ struct Ready {
     other: bool,
     pidfd: bool,
     stderr: bool,
+    /// Our stderr has room for what waits for it.
+    err_out: bool,
     notify: bool,
     worker: bool,
     tree: bool,

@@ -94,7 +94,7 @@ extern "C" fn main(
 fn tenure_main() -> u8 {
     // Before anything opens a file: a closed stdout must not become a state file's descriptor.
     tenure::stdio::reserve_std_fds();
-    match run() {
+    let code = match run() {
         Ok(code) => code,
         Err(Usage(msg)) => {
             eprintln!(
@@ -102,7 +102,10 @@ fn tenure_main() -> u8 {
             );
             EXIT_USAGE
         }
-    }
+    };
+    // Stderr never blocked the command; what waited for it goes out before the exit.
+    tenure::stdio::flush_err();
+    code
 }
 
 fn run() -> Result<u8, Usage> {
