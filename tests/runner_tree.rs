@@ -450,16 +450,18 @@ read _"#;
     env.run_to_end(&["-n"], &["true"]).expect_code(0);
 }
 
-/// Card T3: USR1, USR2, WINCH, QUIT, ALRM, PWR and a real-time signal reach the workload
-/// and the runner survives them all; HUP is forwarded too by default. The same signals while
-/// the runner waits for a lease change nothing.
+/// Card T3: USR1, USR2, WINCH, QUIT, ALRM, PWR, a real-time signal and the fault signals that
+/// another process sent (`kill -SEGV`, ILL, BUS, FPE, TRAP, SYS) reach the workload and the
+/// runner survives them all; HUP is forwarded too by default. The same signals while the runner
+/// waits for a lease change nothing.
 #[test]
 fn t3_stray_signals_reach_the_child_and_the_runner_survives() {
     let env = Env::new();
     let got = env.path("got");
     let ready = env.path("ready");
     let names = [
-        "USR1", "USR2", "WINCH", "QUIT", "ALRM", "CONT", "PWR", "HUP",
+        "USR1", "USR2", "WINCH", "QUIT", "ALRM", "CONT", "PWR", "HUP", "SEGV", "ILL", "BUS", "FPE",
+        "TRAP", "SYS",
     ];
     let mut script = String::new();
     for n in names {
@@ -481,6 +483,12 @@ fn t3_stray_signals_reach_the_child_and_the_runner_survives() {
         (Signal::ALARM, "ALRM"),
         (Signal::POWER, "PWR"),
         (Signal::HUP, "HUP"),
+        (Signal::SEGV, "SEGV"),
+        (Signal::ILL, "ILL"),
+        (Signal::BUS, "BUS"),
+        (Signal::FPE, "FPE"),
+        (Signal::TRAP, "TRAP"),
+        (Signal::SYS, "SYS"),
     ];
     for (sig, name) in sigs {
         r.signal(sig);
@@ -533,7 +541,14 @@ fn t3_stray_signals_reach_the_child_and_the_runner_survives() {
     env.wait_event("ready", Some(holder.pid()));
     let waiter = env.run(&[], &["true"]);
     env.wait_event("waiting", Some(waiter.pid()));
-    for sig in [Signal::USR1, Signal::USR2, Signal::WINCH, Signal::QUIT] {
+    for sig in [
+        Signal::USR1,
+        Signal::USR2,
+        Signal::WINCH,
+        Signal::QUIT,
+        Signal::SEGV,
+        Signal::BUS,
+    ] {
         waiter.signal(sig);
     }
     let st = env.wait_status("the waiter still waits", |s| {

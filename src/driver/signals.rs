@@ -9,12 +9,18 @@
 //!   SIGCHLD says that a child (the main process or an orphan the runner adopted as subreaper)
 //!   changed state.
 //!
-//! Left alone, with their default action: SIGKILL and SIGSTOP (they cannot be caught); the
-//! fault signals ILL, TRAP, BUS, FPE, SEGV and SYS (they report a bug in the runner itself, and a
-//! handler that returns would re-run the faulting instruction forever); SIGPIPE (ignored by the
-//! Rust runtime, so a closed stderr is an `EPIPE` error, not a signal to forward); and the job
-//! control signals TSTP, TTIN, TTOU and CONT (they suspend and resume the runner, never end it;
-//! SIGSTOP, their uncatchable partner, could not be relayed either).
+//! - **The fault signals** ILL, TRAP, BUS, FPE, SEGV and SYS are told apart by who sent them
+//!   (`si_code`). One *sent* by a process (`kill`, `sigqueue`, `tgkill`: `si_code <= 0`) is a
+//!   stray signal like the others: it goes to the other pipe and is relayed to the workload (card
+//!   T3), and the runner goes on. One the *kernel* raised for a real fault of the runner is a
+//!   bug: the previous handler runs first (the Rust runtime's reports a stack overflow), then the
+//!   signal's default action ends the runner, with a core dump where the system keeps one. A
+//!   handler that returned from a real fault would re-run the faulting instruction forever.
+//!
+//! Left alone, with their default action: SIGKILL and SIGSTOP (they cannot be caught); SIGPIPE
+//! (ignored by the Rust runtime, so a closed stderr is an `EPIPE` error, not a signal to
+//! forward); and the job control signals TSTP, TTIN, TTOU and CONT (they suspend and resume the
+//! runner, never end it; SIGSTOP, their uncatchable partner, could not be relayed either).
 //!
 //! The handler is this module's own (one `sigaction` per signal, once per process), not a
 //! registry's: `tenure run -- true` is a benchmark row (issue 11), and registering 49 signals
@@ -57,6 +63,16 @@ pub const RELAYED: [u8; 45] = {
     }
     v
 };
+
+/// The fault signals, by number (Linux): ILL, TRAP, BUS, FPE, SEGV and SYS. Caught to tell a
+/// sent one (relayed, as [`RELAYED`]) from a real fault of the runner (its default action).
+pub const FAULTS: [u8; 6] = [4, 5, 7, 8, 11, 31];
+
+/// Whether a signal that arrived is relayed to the workload: [`RELAYED`], and the [`FAULTS`]
+/// another process sent (a real fault never returns to be relayed).
+fn relayable(n: u8) -> bool {
+    RELAYED.contains(&n) || FAULTS.contains(&n)
+}
 
 /// What arrived besides stop signals.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -165,38 +181,112 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
             &None
         };
         if let Some(prev) = prev {
-            let f = prev.sa_sigaction;
-            if f != libc::SIG_DFL && f != libc::SIG_IGN {
-                // SAFETY: a host's handler, called as it asked to be called.
-                unsafe {
-                    if prev.sa_flags & libc::SA_SIGINFO != 0 {
-                        type Action =
-                            extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
-                        let f = std::mem::transmute::<*mut (), Action>(f as *mut ());
-                        f(sig, info, ctx);
-                    } else {
-                        type Handler = extern "C" fn(libc::c_int);
-                        let f = std::mem::transmute::<*mut (), Handler>(f as *mut ());
-                        f(sig);
-                    }
-                }
-            }
+            // SAFETY: a host's handler, called as it asked to be called.
+            unsafe { call(prev, sig, info, ctx) };
         }
-        let stop = is_stop(n);
-        for slot in &SLOTS_TABLE {
-            if !slot.live.load(Ordering::SeqCst) {
-                continue;
-            }
-            slot.flags[usize::from(n)].store(true, Ordering::SeqCst);
-            let fd = if stop { &slot.stop_w } else { &slot.other_w };
-            // SAFETY: a non-blocking pipe end that is never closed; `write` is
-            // async-signal-safe. A full pipe loses nothing: the flag is set, and one byte
-            // waiting is enough to wake the reader.
-            unsafe { libc::write(fd.load(Ordering::SeqCst), [n].as_ptr().cast(), 1) };
-        }
+        deliver(n, is_stop(n));
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
+}
+
+/// The handler of the [`FAULTS`]: a signal another process sent is delivered like any other
+/// (see [`deliver`]); a real fault goes to the previous handler if there was one (the Rust
+/// runtime's stack-overflow report, a host's), and otherwise ends the process by the signal's
+/// default action. In a child that shares our memory before its exec (see [`INSTALLER`]) a sent
+/// one is dropped, a real fault ends that child, and nothing of the parent's is touched.
+extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: reading and restoring the thread's errno is what every handler must do.
+    let errno = unsafe { *libc::__errno_location() };
+    // SAFETY: the kernel passes a valid `siginfo_t` to an `SA_SIGINFO` handler.
+    let sent = info.is_null() || unsafe { (*info).si_code } <= 0;
+    let ours = rustix::process::getpid().as_raw_nonzero().get() == INSTALLER.load(Ordering::SeqCst);
+    if sent {
+        if ours && let Ok(n) = u8::try_from(sig) {
+            deliver(n, false);
+        }
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
+        return;
+    }
+    if ours
+        && let Ok(n) = usize::try_from(sig)
+        && n < 65
+        && PREV_SET[n].load(Ordering::SeqCst)
+        // SAFETY: the entry is written and never written again once its flag is set.
+        && let Some(prev) = unsafe { &(*PREV.0.get())[n] }
+        && prev.sa_sigaction != libc::SIG_DFL
+        && prev.sa_sigaction != libc::SIG_IGN
+    {
+        // The fault is the previous handler's: the Rust runtime's reports a stack overflow, or
+        // puts back the default action and returns to fault again; a host's (a JIT's, a wasm
+        // engine's) may have handled it and changed where this thread resumes.
+        // SAFETY: the previous handler, called as it asked to be called.
+        unsafe { call(prev, sig, info, ctx) };
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
+        return;
+    }
+    // No handler before ours: the default action, for this very thread, pending until this
+    // handler returns (the signal is blocked while it runs), which then ends the process. Raw
+    // system calls: in a child before its exec, libc's idea of the current thread is its
+    // parent's.
+    // SAFETY: a zeroed `sigaction` is `SIG_DFL` with no flags; `tgkill` with our own ids.
+    unsafe {
+        let dfl: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, &dfl, std::ptr::null_mut());
+        libc::syscall(
+            libc::SYS_tgkill,
+            rustix::process::getpid().as_raw_nonzero().get(),
+            libc::syscall(libc::SYS_gettid),
+            sig,
+        );
+    }
+}
+
+/// Calls a previous handler `prev` of `sig` as it asked to be called (nothing for `SIG_DFL`
+/// and `SIG_IGN`).
+///
+/// # Safety
+/// From a signal handler of `sig`, with the arguments the kernel passed it.
+unsafe fn call(
+    prev: &libc::sigaction,
+    sig: libc::c_int,
+    info: *mut libc::siginfo_t,
+    ctx: *mut libc::c_void,
+) {
+    let f = prev.sa_sigaction;
+    if f == libc::SIG_DFL || f == libc::SIG_IGN {
+        return;
+    }
+    // SAFETY: a handler installed with these flags takes these arguments.
+    unsafe {
+        if prev.sa_flags & libc::SA_SIGINFO != 0 {
+            type Action = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+            let f = std::mem::transmute::<*mut (), Action>(f as *mut ());
+            f(sig, info, ctx);
+        } else {
+            type Handler = extern "C" fn(libc::c_int);
+            let f = std::mem::transmute::<*mut (), Handler>(f as *mut ());
+            f(sig);
+        }
+    }
+}
+
+/// Sets signal `n`'s flag in every live intake and wakes it: a byte on its stop pipe (`stop`)
+/// or its other pipe. Async-signal-safe.
+fn deliver(n: u8, stop: bool) {
+    for slot in &SLOTS_TABLE {
+        if !slot.live.load(Ordering::SeqCst) {
+            continue;
+        }
+        slot.flags[usize::from(n)].store(true, Ordering::SeqCst);
+        let fd = if stop { &slot.stop_w } else { &slot.other_w };
+        // SAFETY: a non-blocking pipe end that is never closed; `write` is async-signal-safe.
+        // A full pipe loses nothing: the flag is set, and one byte waiting is enough to wake
+        // the reader.
+        unsafe { libc::write(fd.load(Ordering::SeqCst), [n].as_ptr().cast(), 1) };
+    }
 }
 
 /// A non-blocking, close-on-exec pipe: (read end, write end), as raw descriptors kept for
@@ -237,7 +327,14 @@ impl SignalHold {
             let mut set: libc::sigset_t = std::mem::zeroed();
             let mut old: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
-            for n in stops.into_iter().chain(RELAYED).chain([SIGCHLD]) {
+            // The fault signals too: one sent meanwhile waits for the intake; a real fault
+            // while one is blocked still ends the process (the kernel unblocks it).
+            for n in stops
+                .into_iter()
+                .chain(RELAYED)
+                .chain([SIGCHLD])
+                .chain(FAULTS)
+            {
                 libc::sigaddset(&mut set, i32::from(n));
             }
             libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
@@ -292,7 +389,11 @@ impl SignalIntake {
         );
         slot.live.store(true, Ordering::SeqCst);
         let stops = Signal::ALL.map(Signal::number);
-        let wanted = stops.into_iter().chain(RELAYED).chain([SIGCHLD]);
+        let wanted = stops
+            .into_iter()
+            .chain(RELAYED)
+            .chain([SIGCHLD])
+            .chain(FAULTS);
         // One `sigaction` per signal that both installs ours and returns the previous action;
         // the signals are blocked in this thread meanwhile, so none is handled here before
         // its previous action is recorded (another thread of a host may still take one in
@@ -316,8 +417,15 @@ impl SignalIntake {
             }
             // SAFETY: a zeroed `sigaction` is a valid value (empty mask, no flags).
             let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
-            new.sa_sigaction = on_signal as *const () as usize;
-            new.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO;
+            if FAULTS.contains(&n) {
+                // On the alternate stack where the runtime set one up (a stack overflow is a
+                // SEGV that the overflowed stack could not handle).
+                new.sa_sigaction = on_fault as *const () as usize;
+                new.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO | libc::SA_ONSTACK;
+            } else {
+                new.sa_sigaction = on_signal as *const () as usize;
+                new.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO;
+            }
             // SAFETY: as above.
             let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
             // SAFETY: valid pointers; `on_signal` is async-signal-safe.
@@ -371,7 +479,9 @@ impl SignalIntake {
     pub fn take_others(&self) -> Others {
         drain(self.other_fd());
         Others {
-            relay: RELAYED.into_iter().filter(|n| self.flag(*n)).collect(),
+            relay: (1..=64u8)
+                .filter(|n| relayable(*n) && self.flag(*n))
+                .collect(),
             child: self.flag(SIGCHLD),
         }
     }
@@ -439,6 +549,84 @@ mod tests {
         drop(hold);
         assert!(intake.pending(), "delivered once the hold ended");
         assert_eq!(intake.take(), vec![Signal::Term]);
+    }
+
+    /// Card T3: a fault signal another process sends (here the test itself, `tgkill`) is a stray
+    /// signal: relayed, and the process goes on (it would have died of its default action).
+    #[test]
+    fn a_sent_fault_signal_is_relayed_and_the_process_goes_on() {
+        let intake = SignalIntake::install().expect("intake");
+        for n in FAULTS {
+            // SAFETY: `raise` delivers the signal to this thread before it returns.
+            assert_eq!(unsafe { libc::raise(i32::from(n)) }, 0);
+            assert_eq!(intake.take_others().relay, vec![n], "signal {n}");
+        }
+    }
+
+    /// What [`a_real_fault_still_ends_the_process_by_its_signal`] runs in a process of its own
+    /// (the test binary again, this test only): the intake installed, then a real fault.
+    #[test]
+    fn fault_child() {
+        let Some(kind) = std::env::var_os("TENURE_FAULT_CHILD") else {
+            return;
+        };
+        let _intake = SignalIntake::install().expect("intake");
+        match kind.to_str() {
+            // SAFETY: none: the point is the fault (a write through a null pointer).
+            Some("segv") => unsafe { std::ptr::null_mut::<u8>().write_volatile(1) },
+            // SAFETY: none: `ud2` is the undefined instruction, raising SIGILL.
+            #[cfg(target_arch = "x86_64")]
+            Some("ill") => unsafe { std::arch::asm!("ud2") },
+            Some("overflow") => {
+                #[allow(unconditional_recursion)]
+                fn deeper(n: u64) -> u64 {
+                    let pad = std::hint::black_box([n; 64]);
+                    deeper(n + 1) + pad[3]
+                }
+                std::hint::black_box(deeper(0));
+            }
+            _ => {}
+        }
+        std::process::exit(3);
+    }
+
+    /// A real fault of the process still ends it by the fault's signal (the handler does not
+    /// return into the faulting instruction forever, nor swallow it as a sent one), and the
+    /// runtime's stack-overflow report still runs before it.
+    #[test]
+    fn a_real_fault_still_ends_the_process_by_its_signal() {
+        use std::os::unix::process::ExitStatusExt;
+        let mut kinds = vec![("segv", libc::SIGSEGV)];
+        if cfg!(target_arch = "x86_64") {
+            kinds.push(("ill", libc::SIGILL));
+        }
+        kinds.push(("overflow", libc::SIGABRT));
+        for (kind, sig) in kinds {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "driver::signals::tests::fault_child",
+                    "--nocapture",
+                ])
+                .args(["--test-threads", "1"])
+                .env("TENURE_FAULT_CHILD", kind)
+                .output()
+                .expect("run the test binary");
+            assert_eq!(
+                out.status.signal(),
+                Some(sig),
+                "{kind}: {:?}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            if kind == "overflow" {
+                assert!(
+                    String::from_utf8_lossy(&out.stderr).contains("overflowed its stack"),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
     }
 
     #[test]
