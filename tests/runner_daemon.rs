@@ -98,6 +98,7 @@ fn d3_missing_executable() {
     let not_exec = env.path("not-executable");
     fs::write(&not_exec, "#!/bin/sh\n").unwrap();
     fs::set_permissions(&not_exec, fs::Permissions::from_mode(0o600)).unwrap();
+    let not_exec_child = format!("{}/program", not_exec.display());
     for (prog, code, errno, summary) in [
         (
             "/nonexistent/tenure-no-such-program",
@@ -117,6 +118,9 @@ fn d3_missing_executable() {
             "EACCES",
             "spawn-failed/not-executable",
         ),
+        // A path through a regular file (a component that is not a directory) names no
+        // program either: not found, 127, as a shell says it.
+        (&not_exec_child, 127, "ENOTDIR", "spawn-failed/not-found"),
     ] {
         let f = env.run_to_end(&[], &[prog]);
         f.expect_code(code);

@@ -1063,13 +1063,17 @@ fn t3_the_workload_reads_the_terminal() {
     };
     let env = Env::new();
     let out = env.path("read");
+    let after = env.path("read-after");
     let trace = env.path("tty.trace");
+    // After the run, the shell that started it reads the terminal too: it can only if the
+    // runner took the foreground back (a background group that reads it is stopped by SIGTTIN).
     let inner = format!(
-        "{} run --trace {} --dir {} --cgroup off -- sh -c 'read x; echo got:$x > {}; sleep 0.2; echo back; exit 0'",
+        "{} run --trace {} --dir {} --cgroup off -- sh -c 'read x; echo got:$x > {}; sleep 0.2; echo back; exit 0'; read y; echo after:$y > {}",
         bin(),
         trace.display(),
         env.dir.display(),
-        out.display()
+        out.display(),
+        after.display()
     );
     /// SIGKILLs `script` (and so the runner and its child, through the pty's hangup and the
     /// parent-death signal) if the test fails before it ended.
@@ -1093,7 +1097,12 @@ fn t3_the_workload_reads_the_terminal() {
     );
     let child = &mut guard.0;
     use std::io::Write;
-    child.stdin.as_mut().unwrap().write_all(b"hello\n").unwrap();
+    child
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(b"hello\nagain\n")
+        .unwrap();
     let status = wait_for(
         "the run on a terminal to end",
         DEADLINE,
@@ -1101,6 +1110,11 @@ fn t3_the_workload_reads_the_terminal() {
         || format!("read so far: {:?}", fs::read_to_string(&out).ok()),
     );
     assert_eq!(read(&out), "got:hello\n", "the child read the terminal");
+    assert_eq!(
+        read(&after),
+        "after:again\n",
+        "the shell read the terminal after the run"
+    );
     assert_eq!(status.code(), Some(0));
     check_trace(&trace, status);
 }
