@@ -306,6 +306,8 @@ fn status_and_stop_follow_lsb() {
     let st = env.tool("status", &[]);
     st.expect_code(0);
     assert!(st.stdout.contains("phase:      ready"), "{}", st.stdout);
+    // Nothing was ever published here.
+    assert!(st.stdout.contains("checkpoint: none\n"), "{}", st.stdout);
     owner.say("");
     owner.wait().expect_code(3);
 
