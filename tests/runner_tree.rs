@@ -345,7 +345,15 @@ read _"#;
         alive(gc),
         "precondition: the grandchild outlived its runner"
     );
-    assert_eq!(env.status()["lock_held"], true);
+    let st = env.status();
+    assert_eq!(st["lock_held"], true);
+    // Nobody is acquiring: the recorded owner is gone and its leftover holds the lock.
+    assert_eq!(st["phase"], "stale", "{st}");
+    assert_eq!(
+        st["containment"]["processes"],
+        serde_json::json!([gc]),
+        "{st}"
+    );
 
     let f = env.tool("stop", &["--grace", "0.5"]);
     f.expect_code(137);

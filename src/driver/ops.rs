@@ -222,9 +222,22 @@ pub fn collect(dir: &StateDir) -> Result<Status, lease::LeaseError> {
                 .collect(),
         ),
     };
+    let containment = containment_view(dir, st.owner.as_ref());
+    // The lock held through a crashed owner's lock descriptor by what its workload left running
+    // (no cgroup): nobody is acquiring, the recorded owner is gone (card P5).
+    let phase = match st.state() {
+        OwnerState::Acquiring
+            if containment.mechanism.as_deref() == Some("lock-fd")
+                && !containment.processes.is_empty()
+                && st.owner_liveness != Some(Liveness::Live) =>
+        {
+            "stale".into()
+        }
+        _ => phase_word(&st),
+    };
     Ok(Status {
         dir: dir.path().display().to_string(),
-        phase: phase_word(&st),
+        phase,
         epoch: st.epoch,
         lock_held: st.held,
         owner: st.owner.as_ref().map(|o| OwnerView {
@@ -248,7 +261,7 @@ pub fn collect(dir: &StateDir) -> Result<Status, lease::LeaseError> {
                 pid: r.record.as_ref().map(|x| x.identity.pid),
             })
             .collect(),
-        containment: containment_view(dir, st.owner.as_ref()),
+        containment,
         checkpoint,
         failed_publishes,
     })
