@@ -126,6 +126,9 @@ impl ErrQueue {
                 Wrote::Some(n) => {
                     self.bytes.drain(..n);
                 }
+                // Waiting, a signal's interruption (or a writer beside us that took the room
+                // first) only means trying again.
+                Wrote::Full if wait => {}
                 Wrote::Full => return,
                 Wrote::Broken => {
                     self.broken = true;
