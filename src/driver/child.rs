@@ -368,14 +368,17 @@ impl Child {
     /// Copies what the child wrote to stderr to our stderr and keeps the last 4 KiB. Returns
     /// false once the pipe reached end of file. Our stderr never blocks this (see
     /// [`crate::stdio`]): unless `all`, reading stops while [`crate::stdio::ERR_RELAY_ROOM`]
-    /// bytes wait for it, and the child waits in its own `write` meanwhile.
+    /// bytes wait for it, and the child waits in its own `write` meanwhile. One call reads at
+    /// most 1 MiB (more than a pipe holds), so a workload that writes as fast as this reads
+    /// never keeps the caller from its other work.
     pub fn pump_stderr(&mut self, all: bool) -> bool {
         let Some(pipe) = self.stderr.as_mut() else {
             return false;
         };
         let mut buf = [0u8; 8192];
+        let mut budget = 1usize << 20;
         loop {
-            if !all && !crate::stdio::err_relay_room() {
+            if budget == 0 || (!all && !crate::stdio::err_relay_room()) {
                 return true;
             }
             match pipe.read(&mut buf) {
@@ -384,6 +387,7 @@ impl Child {
                     return false;
                 }
                 Ok(n) => {
+                    budget = budget.saturating_sub(n);
                     crate::stdio::err_bytes(&buf[..n]);
                     for &b in &buf[..n] {
                         if self.tail.len() == STDERR_TAIL {
