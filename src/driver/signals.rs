@@ -629,6 +629,26 @@ mod tests {
         }
     }
 
+    /// What a child started with `CLONE_VM` leaves alone before its exec: exactly the signals
+    /// an intake installed its handler for (the others it resets, see `child::clone3`).
+    #[test]
+    fn caught_here_is_what_an_intake_installed() {
+        let _intake = SignalIntake::install().expect("intake");
+        let stops = Signal::ALL.map(Signal::number);
+        for n in stops
+            .into_iter()
+            .chain(RELAYED)
+            .chain(FAULTS)
+            .chain([SIGCHLD])
+        {
+            assert!(caught_here(usize::from(n)), "signal {n} is caught");
+        }
+        // KILL, STOP, PIPE, job control, glibc's two, and what is no signal at all.
+        for n in [0, 9, 19, 13, 20, 21, 22, 18, 32, 33, 65, 1000] {
+            assert!(!caught_here(n), "signal {n} is not caught");
+        }
+    }
+
     #[test]
     fn relayed_signals_exclude_stops_faults_and_job_control() {
         for n in [
