@@ -39,7 +39,7 @@ pub struct Ready;
 pub struct Draining;
 
 /// Options of an in-process owner. Validated by [`Tenure::open`] before anything on disk
-/// changes (card H6).
+/// changes (card H6). A duration too large for the clock (`Duration::MAX`) never runs out.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// How long active residencies may take to settle once the drain begins (H4).
@@ -339,7 +339,8 @@ impl Tenure<Ready> {
                 }
                 continue;
             }
-            host.wait_pending(Some(since + grace));
+            // A grace too large for the clock never runs out (card H6).
+            host.wait_pending(since.checked_add(grace));
         }
     }
 
@@ -372,8 +373,10 @@ impl Tenure<Draining> {
         // The grace armed when the drain began; after it expired once, each further call
         // waits one more grace.
         let armed = self.core.timers.get(&Timer::Grace).copied();
-        let deadline = armed.unwrap_or_else(|| Instant::now() + self.core.options.grace);
-        let settled = host.wait_settled(Some(deadline));
+        // A grace too large for the clock is no bound (card H6): the wait ends when the
+        // residencies settle.
+        let deadline = armed.or_else(|| Instant::now().checked_add(self.core.options.grace));
+        let settled = host.wait_settled(deadline);
         self.core.timers.remove(&Timer::Grace);
         let event = match (settled, armed) {
             (true, _) => Event::ResidenciesSettled,
@@ -543,14 +546,25 @@ impl Core {
                     }
                 }
             }
+            // A duration too large for the clock is a timer that never expires (card H6): it
+            // is not kept, as after a disarm.
             Action::ArmTimer(t, d) => {
-                self.timers.insert(t, Instant::now() + d);
+                match Instant::now().checked_add(d) {
+                    Some(at) => self.timers.insert(t, at),
+                    None => self.timers.remove(&t),
+                };
                 None
             }
             Action::ExtendTimer(t, d) => {
-                let later = Instant::now() + d;
-                if let Some(at) = self.timers.get_mut(&t) {
-                    *at = (*at).max(later);
+                match Instant::now().checked_add(d) {
+                    Some(later) => {
+                        if let Some(at) = self.timers.get_mut(&t) {
+                            *at = (*at).max(later);
+                        }
+                    }
+                    None => {
+                        self.timers.remove(&t);
+                    }
                 }
                 None
             }

@@ -245,3 +245,88 @@ fn g3_stop_while_recovering_refuses_in_process() {
         .unwrap();
     assert_eq!(next.read("a").unwrap().as_deref(), Some(&b"old"[..]));
 }
+
+/// Card H6: a duration too large for the clock (`Duration::MAX`: "no bound") is a bound that
+/// never expires, never a panic: a grace, an idle grace and a lease wait of `Duration::MAX`
+/// behave as forever. Before, every one of them overflowed `Instant + Duration` and panicked
+/// (in `wait_for_drain`, in `close`, in `acquire`).
+#[test]
+fn h6_a_duration_too_large_for_the_clock_is_forever() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    // An ephemeral owner whose idle grace never runs out stays until the drain is requested.
+    // The requester's sleep is not synchronisation: the outcome is the same whenever the
+    // request comes; it only lets `wait_for_drain` reach its idle wait first.
+    let opts = Options {
+        idle_grace: Duration::MAX,
+        retire: RetireMode::Ephemeral,
+        ..options()
+    };
+    let cold = Tenure::open(&dir, opts).unwrap();
+    let host = cold.host();
+    let Recovered::Ready(ready) = cold.acquire(WaitBound::Try).unwrap().recovered().unwrap() else {
+        panic!()
+    };
+    let requester = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        host.request_drain()
+    });
+    let draining = ready.wait_for_drain().unwrap();
+    requester.join().unwrap();
+    assert_eq!(draining.phase(), PhaseKind::Draining);
+    draining.close(Vec::new()).unwrap();
+
+    // A close whose grace never expires waits for the active residency however long it takes
+    // and completes once it is released (the holder's sleep, likewise, only lets the close
+    // start waiting first).
+    let opts = Options {
+        grace: Duration::MAX,
+        ..options()
+    };
+    let cold = Tenure::open(&dir, opts).unwrap();
+    let host = cold.host();
+    let Recovered::Ready(ready) = cold.acquire(WaitBound::Try).unwrap().recovered().unwrap() else {
+        panic!()
+    };
+    let work = host.enter(OpClass::Serve, ResidencyKind::Active).unwrap();
+    let draining = ready.drain().unwrap();
+    let holder = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        drop(work);
+    });
+    let released = draining.close([CheckpointFile::new("x", "1")]).unwrap();
+    holder.join().unwrap();
+    assert_eq!(released.outcome.reason, Reason::Stopped);
+    assert!(released.published.is_some());
+
+    // A lease wait of Duration::MAX waits like Forever: it takes the lease once it is free.
+    let owner = Tenure::open(&dir, options())
+        .unwrap()
+        .acquire(WaitBound::Try)
+        .unwrap();
+    let d = dir.clone();
+    let waiter = std::thread::spawn(move || {
+        Tenure::open(&d, options())
+            .unwrap()
+            .acquire(WaitBound::For(Duration::MAX))
+            .map(|t| t.epoch())
+            .map_err(|e| e.to_string())
+    });
+    let status_dir = tenure::StateDir::open(&dir, false).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tenure::lease::status(&status_dir)
+        .unwrap()
+        .waiters
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the waiter never became visible");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let first = owner.epoch();
+    let Recovered::Ready(r) = owner.recovered().unwrap() else {
+        panic!()
+    };
+    r.drain().unwrap().close(Vec::new()).unwrap();
+    let next = waiter.join().expect("the waiter panicked").unwrap();
+    assert!(next > first);
+}
