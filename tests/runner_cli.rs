@@ -674,3 +674,39 @@ mkdir "$TENURE_CHECKPOINT_OUT/sub" && echo $((c + 1)) > "$TENURE_CHECKPOINT_OUT/
     assert!(stderr.contains("needs root"), "{stderr}");
     assert!(!fresh.dir.exists());
 }
+
+/// `run`, `init` and `up` of a state dir whose path is not UTF-8: refused (65) with a message
+/// naming the dir and the fix, nothing created. They used to panic (exit 101) inside the
+/// acquisition, after creating the dir, `.tenure/` and its lock file (`up` reported the
+/// owner's panic as `spawn_failed`).
+#[test]
+fn a_state_dir_path_that_is_not_utf8_is_refused_not_a_panic() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join(OsStr::from_bytes(b"state-\xff"));
+    let cases: &[&[&str]] = &[
+        &["run", "--", "true"],
+        &["init"],
+        &["up", "--wait", "20", "--", "sleep", "1000"],
+    ];
+    for args in cases {
+        let o = tenure()
+            .arg(args[0])
+            .arg("--dir")
+            .arg(&dir)
+            .args(&args[1..])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(65), "{args:?}: {err}");
+        assert!(err.contains("not valid UTF-8"), "{args:?}: {err}");
+        assert!(
+            err.contains("state-"),
+            "{args:?}: the message names the dir: {err}"
+        );
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(!dir.exists(), "{args:?} created {}", dir.display());
+    }
+}

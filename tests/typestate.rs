@@ -330,3 +330,31 @@ fn h6_a_duration_too_large_for_the_clock_is_forever() {
     let next = waiter.join().expect("the waiter panicked").unwrap();
     assert!(next > first);
 }
+
+/// A state dir whose path is not UTF-8 (the identity marker records the path as text) is
+/// refused with an error naming it before anything is created, instead of a panic inside the
+/// acquisition that left a half-made `.tenure/` behind.
+#[test]
+fn a_state_dir_path_that_is_not_utf8_is_refused_before_anything_is_created() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join(std::ffi::OsStr::from_bytes(b"state-\xff"));
+    let e = Tenure::open(&dir, options()).unwrap_err();
+    assert!(matches!(&e, TenureError::Fs(f) if f.is_refusal()), "{e:?}");
+    assert!(e.to_string().contains("UTF-8"), "{e}");
+    assert!(
+        e.to_string().contains("state-"),
+        "the error names the path: {e}"
+    );
+    assert!(!dir.exists(), "nothing was created");
+    // An existing dir of that name is left as it was.
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let e = Tenure::open(&dir, options()).unwrap_err();
+    assert!(e.to_string().contains("UTF-8"), "{e}");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "nothing was created"
+    );
+}
