@@ -294,6 +294,10 @@ impl Tenure<Recovering> {
     pub fn recovered(mut self) -> Result<Recovered, TenureError> {
         // A stop may have refused the recovery meanwhile; its release is queued.
         self.core.run_pending()?;
+        // A dir moved or replaced while recovering refuses (card H7).
+        if self.phase() == PhaseKind::Recovering && self.core.root_moved() {
+            self.core.feed(Event::RootLost, None)?;
+        }
         if self.phase() != PhaseKind::Recovering {
             return Err(TenureError::Ended(self.core.ended()));
         }
@@ -313,7 +317,8 @@ impl Tenure<Ready> {
     }
 
     /// Waits until the drain begins: a `request_drain`, a stop signal delivered through the
-    /// host, or — for an ephemeral owner — `idle_grace` without an active residency (card H3).
+    /// host, — for an ephemeral owner — `idle_grace` without an active residency (card H3), or
+    /// the state dir moved or replaced (card H7; looked at every half second).
     pub fn wait_for_drain(mut self) -> Result<Tenure<Draining>, TenureError> {
         let host = self.core.host.clone();
         let grace = self.core.options.idle_grace;
@@ -323,12 +328,17 @@ impl Tenure<Ready> {
             if self.phase() != PhaseKind::Ready {
                 return Ok(self.into());
             }
+            if self.core.root_moved() {
+                self.core.feed(Event::RootLost, None)?;
+                continue;
+            }
+            let next_root_check = Instant::now() + crate::driver::ROOT_CHECK;
             let idle = host.residencies().idle_decision(host.retire_mode())
                 == crate::machine::IdleDecision::Idle;
             if !idle {
                 idle_since = None;
                 // Wakes when actions are queued or the last active residency is released.
-                host.wait_pending_or_idle(None);
+                host.wait_pending_or_idle(Some(next_root_check));
                 continue;
             }
             let since = *idle_since.get_or_insert_with(Instant::now);
@@ -340,7 +350,8 @@ impl Tenure<Ready> {
                 continue;
             }
             // A grace too large for the clock never runs out (card H6).
-            host.wait_pending(since.checked_add(grace));
+            let idle_end = since.checked_add(grace).unwrap_or(next_root_check);
+            host.wait_pending(Some(idle_end.min(next_root_check)));
         }
     }
 
@@ -416,6 +427,11 @@ impl Tenure<Draining> {
 }
 
 impl Core {
+    /// Whether the state dir is no longer where it was opened (card H7), as the runner looks.
+    fn root_moved(&self) -> bool {
+        !matches!(self.dir.is_still_at_path(), Ok(true))
+    }
+
     fn store_options(&self) -> StoreOptions {
         StoreOptions {
             keep: self.options.keep,

@@ -358,3 +358,59 @@ fn a_state_dir_path_that_is_not_utf8_is_refused_before_anything_is_created() {
         "nothing was created"
     );
 }
+
+/// Card H7 at library level: an in-process owner whose state dir is moved while it serves
+/// drains by itself (`wait_for_drain` returns, the drain hook runs) and its close ends
+/// `stopped/root-lost` (65); moved while recovering, `recovered` refuses (`refused/root-lost`)
+/// and releases the lease. Nothing is recreated at the old path. The library used to go on
+/// serving the moved dir until someone asked it to drain.
+#[test]
+fn h7_moved_root_drains_the_in_process_owner() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let cold = Tenure::open(&dir, options()).unwrap();
+    let host = cold.host();
+    let hook_ran = Arc::new(AtomicUsize::new(0));
+    let h = hook_ran.clone();
+    host.on_begin_drain(move || {
+        h.fetch_add(1, Ordering::SeqCst);
+    });
+    let Recovered::Ready(ready) = cold.acquire(WaitBound::Try).unwrap().recovered().unwrap() else {
+        panic!()
+    };
+    let moved = tmp.path().join("moved");
+    std::fs::rename(&dir, &moved).unwrap();
+    // Nobody requests the drain: the owner must notice the move itself, within the deadline.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(ready.wait_for_drain());
+    });
+    let draining = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the owner did not notice that its state dir was moved")
+        .unwrap();
+    assert_eq!(hook_ran.load(Ordering::SeqCst), 1);
+    let released = draining.close(Vec::new()).unwrap();
+    assert_eq!(released.outcome.summary(), "stopped/root-lost");
+    assert_eq!(released.outcome.code(), 65);
+    assert!(!dir.exists(), "nothing was recreated at the old path");
+
+    // Moved while recovering: the recovery is refused and the lease released.
+    std::fs::rename(&moved, &dir).unwrap();
+    let rec = Tenure::open(&dir, options())
+        .unwrap()
+        .acquire(WaitBound::Try)
+        .unwrap();
+    std::fs::rename(&dir, &moved).unwrap();
+    match rec.recovered() {
+        Err(TenureError::Ended(o)) => assert_eq!(o.summary(), "refused/root-lost"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(!dir.exists(), "nothing was recreated at the old path");
+    std::fs::rename(&moved, &dir).unwrap();
+    let next = Tenure::open(&dir, options())
+        .unwrap()
+        .acquire(WaitBound::Try)
+        .expect("the refused owner released the lease");
+    drop(next);
+}
