@@ -80,9 +80,9 @@ pub enum TenureError {
     /// The checkpoint was refused, or publishing failed.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
-    /// The owner ended before it could serve (a stop while recovering, an invalid checkpoint);
-    /// the lease was released and nothing was published.
-    #[error("the owner ended while recovering ({}); the lease was released and the checkpoint is unchanged", .0.summary())]
+    /// The owner ended before it could serve (a stop before it owned or while recovering, an
+    /// invalid checkpoint); no lease is held and nothing was published.
+    #[error("the owner ended before it could serve ({}); no lease is held and the checkpoint is unchanged", .0.summary())]
     Ended(Outcome),
     /// The drain did not settle within the grace (card H4): [`Tenure::close`] kept the lease
     /// and hands the owner back, still draining, with the original cause.
@@ -250,7 +250,12 @@ impl Tenure<Cold> {
         wait: WaitBound,
         cancel: Option<BorrowedFd<'_>>,
     ) -> Result<Tenure<Recovering>, TenureError> {
-        self.core.feed(Event::Start, Some((wait, cancel)))?;
+        match self.core.feed(Event::Start, Some((wait, cancel))) {
+            // A stop delivered through the host before the start cancelled the owner (card
+            // G1): the machine rejects the start, and nothing on disk was touched.
+            Err(TenureError::Internal(_)) if self.phase() == PhaseKind::Cancelled => {}
+            r => r?,
+        }
         if let Some(e) = self.core.failure.take() {
             return Err(e);
         }
@@ -475,9 +480,30 @@ impl Core {
             }
             for a in actions {
                 if let Some(next) = self.execute(a, &mut acquire) {
-                    self.host.feed(next)?;
+                    match self.host.feed(next) {
+                        Err(_)
+                            if a == Action::AcquireLease
+                                && self.host.phase() == PhaseKind::Cancelled =>
+                        {
+                            self.withdraw_acquisition();
+                        }
+                        r => r?,
+                    }
                 }
             }
+        }
+    }
+
+    /// A stop delivered through the host while `acquire` waited cancelled the owner (card
+    /// G1): the machine abandoned the acquisition and rejects its answer. A lease the wait
+    /// obtained is released at once, so no record of an owner that never ran is left behind,
+    /// and the answer's error (busy, refused) gives way to the cancellation.
+    fn withdraw_acquisition(&mut self) {
+        self.failure = None;
+        if let Some(l) = self.lease.take()
+            && let Err(e) = l.release()
+        {
+            self.failure = Some(e.into());
         }
     }
 

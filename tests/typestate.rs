@@ -414,3 +414,71 @@ fn h7_moved_root_drains_the_in_process_owner() {
         .expect("the refused owner released the lease");
     drop(next);
 }
+
+/// Card G1 at library level: a stop delivered through the host while the owner is cold —
+/// before `acquire`, or while `acquire` waits for the lease — cancels (`cancelled/SIGTERM`):
+/// `acquire` returns [`TenureError::Ended`] with that outcome, a lease the wait obtained
+/// afterwards is released at once (no stale owner record), and a successor acquires at once.
+/// `acquire` used to fail with `TenureError::Internal` ("please report it": the machine,
+/// already cancelled, rejected `start` or the acquisition's answer) and, when the lease was
+/// granted, dropped it unreleased, leaving a record of an owner in `recovering` behind.
+#[test]
+fn g1_a_stop_while_cold_cancels_the_in_process_acquire() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let cancelled = |r: Result<Tenure<tenure::Recovering>, TenureError>| match r {
+        Err(TenureError::Ended(o)) => {
+            assert_eq!(o.summary(), "cancelled/SIGTERM");
+            assert_eq!(o.code(), 143);
+        }
+        other => panic!("expected a cancellation, got {other:?}"),
+    };
+
+    // Before acquire: nothing on disk changes.
+    let cold = Tenure::open(&dir, options()).unwrap();
+    cold.host().stop(tenure::machine::Signal::Term);
+    let before: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    cancelled(cold.acquire(WaitBound::Try));
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), before.len());
+
+    // While acquire waits: once the owner releases, the waiter's grant is withdrawn.
+    let owner = Tenure::open(&dir, options())
+        .unwrap()
+        .acquire(WaitBound::Try)
+        .unwrap();
+    let cold = Tenure::open(&dir, options()).unwrap();
+    let host = cold.host();
+    let waiter = std::thread::spawn(move || cold.acquire(WaitBound::Forever));
+    let status_dir = tenure::StateDir::open(&dir, false).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tenure::lease::status(&status_dir)
+        .unwrap()
+        .waiters
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the waiter never became visible");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    host.stop(tenure::machine::Signal::Term);
+    assert_eq!(host.phase(), PhaseKind::Cancelled);
+    let first = owner.epoch();
+    let Recovered::Ready(r) = owner.recovered().unwrap() else {
+        panic!()
+    };
+    r.drain().unwrap().close(Vec::new()).unwrap();
+    cancelled(waiter.join().unwrap());
+    let st = tenure::lease::status(&status_dir).unwrap();
+    assert!(!st.held, "the withdrawn grant still holds the lease");
+    assert!(st.waiters.is_empty(), "a waiter entry remains");
+    let rec = st.owner.expect("the first owner's record");
+    assert_eq!(
+        rec.phase,
+        PhaseKind::Released,
+        "the record of the withdrawn grant says it ended: {rec:?}"
+    );
+    let next = Tenure::open(&dir, options())
+        .unwrap()
+        .acquire(WaitBound::Try)
+        .expect("a successor acquires at once");
+    assert!(next.epoch() > first);
+}
