@@ -482,3 +482,16 @@ fn g1_a_stop_while_cold_cancels_the_in_process_acquire() {
         .expect("a successor acquires at once");
     assert!(next.epoch() > first);
 }
+
+/// A state dir path with a name too long for the filesystem (over 255 bytes) is refused before
+/// anything is created: its missing parents are not left behind. (`Tenure::open` and
+/// `tenure run --dir` created the parents, then failed on the long name.)
+#[test]
+fn a_name_too_long_creates_no_parent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let parent = tmp.path().join("missing");
+    let dir = parent.join("x".repeat(300));
+    let e = Tenure::open(&dir, options()).unwrap_err();
+    assert!(e.to_string().contains("too long"), "{e}");
+    assert!(!parent.exists(), "a parent was created");
+}

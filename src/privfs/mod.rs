@@ -666,6 +666,18 @@ impl StateDir {
                 Err(e) => return Err(FsError::io("look at", p.to_path_buf(), e)),
             }
         }
+        // Nothing is created unless all of it can be: a name longer than the filesystems'
+        // limit (NAME_MAX) would fail only after its parents were made.
+        if let Some(long) = missing
+            .iter()
+            .find(|m| m.file_name().is_some_and(|n| n.len() > 255))
+        {
+            return Err(FsError::io(
+                "create",
+                long.clone(),
+                rustix::io::Errno::NAMETOOLONG,
+            ));
+        }
         // What is created must have a UTF-8 canonical path (see `open`): the names to create
         // and the canonical path of the existing ancestor they go under.
         if !missing.is_empty() {
