@@ -39,7 +39,7 @@ pub struct Ready;
 pub struct Draining;
 
 /// Options of an in-process owner. Validated by [`Tenure::open`] before anything on disk
-/// changes (card H6).
+/// changes (card H6). A duration too large for the clock (`Duration::MAX`) never runs out.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// How long active residencies may take to settle once the drain begins (H4).
@@ -80,9 +80,9 @@ pub enum TenureError {
     /// The checkpoint was refused, or publishing failed.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
-    /// The owner ended before it could serve (a stop while recovering, an invalid checkpoint);
-    /// the lease was released and nothing was published.
-    #[error("the owner ended while recovering ({}); the lease was released and the checkpoint is unchanged", .0.summary())]
+    /// The owner ended before it could serve (a stop before it owned or while recovering, an
+    /// invalid checkpoint); no lease is held and nothing was published.
+    #[error("the owner ended before it could serve ({}); no lease is held and the checkpoint is unchanged", .0.summary())]
     Ended(Outcome),
     /// The drain did not settle within the grace (card H4): [`Tenure::close`] kept the lease
     /// and hands the owner back, still draining, with the original cause.
@@ -250,7 +250,12 @@ impl Tenure<Cold> {
         wait: WaitBound,
         cancel: Option<BorrowedFd<'_>>,
     ) -> Result<Tenure<Recovering>, TenureError> {
-        self.core.feed(Event::Start, Some((wait, cancel)))?;
+        match self.core.feed(Event::Start, Some((wait, cancel))) {
+            // A stop delivered through the host before the start cancelled the owner (card
+            // G1): the machine rejects the start, and nothing on disk was touched.
+            Err(TenureError::Internal(_)) if self.phase() == PhaseKind::Cancelled => {}
+            r => r?,
+        }
         if let Some(e) = self.core.failure.take() {
             return Err(e);
         }
@@ -294,6 +299,10 @@ impl Tenure<Recovering> {
     pub fn recovered(mut self) -> Result<Recovered, TenureError> {
         // A stop may have refused the recovery meanwhile; its release is queued.
         self.core.run_pending()?;
+        // A dir moved or replaced while recovering refuses (card H7).
+        if self.phase() == PhaseKind::Recovering && self.core.root_moved() {
+            self.core.feed(Event::RootLost, None)?;
+        }
         if self.phase() != PhaseKind::Recovering {
             return Err(TenureError::Ended(self.core.ended()));
         }
@@ -313,7 +322,8 @@ impl Tenure<Ready> {
     }
 
     /// Waits until the drain begins: a `request_drain`, a stop signal delivered through the
-    /// host, or — for an ephemeral owner — `idle_grace` without an active residency (card H3).
+    /// host, — for an ephemeral owner — `idle_grace` without an active residency (card H3), or
+    /// the state dir moved or replaced (card H7; looked at every half second).
     pub fn wait_for_drain(mut self) -> Result<Tenure<Draining>, TenureError> {
         let host = self.core.host.clone();
         let grace = self.core.options.idle_grace;
@@ -323,12 +333,17 @@ impl Tenure<Ready> {
             if self.phase() != PhaseKind::Ready {
                 return Ok(self.into());
             }
+            if self.core.root_moved() {
+                self.core.feed(Event::RootLost, None)?;
+                continue;
+            }
+            let next_root_check = Instant::now() + crate::driver::ROOT_CHECK;
             let idle = host.residencies().idle_decision(host.retire_mode())
                 == crate::machine::IdleDecision::Idle;
             if !idle {
                 idle_since = None;
                 // Wakes when actions are queued or the last active residency is released.
-                host.wait_pending_or_idle(None);
+                host.wait_pending_or_idle(Some(next_root_check));
                 continue;
             }
             let since = *idle_since.get_or_insert_with(Instant::now);
@@ -339,7 +354,9 @@ impl Tenure<Ready> {
                 }
                 continue;
             }
-            host.wait_pending(Some(since + grace));
+            // A grace too large for the clock never runs out (card H6).
+            let idle_end = since.checked_add(grace).unwrap_or(next_root_check);
+            host.wait_pending(Some(idle_end.min(next_root_check)));
         }
     }
 
@@ -372,8 +389,10 @@ impl Tenure<Draining> {
         // The grace armed when the drain began; after it expired once, each further call
         // waits one more grace.
         let armed = self.core.timers.get(&Timer::Grace).copied();
-        let deadline = armed.unwrap_or_else(|| Instant::now() + self.core.options.grace);
-        let settled = host.wait_settled(Some(deadline));
+        // A grace too large for the clock is no bound (card H6): the wait ends when the
+        // residencies settle.
+        let deadline = armed.or_else(|| Instant::now().checked_add(self.core.options.grace));
+        let settled = host.wait_settled(deadline);
         self.core.timers.remove(&Timer::Grace);
         let event = match (settled, armed) {
             (true, _) => Event::ResidenciesSettled,
@@ -413,6 +432,11 @@ impl Tenure<Draining> {
 }
 
 impl Core {
+    /// Whether the state dir is no longer where it was opened (card H7), as the runner looks.
+    fn root_moved(&self) -> bool {
+        !matches!(self.dir.is_still_at_path(), Ok(true))
+    }
+
     fn store_options(&self) -> StoreOptions {
         StoreOptions {
             keep: self.options.keep,
@@ -456,9 +480,30 @@ impl Core {
             }
             for a in actions {
                 if let Some(next) = self.execute(a, &mut acquire) {
-                    self.host.feed(next)?;
+                    match self.host.feed(next) {
+                        Err(_)
+                            if a == Action::AcquireLease
+                                && self.host.phase() == PhaseKind::Cancelled =>
+                        {
+                            self.withdraw_acquisition();
+                        }
+                        r => r?,
+                    }
                 }
             }
+        }
+    }
+
+    /// A stop delivered through the host while `acquire` waited cancelled the owner (card
+    /// G1): the machine abandoned the acquisition and rejects its answer. A lease the wait
+    /// obtained is released at once, so no record of an owner that never ran is left behind,
+    /// and the answer's error (busy, refused) gives way to the cancellation.
+    fn withdraw_acquisition(&mut self) {
+        self.failure = None;
+        if let Some(l) = self.lease.take()
+            && let Err(e) = l.release()
+        {
+            self.failure = Some(e.into());
         }
     }
 
@@ -543,14 +588,25 @@ impl Core {
                     }
                 }
             }
+            // A duration too large for the clock is a timer that never expires (card H6): it
+            // is not kept, as after a disarm.
             Action::ArmTimer(t, d) => {
-                self.timers.insert(t, Instant::now() + d);
+                match Instant::now().checked_add(d) {
+                    Some(at) => self.timers.insert(t, at),
+                    None => self.timers.remove(&t),
+                };
                 None
             }
             Action::ExtendTimer(t, d) => {
-                let later = Instant::now() + d;
-                if let Some(at) = self.timers.get_mut(&t) {
-                    *at = (*at).max(later);
+                match Instant::now().checked_add(d) {
+                    Some(later) => {
+                        if let Some(at) = self.timers.get_mut(&t) {
+                            *at = (*at).max(later);
+                        }
+                    }
+                    None => {
+                        self.timers.remove(&t);
+                    }
                 }
                 None
             }

@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::fs;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 
@@ -675,4 +675,94 @@ mkdir "$TENURE_CHECKPOINT_OUT/sub" && echo $((c + 1)) > "$TENURE_CHECKPOINT_OUT/
     assert_eq!(o.status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("needs root"), "{stderr}");
     assert!(!fresh.dir.exists());
+}
+
+/// `run`, `init` and `up` of a state dir whose path is not UTF-8: refused (65) with a message
+/// naming the dir and the fix, nothing created. They used to panic (exit 101) inside the
+/// acquisition, after creating the dir, `.tenure/` and its lock file (`up` reported the
+/// owner's panic as `spawn_failed`).
+#[test]
+fn a_state_dir_path_that_is_not_utf8_is_refused_not_a_panic() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join(OsStr::from_bytes(b"state-\xff"));
+    let cases: &[&[&str]] = &[
+        &["run", "--", "true"],
+        &["init"],
+        &["up", "--wait", "20", "--", "sleep", "1000"],
+    ];
+    for args in cases {
+        let o = tenure()
+            .arg(args[0])
+            .arg("--dir")
+            .arg(&dir)
+            .args(&args[1..])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(65), "{args:?}: {err}");
+        assert!(err.contains("not valid UTF-8"), "{args:?}: {err}");
+        assert!(
+            err.contains("state-"),
+            "{args:?}: the message names the dir: {err}"
+        );
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(!dir.exists(), "{args:?} created {}", dir.display());
+    }
+}
+
+/// `status` fails closed (4, LSB "unknown", with the `error` object in JSON) on a dir the
+/// runner refuses as foreign (card L8): a copy of a live owner's dir, a moved dir, derived
+/// state without an identity marker. It reported them as not running (3) — for the copy with
+/// the original's live owner and its workload's processes, as if they were this dir's (card
+/// P4), while `stop` of the copy rightly said nothing runs there.
+#[test]
+fn status_fails_closed_on_a_foreign_moved_or_copied_dir() {
+    let env = Env::new();
+    let mut owner = env.run(&[], &sh("read _ || true", &[]));
+    env.wait_status("a ready owner", |s| s["phase"] == "ready");
+    let copy = env.path("copy");
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&env.dir)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let moved = env.path("moved");
+    let foreign = env.path("foreign");
+    fs::create_dir(&foreign).unwrap();
+    fs::set_permissions(&foreign, fs::Permissions::from_mode(0o700)).unwrap();
+    write_private(&foreign.join("data"), b"precious\n");
+    for (dir, needle) in [
+        (&copy, "identity mismatch"),
+        (&foreign, "derived state but no identity"),
+    ] {
+        let before = snapshot(dir);
+        let d = dir.to_str().unwrap();
+        let (code, stdout, stderr) = out(&["status", "--json", "--dir", d]);
+        assert_eq!(code, Some(4), "{d}: {stdout} {stderr}");
+        let v: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(v["error"]["code"], 4, "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(needle),
+            "{v}"
+        );
+        let (code, _, stderr) = out(&["status", "--dir", d]);
+        assert_eq!(code, Some(4), "{d}: {stderr}");
+        assert!(stderr.contains(needle), "{stderr}");
+        assert_same_tree(&before, &snapshot(dir));
+    }
+    owner.close_stdin();
+    owner.wait().expect_code(0);
+    // A dir moved after its owner released.
+    fs::rename(&env.dir, &moved).unwrap();
+    let (code, stdout, _) = out(&["status", "--json", "--dir", moved.to_str().unwrap()]);
+    assert_eq!(code, Some(4), "{stdout}");
+    assert!(stdout.contains("identity mismatch"), "{stdout}");
+    // The original, where it belongs, still has its status.
+    fs::rename(&moved, &env.dir).unwrap();
+    assert_eq!(env.status()["phase"], "released");
 }

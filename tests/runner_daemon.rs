@@ -929,3 +929,39 @@ fn init_creates_a_private_marked_dir() {
     );
     assert_eq!(env.status()["epoch"], 2);
 }
+
+/// Card D8 (failed elections) with L9 and the symlink rule: a dir `StateDir::open` refuses —
+/// group/other permission bits, a symlink — is reported like any refused election, with the
+/// `refused` JSON on stdout (exit 65), and left as it was. `up` printed no JSON for these (only
+/// the message on stderr), where a foreign dir got its `refused` report.
+#[test]
+fn d8_a_permissive_or_symlinked_dir_is_a_refused_election() {
+    let env = Env::new();
+    fs::create_dir(&env.dir).unwrap();
+    fs::set_permissions(&env.dir, fs::Permissions::from_mode(0o750)).unwrap();
+    let before = snapshot(&env.dir);
+    let f = env.tool("up", &["--wait", "10", "--", "true"]);
+    f.expect_code(65);
+    let v = up_failure(&f);
+    assert_eq!(v["error"], "refused", "{v}");
+    assert_eq!(v["launches"], 0, "{v}");
+    assert!(v["stderr"].as_str().unwrap().contains("permissive"), "{v}");
+    assert!(f.stderr.contains("permissive"), "{}", f.stderr);
+    assert_same_tree(&before, &snapshot(&env.dir));
+
+    let env = Env::new();
+    let real = env.path("real");
+    fs::create_dir(&real).unwrap();
+    fs::set_permissions(&real, fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink(&real, &env.dir).unwrap();
+    let f = env.tool("up", &["--wait", "10", "--", "true"]);
+    f.expect_code(65);
+    let v = up_failure(&f);
+    assert_eq!(v["error"], "refused", "{v}");
+    assert!(v["stderr"].as_str().unwrap().contains("symlink"), "{v}");
+    assert_eq!(
+        fs::read_dir(&real).unwrap().count(),
+        0,
+        "nothing was created"
+    );
+}

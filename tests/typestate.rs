@@ -245,3 +245,253 @@ fn g3_stop_while_recovering_refuses_in_process() {
         .unwrap();
     assert_eq!(next.read("a").unwrap().as_deref(), Some(&b"old"[..]));
 }
+
+/// Card H6: a duration too large for the clock (`Duration::MAX`: "no bound") is a bound that
+/// never expires, never a panic: a grace, an idle grace and a lease wait of `Duration::MAX`
+/// behave as forever. Before, every one of them overflowed `Instant + Duration` and panicked
+/// (in `wait_for_drain`, in `close`, in `acquire`).
+#[test]
+fn h6_a_duration_too_large_for_the_clock_is_forever() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    // An ephemeral owner whose idle grace never runs out stays until the drain is requested.
+    // The requester's sleep is not synchronisation: the outcome is the same whenever the
+    // request comes; it only lets `wait_for_drain` reach its idle wait first.
+    let opts = Options {
+        idle_grace: Duration::MAX,
+        retire: RetireMode::Ephemeral,
+        ..options()
+    };
+    let cold = Tenure::open(&dir, opts).unwrap();
+    let host = cold.host();
+    let Recovered::Ready(ready) = cold.acquire(WaitBound::Try).unwrap().recovered().unwrap() else {
+        panic!()
+    };
+    let requester = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        host.request_drain()
+    });
+    let draining = ready.wait_for_drain().unwrap();
+    requester.join().unwrap();
+    assert_eq!(draining.phase(), PhaseKind::Draining);
+    draining.close(Vec::new()).unwrap();
+
+    // A close whose grace never expires waits for the active residency however long it takes
+    // and completes once it is released (the holder's sleep, likewise, only lets the close
+    // start waiting first).
+    let opts = Options {
+        grace: Duration::MAX,
+        ..options()
+    };
+    let cold = Tenure::open(&dir, opts).unwrap();
+    let host = cold.host();
+    let Recovered::Ready(ready) = cold.acquire(WaitBound::Try).unwrap().recovered().unwrap() else {
+        panic!()
+    };
+    let work = host.enter(OpClass::Serve, ResidencyKind::Active).unwrap();
+    let draining = ready.drain().unwrap();
+    let holder = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        drop(work);
+    });
+    let released = draining.close([CheckpointFile::new("x", "1")]).unwrap();
+    holder.join().unwrap();
+    assert_eq!(released.outcome.reason, Reason::Stopped);
+    assert!(released.published.is_some());
+
+    // A lease wait of Duration::MAX waits like Forever: it takes the lease once it is free.
+    let owner = Tenure::open(&dir, options())
+        .unwrap()
+        .acquire(WaitBound::Try)
+        .unwrap();
+    let d = dir.clone();
+    let waiter = std::thread::spawn(move || {
+        Tenure::open(&d, options())
+            .unwrap()
+            .acquire(WaitBound::For(Duration::MAX))
+            .map(|t| t.epoch())
+            .map_err(|e| e.to_string())
+    });
+    let status_dir = tenure::StateDir::open(&dir, false).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tenure::lease::status(&status_dir)
+        .unwrap()
+        .waiters
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the waiter never became visible");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let first = owner.epoch();
+    let Recovered::Ready(r) = owner.recovered().unwrap() else {
+        panic!()
+    };
+    r.drain().unwrap().close(Vec::new()).unwrap();
+    let next = waiter.join().expect("the waiter panicked").unwrap();
+    assert!(next > first);
+}
+
+/// A state dir whose path is not UTF-8 (the identity marker records the path as text) is
+/// refused with an error naming it before anything is created, instead of a panic inside the
+/// acquisition that left a half-made `.tenure/` behind.
+#[test]
+fn a_state_dir_path_that_is_not_utf8_is_refused_before_anything_is_created() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join(std::ffi::OsStr::from_bytes(b"state-\xff"));
+    let e = Tenure::open(&dir, options()).unwrap_err();
+    assert!(matches!(&e, TenureError::Fs(f) if f.is_refusal()), "{e:?}");
+    assert!(e.to_string().contains("UTF-8"), "{e}");
+    assert!(
+        e.to_string().contains("state-"),
+        "the error names the path: {e}"
+    );
+    assert!(!dir.exists(), "nothing was created");
+    // An existing dir of that name is left as it was.
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let e = Tenure::open(&dir, options()).unwrap_err();
+    assert!(e.to_string().contains("UTF-8"), "{e}");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "nothing was created"
+    );
+}
+
+/// Card H7 at library level: an in-process owner whose state dir is moved while it serves
+/// drains by itself (`wait_for_drain` returns, the drain hook runs) and its close ends
+/// `stopped/root-lost` (65); moved while recovering, `recovered` refuses (`refused/root-lost`)
+/// and releases the lease. Nothing is recreated at the old path. The library used to go on
+/// serving the moved dir until someone asked it to drain.
+#[test]
+fn h7_moved_root_drains_the_in_process_owner() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let cold = Tenure::open(&dir, options()).unwrap();
+    let host = cold.host();
+    let hook_ran = Arc::new(AtomicUsize::new(0));
+    let h = hook_ran.clone();
+    host.on_begin_drain(move || {
+        h.fetch_add(1, Ordering::SeqCst);
+    });
+    let Recovered::Ready(ready) = cold.acquire(WaitBound::Try).unwrap().recovered().unwrap() else {
+        panic!()
+    };
+    let moved = tmp.path().join("moved");
+    std::fs::rename(&dir, &moved).unwrap();
+    // Nobody requests the drain: the owner must notice the move itself, within the deadline.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(ready.wait_for_drain());
+    });
+    let draining = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the owner did not notice that its state dir was moved")
+        .unwrap();
+    assert_eq!(hook_ran.load(Ordering::SeqCst), 1);
+    let released = draining.close(Vec::new()).unwrap();
+    assert_eq!(released.outcome.summary(), "stopped/root-lost");
+    assert_eq!(released.outcome.code(), 65);
+    assert!(!dir.exists(), "nothing was recreated at the old path");
+
+    // Moved while recovering: the recovery is refused and the lease released.
+    std::fs::rename(&moved, &dir).unwrap();
+    let rec = Tenure::open(&dir, options())
+        .unwrap()
+        .acquire(WaitBound::Try)
+        .unwrap();
+    std::fs::rename(&dir, &moved).unwrap();
+    match rec.recovered() {
+        Err(TenureError::Ended(o)) => assert_eq!(o.summary(), "refused/root-lost"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(!dir.exists(), "nothing was recreated at the old path");
+    std::fs::rename(&moved, &dir).unwrap();
+    let next = Tenure::open(&dir, options())
+        .unwrap()
+        .acquire(WaitBound::Try)
+        .expect("the refused owner released the lease");
+    drop(next);
+}
+
+/// Card G1 at library level: a stop delivered through the host while the owner is cold —
+/// before `acquire`, or while `acquire` waits for the lease — cancels (`cancelled/SIGTERM`):
+/// `acquire` returns [`TenureError::Ended`] with that outcome, a lease the wait obtained
+/// afterwards is released at once (no stale owner record), and a successor acquires at once.
+/// `acquire` used to fail with `TenureError::Internal` ("please report it": the machine,
+/// already cancelled, rejected `start` or the acquisition's answer) and, when the lease was
+/// granted, dropped it unreleased, leaving a record of an owner in `recovering` behind.
+#[test]
+fn g1_a_stop_while_cold_cancels_the_in_process_acquire() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let cancelled = |r: Result<Tenure<tenure::Recovering>, TenureError>| match r {
+        Err(TenureError::Ended(o)) => {
+            assert_eq!(o.summary(), "cancelled/SIGTERM");
+            assert_eq!(o.code(), 143);
+        }
+        other => panic!("expected a cancellation, got {other:?}"),
+    };
+
+    // Before acquire: nothing on disk changes.
+    let cold = Tenure::open(&dir, options()).unwrap();
+    cold.host().stop(tenure::machine::Signal::Term);
+    let before: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    cancelled(cold.acquire(WaitBound::Try));
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), before.len());
+
+    // While acquire waits: once the owner releases, the waiter's grant is withdrawn.
+    let owner = Tenure::open(&dir, options())
+        .unwrap()
+        .acquire(WaitBound::Try)
+        .unwrap();
+    let cold = Tenure::open(&dir, options()).unwrap();
+    let host = cold.host();
+    let waiter = std::thread::spawn(move || cold.acquire(WaitBound::Forever));
+    let status_dir = tenure::StateDir::open(&dir, false).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tenure::lease::status(&status_dir)
+        .unwrap()
+        .waiters
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the waiter never became visible");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    host.stop(tenure::machine::Signal::Term);
+    assert_eq!(host.phase(), PhaseKind::Cancelled);
+    let first = owner.epoch();
+    let Recovered::Ready(r) = owner.recovered().unwrap() else {
+        panic!()
+    };
+    r.drain().unwrap().close(Vec::new()).unwrap();
+    cancelled(waiter.join().unwrap());
+    let st = tenure::lease::status(&status_dir).unwrap();
+    assert!(!st.held, "the withdrawn grant still holds the lease");
+    assert!(st.waiters.is_empty(), "a waiter entry remains");
+    let rec = st.owner.expect("the first owner's record");
+    assert_eq!(
+        rec.phase,
+        PhaseKind::Released,
+        "the record of the withdrawn grant says it ended: {rec:?}"
+    );
+    let next = Tenure::open(&dir, options())
+        .unwrap()
+        .acquire(WaitBound::Try)
+        .expect("a successor acquires at once");
+    assert!(next.epoch() > first);
+}
+
+/// A state dir path with a name too long for the filesystem (over 255 bytes) is refused before
+/// anything is created: its missing parents are not left behind. (`Tenure::open` and
+/// `tenure run --dir` created the parents, then failed on the long name.)
+#[test]
+fn a_name_too_long_creates_no_parent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let parent = tmp.path().join("missing");
+    let dir = parent.join("x".repeat(300));
+    let e = Tenure::open(&dir, options()).unwrap_err();
+    assert!(e.to_string().contains("too long"), "{e}");
+    assert!(!parent.exists(), "a parent was created");
+}

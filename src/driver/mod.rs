@@ -63,7 +63,7 @@ use std::time::{Duration, Instant};
 use tree::Tree;
 
 /// How often an owner checks that its state dir is still where it was opened (card H7).
-const ROOT_CHECK: Duration = Duration::from_millis(500);
+pub(crate) const ROOT_CHECK: Duration = Duration::from_millis(500);
 
 /// How often a forking daemon's pid file is looked at while the owner waits for it to name the
 /// main process.

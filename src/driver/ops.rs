@@ -314,6 +314,12 @@ pub fn status(dir: &Path, json: bool) -> u8 {
         }
         Err(e) => return failed(STATUS_UNKNOWN, e.to_string()),
     };
+    // A dir the runner refuses as foreign (derived state without an identity marker, a marker
+    // of another path: a copied or moved dir, card L8) has no status of its own: the records it
+    // holds speak for another dir (card P4). The check reads only.
+    if let Err(e) = lease::check(&d) {
+        return failed(STATUS_UNKNOWN, e.to_string());
+    }
     let s = match collect(&d) {
         Ok(s) => s,
         Err(e) => return failed(STATUS_UNKNOWN, e.to_string()),

@@ -143,7 +143,13 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
         Ok(d) => d,
         Err(e) => {
             log::error!("{e}");
-            return EXIT_REFUSED;
+            if !e.is_refusal() {
+                return EXIT_REFUSED;
+            }
+            // A refused dir (permissive, a symlink, not a directory) is a refused election
+            // like a foreign one below: the report says so.
+            let msg = format!("tenure: {e}\n").into_bytes();
+            return fail(Failure::Refused, 0, None, Some((msg, false)));
         }
     };
     // Refuse foreign or corrupt state before the election writes anything into the dir: a

@@ -354,7 +354,8 @@ impl fmt::Display for OwnerPart<'_> {
 pub enum WaitBound {
     /// Try once; `busy` if held.
     Try,
-    /// Wait at most this long (`Duration::ZERO` behaves as `Try`).
+    /// Wait at most this long (`Duration::ZERO` behaves as `Try`; a bound too large for the
+    /// clock, such as `Duration::MAX`, as `Forever`).
     For(Duration),
     /// Wait until the lease is ours or the wait is cancelled.
     Forever,
@@ -559,7 +560,8 @@ pub fn acquire_for_workload(
 ) -> Result<Lease, LeaseError> {
     let deadline = match opts.wait {
         WaitBound::Try => Some(Instant::now()),
-        WaitBound::For(d) => Some(Instant::now() + d),
+        // A bound too large for the clock is no bound (card H6).
+        WaitBound::For(d) => Instant::now().checked_add(d),
         WaitBound::Forever => None,
     };
     let mut token = [0u8; 16];

@@ -141,6 +141,14 @@ pub enum FsError {
         /// The largest size expected.
         max: u64,
     },
+    /// The state dir's path is not UTF-8: its identity marker could not record it.
+    #[error(
+        "{path} is not valid UTF-8; tenure records a state dir's path as text (in its identity marker): choose a path whose names are UTF-8"
+    )]
+    NotUtf8 {
+        /// The path concerned (canonical where it could be resolved).
+        path: PathBuf,
+    },
     /// A name passed to privfs is not a single path component (a programming error).
     #[error("{name:?} is not a single path component under {dir}; use a plain file name")]
     BadName {
@@ -207,6 +215,7 @@ impl FsError {
             | FsError::TooLarge { path, .. }
             | FsError::Fsync { path, .. }
             | FsError::Poisoned { path }
+            | FsError::NotUtf8 { path }
             | FsError::Io { path, .. } => path,
             FsError::BadName { dir, .. } => dir,
         }
@@ -229,6 +238,7 @@ impl FsError {
             | FsError::Permissive { .. }
             | FsError::HardLinked { .. }
             | FsError::TooLarge { .. }
+            | FsError::NotUtf8 { .. }
             | FsError::BadName { .. } => true,
             FsError::NotFound { .. }
             | FsError::AlreadyExists { .. }
@@ -585,7 +595,9 @@ pub struct StateDir {
 impl StateDir {
     /// Opens the state dir at `path`. With `create`, missing parents and the dir itself are
     /// created 0700 (existing parents are left alone). The dir itself must not be a symlink and
-    /// must be a directory owned by the effective uid with no group/other bits.
+    /// must be a directory owned by the effective uid with no group/other bits. With `create`
+    /// (an owner's open), a path that is not UTF-8 is refused before anything is created: the
+    /// identity marker records the dir's path as text.
     pub fn open(path: &Path, create: bool) -> Result<StateDir, FsError> {
         // `link/` and `link/.` resolve through a symlink even with `O_NOFOLLOW` (the kernel
         // follows the last component when a slash or `.` comes after it), so the path is
@@ -628,6 +640,9 @@ impl StateDir {
         let canonical = std::fs::read_link(format!("/proc/self/fd/{}", fd_raw(&fd)))
             .or_else(|_| std::fs::canonicalize(path))
             .map_err(|e| FsError::io("resolve the canonical path of", path.to_path_buf(), e))?;
+        if create && canonical.to_str().is_none() {
+            return Err(FsError::NotUtf8 { path: canonical });
+        }
         Ok(StateDir {
             root: Dir::from_fd(fd, canonical),
             dev: st.st_dev,
@@ -649,6 +664,34 @@ impl StateDir {
                     cur = p.parent();
                 }
                 Err(e) => return Err(FsError::io("look at", p.to_path_buf(), e)),
+            }
+        }
+        // Nothing is created unless all of it can be: a name longer than the filesystems'
+        // limit (NAME_MAX) would fail only after its parents were made.
+        if let Some(long) = missing
+            .iter()
+            .find(|m| m.file_name().is_some_and(|n| n.len() > 255))
+        {
+            return Err(FsError::io(
+                "create",
+                long.clone(),
+                rustix::io::Errno::NAMETOOLONG,
+            ));
+        }
+        // What is created must have a UTF-8 canonical path (see `open`): the names to create
+        // and the canonical path of the existing ancestor they go under.
+        if !missing.is_empty() {
+            let base = match cur {
+                Some(p) if !p.as_os_str().is_empty() => std::fs::canonicalize(p).ok(),
+                _ => std::env::current_dir().ok(),
+            };
+            let names = missing
+                .iter()
+                .all(|m| m.file_name().is_none_or(|n| n.to_str().is_some()));
+            if !names || base.is_some_and(|b| b.to_str().is_none()) {
+                return Err(FsError::NotUtf8 {
+                    path: path.to_path_buf(),
+                });
             }
         }
         for p in missing.iter().rev() {
