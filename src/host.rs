@@ -20,7 +20,10 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-type Hook = Box<dyn Fn() + Send + Sync>;
+/// The drain hook: shared, so that it runs outside its lock (a hook may set another hook). Not
+/// `crate::sync`'s `Arc`: loom's cannot hold an unsized closure, and the hook is no part of
+/// what the loom tests model.
+type Hook = std::sync::Arc<dyn Fn() + Send + Sync>;
 
 /// A cloneable, thread-safe handle on one owner's lifecycle.
 #[derive(Clone)]
@@ -125,7 +128,7 @@ impl Host {
     /// Set the hook that runs when the drain begins (stop accepting work, close listeners). It
     /// runs once per ownership, on the thread whose request or signal began the drain.
     pub fn on_begin_drain(&self, hook: impl Fn() + Send + Sync + 'static) {
-        *sync::lock(&self.shared.hook) = Some(Box::new(hook));
+        *sync::lock(&self.shared.hook) = Some(std::sync::Arc::new(hook));
     }
 
     /// Ask the owner to drain. Callable from any thread, any number of times, before or after
@@ -281,7 +284,10 @@ impl Host {
                 .residencies
                 .fetch_or(Residencies::EMPTY.close().bits(), Ordering::SeqCst);
             self.shared.begun.fetch_add(1, Ordering::SeqCst);
-            if let Some(hook) = sync::lock(&self.shared.hook).as_ref() {
+            // Run outside the hook's lock: a hook that sets a hook (or anything that takes
+            // it) must not wait for itself.
+            let hook = sync::lock(&self.shared.hook).clone();
+            if let Some(hook) = hook {
                 hook();
             }
         }

@@ -48,6 +48,30 @@ fn h1_admission_follows_the_phase() {
     );
 }
 
+/// Card H2: the drain hook may use the host it was set on — set another hook, read the phase,
+/// request the drain again — without waiting for itself: it runs outside the hook's lock.
+#[test]
+fn h2_a_drain_hook_may_use_its_host() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cold = Tenure::open(tmp.path().join("s"), options()).unwrap();
+    let host = cold.host();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = host.clone();
+    host.on_begin_drain(move || {
+        h.on_begin_drain(|| {});
+        h.request_drain();
+        tx.send(h.phase()).unwrap();
+    });
+    let rec = cold.acquire(WaitBound::Try).unwrap();
+    let requester = host.clone();
+    std::thread::spawn(move || requester.request_drain());
+    let phase = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the hook ran to its end (it waited for its own lock)");
+    assert_eq!(phase, PhaseKind::Recovering);
+    drop(rec);
+}
+
 /// Card H2: many threads request the drain while recovery is still running; the drain hook runs
 /// exactly once, on one of those threads, while the phase is still `recovering` (before
 /// recovery completes), and the owner then closes without serving.
