@@ -384,6 +384,26 @@ fn a_checkpoint_that_does_not_exist_is_named_as_such() {
     assert_same_tree(&before, &snapshot(&env.dir));
 }
 
+/// `checkpoint rollback --to` the current checkpoint: the rollback owns the dir for a moment (an
+/// epoch of its own) and publishes nothing. It says so — not that "nothing was changed", since
+/// the epoch moved — and CURRENT is byte for byte what it was.
+#[test]
+fn a_rollback_to_the_current_checkpoint_publishes_nothing() {
+    let env = Env::new();
+    counter_run(&env).expect_code(0);
+    let current = env.current_bytes();
+    let f = cp(&env, "rollback", &["--to", "1"]);
+    f.expect_code(0);
+    assert!(f.stdout.contains("already current"), "{}", f.stdout);
+    assert!(
+        f.stdout
+            .contains("nothing was rolled back (the rollback's ownership took epoch 2)"),
+        "{}",
+        f.stdout
+    );
+    assert_eq!(env.current_bytes(), current);
+}
+
 /// Rollback round trip: a corrupted `CURRENT` makes `run` refuse; `checkpoint list` shows
 /// what verifies; a rollback to a checkpoint that does not verify changes nothing; a rollback
 /// to one that does takes the lease, publishes it again under a new epoch, keeps the refused

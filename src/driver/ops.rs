@@ -1469,7 +1469,11 @@ pub fn rollback(
             0
         }
         Ok(Published::Unchanged { .. }) => {
-            println!("checkpoint {n} is already current and verifies; nothing was changed");
+            // The rollback owned the dir for a moment (an epoch of its own), but published
+            // nothing: CURRENT and the store are as they were.
+            println!(
+                "checkpoint {n} is already current and verifies; nothing was rolled back (the rollback's ownership took epoch {epoch})"
+            );
             0
         }
         Err(e) => {
