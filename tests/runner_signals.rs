@@ -394,6 +394,8 @@ exit 3"#,
         r.signal(sig);
         let f = r.wait();
         f.expect_code(code);
+        // A shell waiting in its builtin `read` has no process besides itself to stop.
+        assert_eq!(f.end()["descendants_stopped"], 0, "{name}: {}", f.end());
         let last = f.stderr.lines().last().unwrap_or_default();
         assert!(
             last.contains("checkpoint 1 published; released"),

@@ -357,23 +357,6 @@ pub fn signal_lock_holders(path: &std::path::Path, sig: Signal) -> Vec<u32> {
     killed
 }
 
-/// The live descendants of `pid` other than itself (for tests and `status`), by the process
-/// table.
-pub fn descendants_of(pid: u32) -> Vec<u32> {
-    let table = process_table();
-    let mut out = Vec::new();
-    let mut queue = vec![pid];
-    while let Some(parent) = queue.pop() {
-        for p in table.iter().filter(|p| p.ppid == parent) {
-            queue.push(p.pid);
-            if !gone(p.state) {
-                out.push(p.pid);
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
