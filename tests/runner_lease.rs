@@ -317,6 +317,44 @@ fn l5_recycled_pid_counts_as_dead_and_is_never_signalled() {
     sleeper.wait().unwrap();
 }
 
+/// Bad input loses nothing: a `--trace` path that is a hard link (here to a file standing in
+/// for a state record) or a FIFO is refused before anything is written or waited on, and the
+/// file behind the link keeps its bytes (the trace was opened with `O_TRUNC`, which emptied it).
+#[test]
+fn a_trace_path_that_is_a_hard_link_or_a_fifo_is_refused_untouched() {
+    let env = Env::new();
+    let record = env.tmp.path().join("record");
+    fs::write(&record, "keep me\n").unwrap();
+    let link = env.tmp.path().join("trace-link");
+    fs::hard_link(&record, &link).unwrap();
+    let fifo = env.tmp.path().join("trace-fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    for (trace, why) in [(&link, "hard links"), (&fifo, "not a regular file")] {
+        let out = tenure()
+            .arg("run")
+            .arg("--dir")
+            .arg(&env.dir)
+            .arg("--trace")
+            .arg(trace)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{stderr}");
+        assert!(stderr.contains(why), "{stderr}");
+        assert!(stderr.contains("as the trace file"), "{stderr}");
+    }
+    assert_eq!(fs::read_to_string(&record).unwrap(), "keep me\n");
+    assert!(!env.dir.exists(), "nothing of the state dir was made");
+}
+
 /// Card H6: negative, zero (where it makes no sense), non-numeric, infinite and contradictory
 /// options exit 64 before anything on disk changes: the state dir is not even created.
 #[test]

@@ -152,7 +152,7 @@ pub enum CgroupMode {
 #[non_exhaustive]
 pub enum DriverError {
     /// The trace file could not be created.
-    #[error("cannot create the trace file {path}: {source}; choose a writable path")]
+    #[error("cannot use {path} as the trace file: {source}; choose a writable path of its own")]
     Trace {
         /// The path.
         path: PathBuf,
@@ -305,17 +305,10 @@ impl<'a> Runner<'a> {
         let trace = match &opts.trace {
             None => None,
             Some(path) => {
-                let file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .mode(0o600)
-                    .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-                    .open(path)
-                    .map_err(|source| DriverError::Trace {
-                        path: path.clone(),
-                        source,
-                    })?;
+                let file = open_trace(path).map_err(|source| DriverError::Trace {
+                    path: path.clone(),
+                    source,
+                })?;
                 let mut t = TraceWriter { file, seq: 0 };
                 t.line(&TraceLine::Header {
                     version: TRACE_VERSION,
@@ -1971,6 +1964,41 @@ fn signal_from_number(n: u8) -> Option<rustix::process::Signal> {
         }
         None => None,
     }
+}
+
+/// Opens (creating, 0600) the trace file and empties it, but only once it is known to be a
+/// regular file with no other name: a path that is a FIFO is never waited on, and a hard link
+/// to another file — a state record, say — is refused before a byte of it is lost.
+fn open_trace(path: &std::path::Path) -> io::Result<File> {
+    use std::os::unix::fs::MetadataExt;
+    // Looked at first, so a FIFO or a device is never opened; the check after the open is
+    // the one that counts.
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            return Err(io::Error::other("it is a symbolic link"));
+        }
+        Ok(m) if !m.is_file() => return Err(io::Error::other("it is not a regular file")),
+        _ => {}
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32)
+        .open(path)?;
+    let st = file.metadata()?;
+    if !st.is_file() {
+        return Err(io::Error::other("it is not a regular file"));
+    }
+    if st.nlink() > 1 {
+        return Err(io::Error::other(format!(
+            "it has {} names (hard links), and a trace would overwrite the file behind all of them",
+            st.nlink()
+        )));
+    }
+    rustix::fs::fcntl_setfl(&file, rustix::fs::OFlags::empty())?;
+    file.set_len(0)?;
+    Ok(file)
 }
 
 impl TraceWriter {
