@@ -643,12 +643,22 @@ fn user_nobody_writes_its_checkpoint() {
         return;
     }
     let script = r#"id -u > "$TENURE_CHECKPOINT_OUT/uid"
+grep '^Groups:' /proc/self/status > "$TENURE_CHECKPOINT_OUT/groups"
 c=0; [ -n "$TENURE_CHECKPOINT" ] && c=$(cat "$TENURE_CHECKPOINT/count")
 mkdir "$TENURE_CHECKPOINT_OUT/sub" && echo $((c + 1)) > "$TENURE_CHECKPOINT_OUT/sub/../count""#;
     for round in 1..=2 {
         env.run_to_end(&["-n", "--user", "nobody"], &sh(script, &[]))
             .expect_code(0);
         assert_eq!(env.checkpoint_file("uid").as_deref(), Some("65534\n"));
+        // nobody's groups, each once, and none of root's.
+        let groups = env.checkpoint_file("groups").unwrap();
+        let ids: Vec<&str> = groups["Groups:".len()..].split_whitespace().collect();
+        assert!(ids.contains(&"65534"), "{groups}");
+        assert!(!ids.contains(&"0"), "{groups}");
+        let mut unique = ids.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), ids.len(), "a group twice: {groups}");
         assert_eq!(
             env.checkpoint_file("count").as_deref(),
             Some(format!("{round}\n").as_str())
