@@ -136,6 +136,10 @@ wait"#;
             !procs.is_empty(),
             "{mode:?}: status lists the workload: {st}"
         );
+        let cgroup = st["containment"]["cgroup"]
+            .as_str()
+            .map(std::path::PathBuf::from);
+        assert_eq!(cgroup.is_some(), mode.mechanism() == "cgroup", "{st}");
         let stop = env.tool("stop", &[]);
         stop.expect_code(0);
         assert!(
@@ -147,6 +151,10 @@ wait"#;
         }
         let f = r.wait();
         f.expect_code(143);
+        // The ownership's cgroup went with it.
+        if let Some(cg) = cgroup {
+            assert!(!cg.exists(), "{mode:?}: {} was left behind", cg.display());
+        }
     }
 }
 
