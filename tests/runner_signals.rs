@@ -1105,7 +1105,8 @@ fn g4_a_stderr_nobody_reads_never_stops_the_stop() {
             "the relayed stderr fills the pipe"
         };
         let env = Env::new();
-        let (read_end, write_end) = rustix::pipe::pipe().expect("pipe");
+        let (read_end, write_end) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("pipe");
         let written = env.path("written");
         let script = if shared_stdout {
             r#"exec head -c 200000 /dev/zero"#
