@@ -1191,7 +1191,11 @@ fn g4_a_stderr_nobody_reads_never_stops_the_stop() {
             assert_eq!(xs, 200_000, "the relayed stderr lost bytes: {xs} of 200000");
             let run_end = text.find(&"x".repeat(200_000)).unwrap() + 200_000;
             let released_line = text.find("tenure: released").unwrap();
-            assert!(run_end <= released_line, "out of order:\n{}", &text[run_end..]);
+            assert!(
+                run_end <= released_line,
+                "out of order:\n{}",
+                &text[run_end..]
+            );
         }
     }
 }
