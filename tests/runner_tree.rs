@@ -319,23 +319,18 @@ read _"#;
     assert_eq!(read(&out), "clean\n", "the successor's workload overlapped");
 }
 
-/// Cards P5 and T1, no cgroup: a crashed owner's leftover keeps the dir locked through the lock
-/// descriptor it inherited, and `status` says to stop it. `tenure stop` does: it sends the
-/// leftover SIGTERM, then SIGKILL after its grace (in that order, card D1), and reports that the
-/// owner ended without an orderly release (137). It used to wait out its grace for a record
-/// naming the holder and exit 75 saying the owner was "still starting", however often it ran.
-#[test]
-fn p5_stop_ends_a_crashed_owners_leftovers_holding_the_lock() {
-    let env = Env::new();
+/// Runs an owner (`--cgroup MODE`) whose child detaches a leftover and SIGKILLs the owner:
+/// the leftover (its pid, and the file its TERM trap writes to) outlives its runner. It reads a
+/// FIFO it opened read-write (it never gets input, never sees its end) and forks nothing: a
+/// SIGTERM runs its trap, and only SIGKILL ends it.
+fn crash_leaving_a_leftover(env: &Env, cgroup: &str) -> (u32, std::path::PathBuf) {
     let pidfile = env.path("gc.pid");
     let got = env.path("got");
-    // The leftover reads a FIFO it opened read-write (it never gets input, never sees its end)
-    // and forks nothing: a SIGTERM runs its trap, and only SIGKILL ends it.
     let fifo = env.fifo("never");
     let script = r#"setsid sh -c 'trap "echo term >> \"$2\"" TERM; echo $$ > "$1"; while :; do read _ <> "$3"; done' sh "$1" "$2" "$3" &
 read _"#;
     let r = env.run(
-        &["--cgroup", "off"],
+        &["--cgroup", cgroup],
         &sh(
             script,
             &[
@@ -353,6 +348,18 @@ read _"#;
         alive(gc),
         "precondition: the grandchild outlived its runner"
     );
+    (gc, got)
+}
+
+/// Cards P5 and T1, no cgroup: a crashed owner's leftover keeps the dir locked through the lock
+/// descriptor it inherited, and `status` says to stop it. `tenure stop` does: it sends the
+/// leftover SIGTERM, then SIGKILL after its grace (in that order, card D1), and reports that the
+/// owner ended without an orderly release (137). It used to wait out its grace for a record
+/// naming the holder and exit 75 saying the owner was "still starting", however often it ran.
+#[test]
+fn p5_stop_ends_a_crashed_owners_leftovers_holding_the_lock() {
+    let env = Env::new();
+    let (gc, got) = crash_leaving_a_leftover(&env, "off");
     let st = env.status();
     assert_eq!(st["lock_held"], true);
     // Nobody is acquiring: the recorded owner is gone and its leftover holds the lock.
@@ -394,32 +401,7 @@ fn p5_stop_ends_a_crashed_owners_leftovers_in_its_cgroup() {
         return;
     }
     let env = Env::new();
-    let pidfile = env.path("gc.pid");
-    let got = env.path("got");
-    // The leftover reads a FIFO it opened read-write (it never gets input, never sees its end)
-    // and forks nothing: a SIGTERM runs its trap, and only SIGKILL ends it.
-    let fifo = env.fifo("never");
-    let script = r#"setsid sh -c 'trap "echo term >> \"$2\"" TERM; echo $$ > "$1"; while :; do read _ <> "$3"; done' sh "$1" "$2" "$3" &
-read _"#;
-    let r = env.run(
-        &["--cgroup", "auto"],
-        &sh(
-            script,
-            &[
-                pidfile.to_str().unwrap(),
-                got.to_str().unwrap(),
-                fifo.to_str().unwrap(),
-            ],
-        ),
-    );
-    let gc = read_pid(&pidfile);
-    env.wait_event("ready", Some(r.pid()));
-    r.signal(Signal::KILL);
-    r.wait();
-    assert!(
-        alive(gc),
-        "precondition: the grandchild outlived its runner"
-    );
+    let (gc, got) = crash_leaving_a_leftover(&env, "auto");
     let st = env.status();
     assert_eq!(st["lock_held"], false, "{st}");
     assert_eq!(st["containment"]["mechanism"], "cgroup", "{st}");

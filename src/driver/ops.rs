@@ -668,18 +668,23 @@ pub const EXIT_STOP_STARTING: u8 = crate::machine::EXIT_BUSY;
 /// without releasing. The same code as a child killed after the grace.
 pub const EXIT_STOP_KILLED: u8 = crate::machine::EXIT_KILLED;
 
+/// Whether a record's phase is one of an owner that holds the lease (recovering, ready,
+/// draining).
+fn owning(phase: PhaseKind) -> bool {
+    match phase {
+        PhaseKind::Recovering | PhaseKind::Ready | PhaseKind::Draining => true,
+        PhaseKind::Cold | PhaseKind::Released | PhaseKind::Cancelled | PhaseKind::Refused => false,
+    }
+}
+
 /// Whether `o` can be the record of the process holding the lock right now: an owning phase,
 /// written for this dir (card P4), naming a live process.
 fn names_the_holder(st: &LeaseStatus, o: &lease::OwnerRecord) -> bool {
-    let owning = match o.phase {
-        PhaseKind::Recovering | PhaseKind::Ready | PhaseKind::Draining => true,
-        PhaseKind::Cold | PhaseKind::Released | PhaseKind::Cancelled | PhaseKind::Refused => false,
-    };
     let ours = st
         .identity
         .as_ref()
         .is_some_and(|m| o.root_id == Some(m.root_id));
-    owning && ours && st.owner_liveness == Some(Liveness::Live)
+    owning(o.phase) && ours && st.owner_liveness == Some(Liveness::Live)
 }
 
 /// Whether `o` is the record of a crashed owner (written for this dir, an owning phase, its
@@ -694,16 +699,12 @@ fn crashed_without_cgroup(st: &LeaseStatus, o: &lease::OwnerRecord) -> bool {
 /// (`cp -a`) holds the original's marker and records, and never acts on the original's
 /// processes (card P4).
 fn crashed(st: &LeaseStatus, o: &lease::OwnerRecord) -> bool {
-    let owning = match o.phase {
-        PhaseKind::Recovering | PhaseKind::Ready | PhaseKind::Draining => true,
-        PhaseKind::Cold | PhaseKind::Released | PhaseKind::Cancelled | PhaseKind::Refused => false,
-    };
     let ours = st
         .identity
         .as_ref()
         .is_some_and(|m| o.root_id == Some(m.root_id) && m.path == st.dir);
     let gone = matches!(st.owner_liveness, Some(Liveness::Dead | Liveness::Recycled));
-    owning && ours && gone
+    owning(o.phase) && ours && gone
 }
 
 /// `stop` of a dir whose crashed owner's workload still runs in its recorded cgroup (cards P5,
