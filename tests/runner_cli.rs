@@ -754,13 +754,7 @@ fn status_fails_closed_on_a_foreign_moved_or_copied_dir() {
     let mut owner = env.run(&[], &sh("read _ || true", &[]));
     env.wait_status("a ready owner", |s| s["phase"] == "ready");
     let copy = env.path("copy");
-    let cp = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(&env.dir)
-        .arg(&copy)
-        .status()
-        .unwrap();
-    assert!(cp.success());
+    cp_a(&env.dir, &copy);
     let moved = env.path("moved");
     let foreign = env.path("foreign");
     fs::create_dir(&foreign).unwrap();

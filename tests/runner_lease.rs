@@ -328,14 +328,7 @@ fn a_trace_path_that_is_a_hard_link_or_a_fifo_is_refused_untouched() {
     let link = env.tmp.path().join("trace-link");
     fs::hard_link(&record, &link).unwrap();
     let fifo = env.tmp.path().join("trace-fifo");
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        &fifo,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
+    mkfifo(&fifo);
     for (trace, why) in [(&link, "hard links"), (&fifo, "not a regular file")] {
         let out = tenure()
             .arg("run")

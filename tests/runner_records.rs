@@ -129,13 +129,7 @@ fn p4_an_adopted_copy_never_acts_on_the_originals_records() {
         String::new,
     );
     let copy = env.path("state.copy");
-    let cp = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(&env.dir)
-        .arg(&copy)
-        .status()
-        .unwrap();
-    assert!(cp.success());
+    cp_a(&env.dir, &copy);
     let copied_instance = fs::read_dir(copy.join(".tenure/registry/instances"))
         .unwrap()
         .map(|e| e.unwrap().path())

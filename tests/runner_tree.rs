@@ -351,6 +351,28 @@ read _"#;
     (gc, got)
 }
 
+/// `tenure stop --grace 0.5` of a dir whose crashed owner left [`crash_leaving_a_leftover`]'s
+/// leftover: SIGTERM (its trap ran), then SIGKILL, exit 137 (no orderly release), and the
+/// leftover is gone when stop returns.
+fn stop_ends_the_leftover(env: &Env, gc: u32, got: &Path) -> Finished {
+    let f = env.tool("stop", &["--grace", "0.5"]);
+    f.expect_code(137);
+    assert!(f.stdout.contains("sent SIGTERM"), "{}", f.stdout);
+    assert!(f.stdout.contains("sent SIGKILL"), "{}", f.stdout);
+    assert!(
+        f.stderr.contains("without an orderly release"),
+        "{}",
+        f.stderr
+    );
+    assert!(!alive(gc), "the leftover still runs after stop returned");
+    assert_eq!(
+        read(got),
+        "term\n",
+        "SIGTERM reached the leftover before SIGKILL"
+    );
+    f
+}
+
 /// Cards P5 and T1, no cgroup: a crashed owner's leftover keeps the dir locked through the lock
 /// descriptor it inherited, and `status` says to stop it. `tenure stop` does: it sends the
 /// leftover SIGTERM, then SIGKILL after its grace (in that order, card D1), and reports that the
@@ -370,22 +392,8 @@ fn p5_stop_ends_a_crashed_owners_leftovers_holding_the_lock() {
         "{st}"
     );
 
-    let f = env.tool("stop", &["--grace", "0.5"]);
-    f.expect_code(137);
+    let f = stop_ends_the_leftover(&env, gc, &got);
     assert!(!f.stderr.contains("still starting"), "{}", f.stderr);
-    assert!(f.stdout.contains("sent SIGTERM"), "{}", f.stdout);
-    assert!(f.stdout.contains("sent SIGKILL"), "{}", f.stdout);
-    assert!(
-        f.stderr.contains("without an orderly release"),
-        "{}",
-        f.stderr
-    );
-    assert!(!alive(gc), "the leftover still runs after stop returned");
-    assert_eq!(
-        read(&got),
-        "term\n",
-        "SIGTERM reached the leftover before SIGKILL"
-    );
     assert_eq!(env.status()["lock_held"], false);
     env.run_to_end(&["--cgroup", "off", "-n"], &["true"])
         .expect_code(0);
@@ -408,13 +416,7 @@ fn p5_stop_ends_a_crashed_owners_leftovers_in_its_cgroup() {
 
     // Card P4: a copy of the dir (its marker names the original) never acts on them.
     let copy = env.path("copy");
-    let cp = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(&env.dir)
-        .arg(&copy)
-        .status()
-        .unwrap();
-    assert!(cp.success());
+    cp_a(&env.dir, &copy);
     let mut c = tenure();
     c.args(["stop", "--grace", "0.5", "--dir"]).arg(&copy);
     let mut from_copy = env.start(c);
@@ -423,22 +425,8 @@ fn p5_stop_ends_a_crashed_owners_leftovers_in_its_cgroup() {
     from_copy.expect_code(0);
     assert!(alive(gc), "stop of a copy ended the original's leftover");
 
-    let f = env.tool("stop", &["--grace", "0.5"]);
-    f.expect_code(137);
+    let f = stop_ends_the_leftover(&env, gc, &got);
     assert!(!f.stdout.contains("nothing runs there"), "{}", f.stdout);
-    assert!(f.stdout.contains("sent SIGTERM"), "{}", f.stdout);
-    assert!(f.stdout.contains("sent SIGKILL"), "{}", f.stdout);
-    assert!(
-        f.stderr.contains("without an orderly release"),
-        "{}",
-        f.stderr
-    );
-    assert!(!alive(gc), "the leftover still runs after stop returned");
-    assert_eq!(
-        read(&got),
-        "term\n",
-        "SIGTERM reached the leftover before SIGKILL"
-    );
     let st = env.status();
     assert_eq!(
         st["containment"]["processes"],

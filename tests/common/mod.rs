@@ -160,6 +160,23 @@ pub fn release_fifo(fifo: &Path) {
 }
 
 /// Makes a FIFO.
+/// `cp -a FROM TO`: a copy of a dir with its modes, owners and times (as an operator copies a
+/// state dir).
+pub fn cp_a(from: &Path, to: &Path) {
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("cp -a");
+    assert!(
+        status.success(),
+        "cp -a {} {}",
+        from.display(),
+        to.display()
+    );
+}
+
 pub fn mkfifo(path: &Path) {
     rustix::fs::mknodat(
         rustix::fs::CWD,
