@@ -743,6 +743,57 @@ fn a_state_dir_path_that_is_not_utf8_is_refused_not_a_panic() {
     }
 }
 
+/// Executables whose path is not UTF-8 never panic the runner (records hold a path as text).
+/// A workload started from such a path runs, and its run ends in order: only its registry entry
+/// is missing, with a warning that says why. A runner started from such a path refuses before
+/// it writes any record (it could not record itself as the owner), naming the path and the fix.
+/// Both used to panic (exit 101): the workload's after it had been spawned, with the lease held.
+#[test]
+fn an_executable_path_that_is_not_utf8_never_panics_the_runner() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let env = Env::new();
+    let bad = env.tmp.path().join(OsStr::from_bytes(b"bin-\xff"));
+    fs::create_dir(&bad).unwrap();
+    let prog = bad.join("prog");
+    fs::copy("/bin/true", &prog).unwrap();
+    let f = env.run_to_end(&[], &[prog.as_os_str()]);
+    f.expect_code(0);
+    assert!(
+        f.stderr.contains("cannot register the child"),
+        "{}",
+        f.stderr
+    );
+    assert!(f.stderr.contains("is not a UTF-8 path"), "{}", f.stderr);
+    assert_eq!(f.end()["summary"], "exited/0");
+    env.run_to_end(&["-n"], &["true"]).expect_code(0);
+
+    // The runner itself under such a path: a link to the binary, or a copy on another
+    // filesystem.
+    let runner = bad.join("tenure");
+    if fs::hard_link(bin(), &runner).is_err() {
+        fs::copy(bin(), &runner).unwrap();
+    }
+    let other = env.tmp.path().join("other-state");
+    let o = std::process::Command::new(&runner)
+        .arg("run")
+        .arg("--dir")
+        .arg(&other)
+        .args(["--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(101), "{err}");
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("is not a UTF-8 path"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        !other.join(".tenure/owner.json").exists(),
+        "an owner record was written"
+    );
+}
+
 /// `status` fails closed (4, LSB "unknown", with the `error` object in JSON) on a dir the
 /// runner refuses as foreign (card L8): a copy of a live owner's dir, a moved dir, derived
 /// state without an identity marker. It reported them as not running (3) — for the copy with

@@ -76,6 +76,16 @@ pub enum IdentityError {
         #[source]
         source: io::Error,
     },
+    /// The executable's path is not UTF-8, and records hold it as text.
+    #[error(
+        "the executable of process {pid}, {exe:?}, is not a UTF-8 path and cannot be recorded; run it from a path whose names are UTF-8"
+    )]
+    NotUtf8Exe {
+        /// The process id.
+        pid: u32,
+        /// The executable.
+        exe: PathBuf,
+    },
 }
 
 /// Errors of [`signal_owner`] (a dead or recycled process is an outcome, not an error).
@@ -234,6 +244,18 @@ fn libc_esrch() -> i32 {
 }
 
 impl Identity {
+    /// Whether this identity can be written into a record: its executable's path is UTF-8
+    /// (records are JSON, which holds a path as text).
+    pub fn recordable(&self) -> Result<(), IdentityError> {
+        match self.exe.to_str() {
+            Some(_) => Ok(()),
+            None => Err(IdentityError::NotUtf8Exe {
+                pid: self.pid,
+                exe: self.exe.clone(),
+            }),
+        }
+    }
+
     /// The identity of the calling process.
     pub fn of_self() -> Result<Identity, IdentityError> {
         // Read once per process (a forked child has another pid and reads its own): this

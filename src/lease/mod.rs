@@ -568,9 +568,13 @@ pub fn acquire_for_workload(
     crate::privfs::random_bytes(&mut token)?;
     let mut fresh_root = [0u8; 16];
     crate::privfs::random_bytes(&mut fresh_root)?;
+    // Recorded in the owner record, the waiter entry and the registry: refused here, before
+    // anything is written, if it cannot be.
+    let me = Identity::of_self()?;
+    me.recordable()?;
     let input = plan::AcquireInput {
         path: dir.path().to_path_buf(),
-        me: Identity::of_self()?,
+        me,
         now: now_ms(),
         token: Token(token),
         fresh_root: Token(fresh_root),
@@ -715,6 +719,7 @@ impl Lease {
                 name: name.to_owned(),
             });
         }
+        identity.recordable()?;
         let rec = RegistryRecord {
             version: RECORD_VERSION,
             epoch: self.record.epoch,
