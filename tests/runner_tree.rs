@@ -604,14 +604,7 @@ fn t4_forking_shell_daemon_with_pid_file() {
     let script = r#"(setsid sh -c 'trap "echo USR1 >> \"$2\"" USR1; trap "exit 0" TERM; sleep 0.2; echo $$ > "$1"; while :; do sleep 0.02; done' sh "$1" "$2" &)
 exit 0"#;
     let r = env.run(
-        &[
-            "--type",
-            "forking",
-            "--pidfile",
-            pid_file.to_str().unwrap(),
-            "--ready-timeout",
-            "20",
-        ],
+        &forking(&pid_file, "20"),
         &sh(script, &[pid_file.to_str().unwrap(), got.to_str().unwrap()]),
     );
     env.wait_status("ready", |s| s["phase"] == "ready");
@@ -648,14 +641,7 @@ fn t4_redis_daemonize_under_type_forking() {
         let data = env.path("redis-data");
         fs::create_dir(&data).unwrap();
         let pid_file = env.path("redis.pid");
-        let mut args = vec![
-            "--type",
-            "forking",
-            "--pidfile",
-            pid_file.to_str().unwrap(),
-            "--ready-timeout",
-            "20",
-        ];
+        let mut args = forking(&pid_file, "20").to_vec();
         args.extend(mode.args());
         let port_s = port.to_string();
         let r = env.run(
@@ -710,14 +696,7 @@ fn t4_a_forking_readiness_timeout_names_what_was_awaited() {
     let env = Env::new();
     let pidfile = env.path("main.pid");
     let f = env.run_to_end(
-        &[
-            "--type",
-            "forking",
-            "--pidfile",
-            pidfile.to_str().unwrap(),
-            "--ready-timeout",
-            "0.5",
-        ],
+        &forking(&pidfile, "0.5"),
         &sh("read _; exec sleep 1000", &[]),
     );
     f.expect_code(69);
@@ -751,14 +730,7 @@ fn t4_a_pid_file_that_is_a_link_or_a_fifo_is_never_followed_or_waited_on() {
         let script = r#"(setsid sh -c 'echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; exec sleep 1000' sh "$1" &)
 exit 0"#;
         let r = env.run(
-            &[
-                "--type",
-                "forking",
-                "--pidfile",
-                pidfile.to_str().unwrap(),
-                "--ready-timeout",
-                "60",
-            ],
+            &forking(&pidfile, "60"),
             &sh(script, &[real.to_str().unwrap()]),
         );
         let daemon = read_pid(&real);
@@ -785,6 +757,19 @@ exit 0"#;
         );
         assert!(!alive(daemon), "{kind}: the daemon outlived the run");
     }
+}
+
+/// The options of a forking daemon whose main process `pidfile` names, ready within
+/// `timeout` seconds.
+fn forking<'a>(pidfile: &'a Path, timeout: &'a str) -> [&'a str; 6] {
+    [
+        "--type",
+        "forking",
+        "--pidfile",
+        pidfile.to_str().unwrap(),
+        "--ready-timeout",
+        timeout,
+    ]
 }
 
 fn which(name: &str) -> Option<std::path::PathBuf> {

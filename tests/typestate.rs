@@ -7,6 +7,20 @@ use std::time::{Duration, Instant};
 use tenure::machine::{NotAdmitted, OpClass, PhaseKind, Reason, ResidencyKind, RetireMode};
 use tenure::{CheckpointFile, Options, Recovered, Tenure, TenureError, WaitBound};
 
+/// Waits (at most 20 s, polling the lease status) until a waiter of the dir at `dir` shows.
+fn wait_for_a_waiter(dir: &std::path::Path) {
+    let status_dir = tenure::StateDir::open(dir, false).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tenure::lease::status(&status_dir)
+        .unwrap()
+        .waiters
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the waiter never became visible");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn options() -> Options {
     Options {
         grace: Duration::from_secs(10),
@@ -336,16 +350,7 @@ fn h6_a_duration_too_large_for_the_clock_is_forever() {
             .map(|t| t.epoch())
             .map_err(|e| e.to_string())
     });
-    let status_dir = tenure::StateDir::open(&dir, false).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while tenure::lease::status(&status_dir)
-        .unwrap()
-        .waiters
-        .is_empty()
-    {
-        assert!(Instant::now() < deadline, "the waiter never became visible");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_a_waiter(&dir);
     let first = owner.epoch();
     let Recovered::Ready(r) = owner.recovered().unwrap() else {
         panic!()
@@ -473,16 +478,7 @@ fn g1_a_stop_while_cold_cancels_the_in_process_acquire() {
     let cold = Tenure::open(&dir, options()).unwrap();
     let host = cold.host();
     let waiter = std::thread::spawn(move || cold.acquire(WaitBound::Forever));
-    let status_dir = tenure::StateDir::open(&dir, false).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while tenure::lease::status(&status_dir)
-        .unwrap()
-        .waiters
-        .is_empty()
-    {
-        assert!(Instant::now() < deadline, "the waiter never became visible");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_a_waiter(&dir);
     host.stop(tenure::machine::Signal::Term);
     assert_eq!(host.phase(), PhaseKind::Cancelled);
     let first = owner.epoch();
@@ -491,7 +487,7 @@ fn g1_a_stop_while_cold_cancels_the_in_process_acquire() {
     };
     r.drain().unwrap().close(Vec::new()).unwrap();
     cancelled(waiter.join().unwrap());
-    let st = tenure::lease::status(&status_dir).unwrap();
+    let st = tenure::lease::status(&tenure::StateDir::open(&dir, false).unwrap()).unwrap();
     assert!(!st.held, "the withdrawn grant still holds the lease");
     assert!(st.waiters.is_empty(), "a waiter entry remains");
     let rec = st.owner.expect("the first owner's record");
