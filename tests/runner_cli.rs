@@ -755,9 +755,12 @@ fn an_executable_path_that_is_not_utf8_never_panics_the_runner() {
     let env = Env::new();
     let bad = env.tmp.path().join(OsStr::from_bytes(b"bin-\xff"));
     fs::create_dir(&bad).unwrap();
+    // A copy of sleep: the runner reads the child's identity right after the spawn, and a
+    // child already gone by then (a copy of `true` on a loaded machine) has none to read, so
+    // the test would not reach the registration it is about.
     let prog = bad.join("prog");
-    fs::copy("/bin/true", &prog).unwrap();
-    let f = env.run_to_end(&[], &[prog.as_os_str()]);
+    fs::copy("/bin/sleep", &prog).unwrap();
+    let f = env.run_to_end(&[], &[prog.as_os_str(), OsStr::new("2")]);
     f.expect_code(0);
     assert!(
         f.stderr.contains("cannot register the child"),
