@@ -348,6 +348,55 @@ fn a_trace_path_that_is_a_hard_link_or_a_fifo_is_refused_untouched() {
     assert!(!env.dir.exists(), "nothing of the state dir was made");
 }
 
+/// Bad input leaves nothing behind: a `--trace` path that cannot be the trace file (its
+/// directory does not exist, it is a hard link, a FIFO) fails `run` and `up` with a message
+/// naming the path, and neither creates the state dir. `up` used to make the dir and its
+/// `.tenure/` records (the election, `up.log`, the event log) before the owner it launched
+/// refused the path.
+#[test]
+fn a_trace_path_that_cannot_be_opened_leaves_no_state_dir() {
+    let env = Env::new();
+    let missing = env.tmp.path().join("no-such-dir").join("trace.jsonl");
+    let record = env.tmp.path().join("record");
+    fs::write(&record, "keep me\n").unwrap();
+    let link = env.tmp.path().join("trace-link");
+    fs::hard_link(&record, &link).unwrap();
+    let fifo = env.tmp.path().join("trace-fifo");
+    mkfifo(&fifo);
+    let around = snapshot(env.tmp.path());
+    for sub in ["up", "run"] {
+        for trace in [&missing, &link, &fifo] {
+            let out = tenure()
+                .arg(sub)
+                .arg("--dir")
+                .arg(&env.dir)
+                .args(["--wait", "20", "--trace"])
+                .arg(trace)
+                .args(["--", "sleep", "100"])
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                !env.dir.exists(),
+                "{sub} --trace {trace:?} made the state dir: {stderr}"
+            );
+            assert_eq!(out.status.code(), Some(74), "{sub} {trace:?}: {stderr}");
+            assert!(
+                stderr.contains(&format!("cannot use {} as the trace file", trace.display())),
+                "{sub} {trace:?}: {stderr}"
+            );
+            if sub == "up" {
+                let report: Value = serde_json::from_str(stdout.trim()).unwrap();
+                assert_eq!(report["error"], "spawn_failed", "{report}");
+                assert_eq!(report["launches"], 0, "{report}");
+            }
+        }
+    }
+    // Nothing beside the dir changed either: no trace file was left where none was.
+    assert_same_tree(&around, &snapshot(env.tmp.path()));
+}
+
 /// Card H6: negative, zero (where it makes no sense), non-numeric, infinite and contradictory
 /// options exit 64 before anything on disk changes: the state dir is not even created.
 #[test]

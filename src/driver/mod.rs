@@ -1970,6 +1970,51 @@ fn signal_from_number(n: u8) -> Option<rustix::process::Signal> {
 /// regular file with no other name: a path that is a FIFO is never waited on, and a hard link
 /// to another file — a state record, say — is refused before a byte of it is lost.
 fn open_trace(path: &std::path::Path) -> io::Result<File> {
+    let file = open_trace_unemptied(path, TraceCreate::IfMissing)?;
+    rustix::fs::fcntl_setfl(&file, rustix::fs::OFlags::empty())?;
+    file.set_len(0)?;
+    Ok(file)
+}
+
+/// How [`open_trace_unemptied`] treats a missing trace file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TraceCreate {
+    /// Create it (`O_CREAT`).
+    IfMissing,
+    /// Create it only if no file has the name (`O_EXCL`).
+    New,
+    /// Never create it.
+    No,
+}
+
+/// Checks that `path` can be the trace file exactly as [`open_trace`] will open it, but
+/// without emptying it and without leaving anything behind: an existing file is opened for
+/// writing and left as it was, and a missing one is created and removed again. `tenure up`
+/// calls it before it creates anything in the state dir, so a trace path that cannot work
+/// leaves the dir as it was (the owner it launches would refuse it only after `up` made the
+/// dir and its records).
+pub(crate) fn check_trace(path: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    match open_trace_unemptied(path, TraceCreate::No) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let file = open_trace_unemptied(path, TraceCreate::New)?;
+            let made = file.metadata()?;
+            // Removed only while the name is still the file made here.
+            if std::fs::symlink_metadata(path)
+                .is_ok_and(|m| m.dev() == made.dev() && m.ino() == made.ino())
+            {
+                std::fs::remove_file(path)?;
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The trace file, opened for writing (non-blocking, not followed if a symlink) and checked to
+/// be a regular file with one name, with its content untouched.
+fn open_trace_unemptied(path: &std::path::Path, create: TraceCreate) -> io::Result<File> {
     use std::os::unix::fs::MetadataExt;
     // Looked at first, so a FIFO or a device is never opened; the check after the open is
     // the one that counts.
@@ -1982,7 +2027,8 @@ fn open_trace(path: &std::path::Path) -> io::Result<File> {
     }
     let file = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
+        .create(create == TraceCreate::IfMissing)
+        .create_new(create == TraceCreate::New)
         .mode(0o600)
         .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32)
         .open(path)?;
@@ -1996,8 +2042,6 @@ fn open_trace(path: &std::path::Path) -> io::Result<File> {
             st.nlink()
         )));
     }
-    rustix::fs::fcntl_setfl(&file, rustix::fs::OFlags::empty())?;
-    file.set_len(0)?;
     Ok(file)
 }
 

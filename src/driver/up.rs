@@ -139,6 +139,25 @@ pub fn run_args(opts: &RunOptions, dir: &std::path::Path, left: Duration) -> Vec
 
 /// Runs `tenure up`; returns the exit code.
 pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
+    // A trace file the owner could not open is found before the dir is made or written: bad
+    // input leaves nothing behind. The report is the one a launch that failed on it gave
+    // (`spawn_failed`, the owner's message and exit code 74), with no launch.
+    if let Some(path) = &opts.trace
+        && let Err(source) = super::check_trace(path)
+    {
+        let e = super::DriverError::Trace {
+            path: path.clone(),
+            source,
+        };
+        log::error!("{e}");
+        let _ = fail(
+            Failure::SpawnFailed,
+            0,
+            None,
+            Some((format!("tenure: {e}\n").into_bytes(), false)),
+        );
+        return EXIT_IO;
+    }
     let dir = match StateDir::open(&opts.dir, true) {
         Ok(d) => d,
         Err(e) => {
