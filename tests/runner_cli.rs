@@ -186,6 +186,39 @@ fn durations_take_humantime_forms() {
     assert!(!other.dir.exists(), "a usage error touched the disk");
 }
 
+/// A positive duration below the clock's resolution (it rounds to zero nanoseconds) is
+/// refused as too small, naming the smallest duration, whatever its form: it was "expected a
+/// duration" for `1e-10` and "must be greater than zero" for `0.0000000001`. Half a
+/// nanosecond rounds up to the smallest and is taken.
+#[test]
+fn durations_that_round_to_zero_are_too_small() {
+    let env = Env::new();
+    let d = env.dir.display().to_string();
+    for opt in ["--watchdog", "--grace"] {
+        for tiny in ["1e-10", "0.0000000001", "0.1ns", "4e-10s"] {
+            let (code, _, stderr) = out(&["run", "--dir", &d, opt, tiny, "--", "true"]);
+            assert_eq!(code, Some(64), "{opt} {tiny}: {stderr}");
+            assert!(
+                stderr.contains(&format!(
+                    "{opt} {tiny:?}: too small: it rounds to zero nanoseconds (the smallest duration is 1ns)"
+                )),
+                "{opt} {tiny}: {stderr}"
+            );
+        }
+    }
+    // Zero itself is still zero, and the exponent forms that are not too small still say
+    // which forms are taken.
+    let (code, _, stderr) = out(&["run", "--dir", &d, "--grace", "0", "--", "true"]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("must be greater than zero"), "{stderr}");
+    let (code, _, stderr) = out(&["run", "--dir", &d, "--grace", "1e-3", "--", "true"]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("expected a duration"), "{stderr}");
+    assert!(!env.dir.exists(), "a usage error touched the disk");
+    env.run_to_end(&["-n", "--grace", "0.5ns"], &["true"])
+        .expect_code(0);
+}
+
 /// `TENURE_DIR` is the default of `--dir` for every command; an explicit `--dir` wins.
 #[test]
 fn tenure_dir_is_the_default_dir() {

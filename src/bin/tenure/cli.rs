@@ -571,9 +571,12 @@ const MAX_SECS: f64 = 1e9;
 
 /// A duration: seconds (`1.5`, `10`), a number with one unit (`500ms`, `2s`, `0.5h`), or
 /// humantime's forms (`1h30m`, `2min 5s`). Negative, non-finite and (unless `zero_ok`) zero
-/// durations are refused (card H6); one that rounds to zero nanoseconds is zero.
+/// durations are refused (card H6); one that rounds to zero nanoseconds is zero, refused
+/// (unless `zero_ok`) as too small, naming the smallest duration (1ns).
 pub fn parse_duration(s: &str, zero_ok: bool) -> Result<Duration, String> {
     const EXPECTED: &str = "expected a duration: seconds (1.5) or with units (250ms, 2s, 1h30m)";
+    const TOO_SMALL: &str =
+        "too small: it rounds to zero nanoseconds (the smallest duration is 1ns)";
     let decimal = |n: &str| -> Option<f64> {
         if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
             return None;
@@ -600,17 +603,46 @@ pub fn parse_duration(s: &str, zero_ok: bool) -> Result<Duration, String> {
             Some(secs) => secs,
             None => match humantime::parse_duration(s) {
                 Ok(d) => d.as_secs_f64(),
-                Err(_) => return Err(EXPECTED.into()),
+                // Exponent forms are not taken (`1e3`), but one that is too small for any
+                // form (`1e-10`) says so: written out it would be refused as too small too.
+                Err(_) => {
+                    let loose = s.parse::<f64>().ok().or_else(|| {
+                        units.iter().find_map(|(u, scale)| {
+                            s.strip_suffix(u)
+                                .and_then(|n| n.parse::<f64>().ok())
+                                .map(|n| n * scale)
+                        })
+                    });
+                    // Below one second first, so that no value can overflow the conversion.
+                    return Err(match loose {
+                        Some(x)
+                            if !zero_ok
+                                && x > 0.0
+                                && x < 1.0
+                                && Duration::from_secs_f64(x).is_zero() =>
+                        {
+                            TOO_SMALL
+                        }
+                        _ => EXPECTED,
+                    }
+                    .into());
+                }
             },
         },
     };
     if !secs.is_finite() || secs > MAX_SECS {
         return Err(format!("too large (at most {MAX_SECS:e} seconds)"));
     }
-    // A duration too small to be represented (it rounds to zero nanoseconds) is zero.
+    // A duration too small to be represented (it rounds to zero nanoseconds) is zero: where
+    // zero is refused, a positive one is refused as too small, not as zero.
     let d = Duration::from_secs_f64(secs);
     if d.is_zero() && !zero_ok {
-        return Err("must be greater than zero".into());
+        return Err(if secs > 0.0 {
+            TOO_SMALL
+        } else {
+            "must be greater than zero"
+        }
+        .into());
     }
     Ok(d)
 }
