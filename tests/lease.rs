@@ -530,7 +530,9 @@ fn l8a_foreign_state_refused_then_adopted() {
     assert_eq!(snapshot(t.path()), before, "a refusal changed the tree");
 
     let sd = StateDir::open(&dir, false).unwrap();
-    let marker = lease::adopt(&sd).unwrap();
+    let lease::Adoption::Adopted(marker) = lease::adopt(&sd).unwrap() else {
+        panic!("a dir with no marker was not adopted")
+    };
     assert!(marker.adopted_at.is_some());
     let mut p = hold(&dir, "try");
     p.expect("acquired 1");
@@ -587,7 +589,9 @@ fn l8c_moved_dir_refused_then_adopted() {
     assert_eq!(snapshot(t.path()), before, "a refusal changed the tree");
 
     let sd = StateDir::open(&new, false).unwrap();
-    let m = lease::adopt(&sd).unwrap();
+    let lease::Adoption::Adopted(m) = lease::adopt(&sd).unwrap() else {
+        panic!("a moved dir was not adopted")
+    };
     assert_eq!(m.root_id, root_id);
     assert_eq!(m.path, std::fs::canonicalize(&new).unwrap());
     let lease = acquire_here(&sd).unwrap();

@@ -6,8 +6,10 @@ mod common;
 use common::*;
 use rustix::process::Signal;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -535,6 +537,63 @@ fn l8_foreign_state_refused_not_repaired() {
     f.expect_code(0);
     assert_eq!(f.end()["epoch"], 2);
     assert_eq!(copy.checkpoint_file("x").as_deref(), Some("x\n"));
+}
+
+/// Every entry under `root` with its inode, modification and change times and bytes: equal
+/// snapshots mean nothing was rewritten, replaced, created or removed.
+fn inodes(root: &Path) -> BTreeMap<PathBuf, (u64, i64, i64, i64, i64, Option<Vec<u8>>)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = BTreeMap::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        let m = fs::symlink_metadata(&p).unwrap();
+        let bytes = m.is_file().then(|| fs::read(&p).unwrap());
+        if m.is_dir() {
+            todo.extend(fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        }
+        let key = (
+            m.ino(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec(),
+            bytes,
+        );
+        out.insert(p, key);
+    }
+    out
+}
+
+/// Card L8: `init --adopt` of a dir whose marker already names its path needs nothing and
+/// does nothing: every file and directory under it keeps its inode, times and bytes, owned or
+/// not, and the output says so. It printed "adopted", as if it had changed the dir.
+#[test]
+fn init_adopt_of_a_dir_that_needs_none_changes_nothing() {
+    let env = Env::new();
+    env.run_to_end(&[], &sh(r#"echo x > "$TENURE_CHECKPOINT_OUT/x""#, &[]))
+        .expect_code(0);
+    let before = inodes(&env.dir);
+    let f = env.tool("init", &["--adopt"]);
+    f.expect_code(0);
+    assert!(
+        f.stdout.contains("needs no adoption") && f.stdout.contains("nothing was changed"),
+        "{}",
+        f.stdout
+    );
+    assert!(!f.stdout.contains("adopted"), "{}", f.stdout);
+    assert_eq!(
+        inodes(&env.dir),
+        before,
+        "init --adopt changed a dir that needs nothing"
+    );
+    // Owned, it needs nothing either: not a busy refusal.
+    let r = env.run(&[], &["sleep", "1000"]);
+    env.wait_status("owned", |st| st["phase"] == "ready");
+    let f = env.tool("init", &["--adopt"]);
+    f.expect_code(0);
+    assert!(f.stdout.contains("needs no adoption"), "{}", f.stdout);
+    r.signal(Signal::TERM);
+    r.wait();
 }
 
 /// Card L9: a new state dir and its missing parents are created 0700, its records 0600; a dir or

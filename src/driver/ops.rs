@@ -622,8 +622,16 @@ pub fn init(dir: &Path, adopt: bool) -> u8 {
     };
     if adopt {
         return match lease::adopt(&d) {
-            Ok(m) => {
+            Ok(lease::Adoption::Adopted(m)) => {
                 println!("adopted {} (root id {})", d.path().display(), m.root_id);
+                0
+            }
+            Ok(lease::Adoption::Unchanged(m)) => {
+                println!(
+                    "{} needs no adoption: its identity marker already names this path (root id {}); nothing was changed",
+                    d.path().display(),
+                    m.root_id
+                );
                 0
             }
             Err(e) => {

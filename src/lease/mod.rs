@@ -1086,8 +1086,17 @@ fn probe(lock_file: &File, path: &Path) -> Result<bool, LeaseError> {
 /// moved (a marker naming another path): under the lock (never waiting: `busy` if owned), writes
 /// a marker for the dir's current canonical path, keeping the root id of a moved dir. This is the
 /// only way past the L8 refusals; an unreadable marker is still refused (move it aside first).
-/// Returns the marker now in place.
-pub fn adopt(dir: &StateDir) -> Result<DirIdentity, LeaseError> {
+/// A dir whose marker already names its path needs nothing: it is looked at, never written,
+/// locked or created into, owned or not ([`Adoption::Unchanged`]).
+pub fn adopt(dir: &StateDir) -> Result<Adoption, LeaseError> {
+    // Read-only first: a marker is replaced whole (rename), so a look without the lock sees
+    // one marker or another, and one naming this path is never rewritten by anyone.
+    if let Some(control) = dir.root().open_dir_optional(CONTROL_DIR)?
+        && let Some(m) = read_marker(&control)?
+        && m.path == dir.path()
+    {
+        return Ok(Adoption::Unchanged(m));
+    }
     let control = dir.root().ensure_dir(CONTROL_DIR, "lease.control")?;
     let lock_path = control.child_path(LOCK_FILE);
     let lock_file = control.open_or_create_file(LOCK_FILE, "lease.lock")?;
@@ -1118,7 +1127,7 @@ pub fn adopt(dir: &StateDir) -> Result<DirIdentity, LeaseError> {
         })
     };
     let marker = match read_marker(&control)? {
-        Some(m) if m.path == dir.path() => return Ok(m),
+        Some(m) if m.path == dir.path() => return Ok(Adoption::Unchanged(m)),
         // The dir was copied (`cp -a a a.copy`): the original still holds the same identity at
         // its path, so the copy becomes a dir of its own (card P4).
         Some(m) if still_holds(&m) => fresh()?,
@@ -1133,7 +1142,25 @@ pub fn adopt(dir: &StateDir) -> Result<DirIdentity, LeaseError> {
     control.replace_durable(IDENTITY_FILE, &to_json(&marker), "lease.marker")?;
     clear_foreign_records(&control, marker.root_id)?;
     guard.unlock().map_err(lock_err)?;
-    Ok(marker)
+    Ok(Adoption::Adopted(marker))
+}
+
+/// What [`adopt`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Adoption {
+    /// The marker already named the dir's path: nothing was written.
+    Unchanged(DirIdentity),
+    /// A marker for the dir's path was written (a dir with no marker, or moved, or copied).
+    Adopted(DirIdentity),
+}
+
+impl Adoption {
+    /// The marker now in place.
+    pub fn marker(&self) -> &DirIdentity {
+        match self {
+            Adoption::Unchanged(m) | Adoption::Adopted(m) => m,
+        }
+    }
 }
 
 /// Whether the dir a marker names still exists at its recorded path with the same root id.
