@@ -131,6 +131,21 @@ fn main() -> Result<std::process::ExitCode, Box<dyn std::error::Error>> {
                 eprintln!("{u}; waiting more");
                 draining = u.tenure;
             }
+            // The publish failed (a full disk, say): the entries come back with the error and
+            // are kept beside the state dir instead, so that none is lost (card P1).
+            Err(TenureError::Publish(p)) => {
+                eprintln!("{p}");
+                let mut aside = dir.clone();
+                aside.push(".unpublished");
+                let aside = std::path::PathBuf::from(aside);
+                for f in p.into_files() {
+                    let path = aside.join(&f.name);
+                    std::fs::create_dir_all(path.parent().unwrap_or(&aside))?;
+                    std::fs::write(&path, &f.bytes)?;
+                }
+                eprintln!("the entries were kept in {}", aside.display());
+                return Ok(std::process::ExitCode::from(74));
+            }
             other => break other?,
         }
     };

@@ -136,6 +136,6 @@ pub use host::{Host, Residency};
 pub use lease::{LeaseError, WaitBound};
 pub use privfs::{FileKind, FsError, StateDir};
 pub use typestate::{
-    CheckpointFile, Cold, Draining, Options, Ready, Recovered, Recovering, Released, Tenure,
-    TenureError, Unsettled,
+    CheckpointFile, Cold, Draining, Options, PublishFailed, Ready, Recovered, Recovering, Released,
+    Tenure, TenureError, Unsettled,
 };

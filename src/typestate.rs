@@ -77,9 +77,14 @@ pub enum TenureError {
     /// The lease could not be acquired (busy, cancelled, refused state) or released.
     #[error(transparent)]
     Lease(#[from] LeaseError),
-    /// The checkpoint was refused, or publishing failed.
+    /// The current checkpoint could not be read or was refused (recovery, [`Tenure::read`]).
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// Publishing the drain's checkpoint failed (refused or an I/O error): the files given to
+    /// [`Tenure::close`] come back, unpublished, in [`PublishFailed::files`] (card P1); the
+    /// current checkpoint is the one before the close and the lease is released.
+    #[error(transparent)]
+    Publish(Box<PublishFailed>),
     /// The owner ended before it could serve (a stop before it owned or while recovering, an
     /// invalid checkpoint); no lease is held and nothing was published.
     #[error("the owner ended before it could serve ({}); no lease is held and the checkpoint is unchanged", .0.summary())]
@@ -107,6 +112,44 @@ pub struct Unsettled {
     pub active: u32,
     /// The owner, still draining.
     pub tenure: Tenure<Draining>,
+}
+
+/// Publishing the drain's checkpoint failed: the files given to [`Tenure::close`] are handed
+/// back, in their order and with their bytes, so that nothing the owner produced is lost
+/// (card P1). Returned inside [`TenureError::Publish`].
+#[derive(thiserror::Error)]
+#[error("{error}; the {} files of the checkpoint are handed back unpublished", .files.len())]
+pub struct PublishFailed {
+    /// Why the publish failed.
+    #[source]
+    pub error: CheckpointError,
+    /// The files, as given to [`Tenure::close`].
+    pub files: Vec<CheckpointFile>,
+}
+
+impl PublishFailed {
+    /// The files, as given to [`Tenure::close`].
+    pub fn into_files(self) -> Vec<CheckpointFile> {
+        self.files
+    }
+}
+
+/// Names and sizes only: the bytes of a checkpoint do not belong in a debug print (an
+/// `unwrap` of the error prints it).
+impl std::fmt::Debug for PublishFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PublishFailed")
+            .field("error", &self.error)
+            .field(
+                "files",
+                &self
+                    .files
+                    .iter()
+                    .map(|c| (c.name.as_str(), c.bytes.len()))
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
 }
 
 /// A file of the next checkpoint.
@@ -378,7 +421,9 @@ impl Tenure<Draining> {
     /// publishes `files` as the next checkpoint (fenced by the epoch; an empty list publishes
     /// nothing), and releases the lease. If residencies do not settle in time the lease is
     /// kept and [`TenureError::Unsettled`] returns the owner so the caller can wait more
-    /// (card H4).
+    /// (card H4). If the publish fails the lease is released, the current checkpoint is the
+    /// one before, and [`TenureError::Publish`] hands `files` back unpublished (card P1): the
+    /// caller may keep them some other way.
     pub fn close(
         mut self,
         files: impl IntoIterator<Item = CheckpointFile>,
@@ -406,7 +451,8 @@ impl Tenure<Draining> {
         self.core.released()
     }
 
-    /// Waits for residencies to settle without a bound, then closes as [`Tenure::close`].
+    /// Waits for residencies to settle without a bound, then closes as [`Tenure::close`]
+    /// (a failed publish hands `files` back the same way).
     pub fn close_when_settled(
         mut self,
         files: impl IntoIterator<Item = CheckpointFile>,
@@ -616,25 +662,31 @@ impl Core {
             }
             Action::Publish => {
                 let epoch = self.epoch();
+                // Read from where the caller's files are kept, so that a failed publish can
+                // hand them back (card P1).
                 let files: Vec<PublishFile<'_>> = self
                     .staged
-                    .drain(..)
+                    .iter()
                     .map(|f| PublishFile {
-                        name: f.name,
+                        name: f.name.clone(),
                         mode: 0o600,
-                        source: Source::Reader(Box::new(std::io::Cursor::new(f.bytes))),
+                        source: Source::Reader(Box::new(&f.bytes[..])),
                     })
                     .collect();
                 let result = CheckpointStore::attach_owned(&self.dir, self.store_options())
                     .and_then(|s| s.publish_files(epoch, files));
+                let staged = std::mem::take(&mut self.staged);
                 match result {
                     Ok(Published::New { checkpoint, .. }) => {
                         self.published = Some(checkpoint.id);
                         Some(Event::CheckpointPublished)
                     }
                     Ok(Published::Unchanged { .. }) => Some(Event::CheckpointSkipped),
-                    Err(e) => {
-                        self.failure = Some(e.into());
+                    Err(error) => {
+                        self.failure = Some(TenureError::Publish(Box::new(PublishFailed {
+                            error,
+                            files: staged,
+                        })));
                         Some(Event::CheckpointFailed)
                     }
                 }

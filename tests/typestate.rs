@@ -515,3 +515,91 @@ fn a_name_too_long_creates_no_parent() {
     assert!(e.to_string().contains("too long"), "{e}");
     assert!(!parent.exists(), "a parent was created");
 }
+
+/// Closes a ready owner of `dir` with `files`, and expects the publish to fail: the files it
+/// hands back, and the error's message.
+fn close_failing(
+    dir: &std::path::Path,
+    files: Vec<CheckpointFile>,
+) -> (Vec<CheckpointFile>, String) {
+    let Recovered::Ready(r) = Tenure::open(dir, options())
+        .unwrap()
+        .acquire(WaitBound::Try)
+        .unwrap()
+        .recovered()
+        .unwrap()
+    else {
+        panic!("not ready")
+    };
+    match r.drain().unwrap().close(files) {
+        Err(TenureError::Publish(p)) => {
+            let msg = p.to_string();
+            (p.into_files(), msg)
+        }
+        Err(e) => panic!("expected a failed publish, got {e}"),
+        Ok(r) => panic!("published {:?}", r.published),
+    }
+}
+
+/// Card P1 in the library: a publish that fails hands every file given to `close` back, in
+/// order and byte for byte (`TenureError::Publish`); the lease is released and the current
+/// checkpoint is the one before. `close` took the files by value and dropped them with the
+/// error. The publish fails for real: a name the store refuses beside a good file, and (with
+/// the `failpoints` feature) an I/O error while a blob is created.
+#[test]
+fn p1_a_failed_publish_hands_the_files_back_in_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let Recovered::Ready(r) = Tenure::open(&dir, options())
+        .unwrap()
+        .acquire(WaitBound::Try)
+        .unwrap()
+        .recovered()
+        .unwrap()
+    else {
+        panic!("not ready")
+    };
+    r.drain()
+        .unwrap()
+        .close([CheckpointFile::new("a", "old")])
+        .unwrap();
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let expect = |back: &[CheckpointFile], names: &[&str], bytes: &[&[u8]]| {
+        let got: Vec<(&str, &[u8])> = back
+            .iter()
+            .map(|f| (f.name.as_str(), f.bytes.as_slice()))
+            .collect();
+        let want: Vec<(&str, &[u8])> = names.iter().copied().zip(bytes.iter().copied()).collect();
+        assert!(got == want, "the files handed back differ from those given");
+    };
+    let mut cases: Vec<(&str, Option<&str>)> = vec![("../escape", None)];
+    if cfg!(feature = "failpoints") {
+        cases.push(("second", Some("publish.blob.create=eio")));
+    }
+    for (second, point) in cases {
+        let files = vec![
+            CheckpointFile::new("state", big.clone()),
+            CheckpointFile::new(second, "tail"),
+        ];
+        let (back, msg) = {
+            #[cfg(feature = "failpoints")]
+            let _f = point.map(tenure::failpoint::scoped);
+            #[cfg(not(feature = "failpoints"))]
+            assert!(point.is_none());
+            close_failing(&dir, files)
+        };
+        assert!(msg.contains("handed back unpublished"), "{msg}");
+        expect(&back, &["state", second], &[&big, b"tail"]);
+        // Released, and nothing of the failed close was published.
+        let next = Tenure::open(&dir, options())
+            .unwrap()
+            .acquire(WaitBound::Try)
+            .unwrap();
+        assert_eq!(next.read("a").unwrap().as_deref(), Some(&b"old"[..]));
+        assert_eq!(next.read("state").unwrap(), None);
+        let Recovered::Ready(r) = next.recovered().unwrap() else {
+            panic!("not ready")
+        };
+        r.drain().unwrap().close(Vec::new()).unwrap();
+    }
+}
