@@ -539,9 +539,12 @@ fn l8_foreign_state_refused_not_repaired() {
     assert_eq!(copy.checkpoint_file("x").as_deref(), Some("x\n"));
 }
 
+/// An entry's inode, modification and change times (seconds, nanoseconds) and bytes.
+type Stamp = (u64, i64, i64, i64, i64, Option<Vec<u8>>);
+
 /// Every entry under `root` with its inode, modification and change times and bytes: equal
 /// snapshots mean nothing was rewritten, replaced, created or removed.
-fn inodes(root: &Path) -> BTreeMap<PathBuf, (u64, i64, i64, i64, i64, Option<Vec<u8>>)> {
+fn inodes(root: &Path) -> BTreeMap<PathBuf, Stamp> {
     use std::os::unix::fs::MetadataExt;
     let mut out = BTreeMap::new();
     let mut todo = vec![root.to_path_buf()];
