@@ -259,7 +259,8 @@ fn a_repeated_option_is_a_usage_error() {
     out.expect_code(0);
 }
 
-/// A duration that rounds to zero nanoseconds is zero, and a zero grace is a usage error.
+/// A duration that rounds to zero nanoseconds is zero, and a zero grace is a usage error: a
+/// positive one is refused as too small, naming the smallest duration.
 #[test]
 fn a_duration_that_rounds_to_zero_is_zero() {
     let env = Env::new();
@@ -272,12 +273,12 @@ fn a_duration_that_rounds_to_zero_is_zero() {
     ] {
         let err = usage(&["run", "--dir", &d, flag, v, "--", "true"]);
         assert!(
-            err.contains("must be greater than zero"),
+            err.contains("too small: it rounds to zero nanoseconds (the smallest duration is 1ns)"),
             "{flag} {v}: {err}"
         );
     }
     let err = usage(&["stop", "--dir", &d, "--grace", "0.0000000001"]);
-    assert!(err.contains("must be greater than zero"), "{err}");
+    assert!(err.contains("too small"), "{err}");
     assert!(!env.dir.exists());
     // One nanosecond is not zero.
     env.run_to_end(&["-n", "--grace", "0.000000001"], &["true"])
