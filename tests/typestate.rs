@@ -419,9 +419,15 @@ fn h7_moved_root_drains_the_in_process_owner() {
         .expect("the owner did not notice that its state dir was moved")
         .unwrap();
     assert_eq!(hook_ran.load(Ordering::SeqCst), 1);
-    let released = draining.close(Vec::new()).unwrap();
+    // The drain still publishes, into the dir where it now is (the owner's descriptors follow
+    // the move; never into a dir that replaced it): what the owner made is not lost (card P1).
+    let released = draining
+        .close([CheckpointFile::new("a", "made while serving")])
+        .unwrap();
     assert_eq!(released.outcome.summary(), "stopped/root-lost");
     assert_eq!(released.outcome.code(), 65);
+    assert!(released.published.is_some(), "{released:?}");
+    assert!(moved.join(".tenure").is_dir());
     assert!(!dir.exists(), "nothing was recreated at the old path");
 
     // Moved while recovering: the recovery is refused and the lease released.
@@ -441,6 +447,11 @@ fn h7_moved_root_drains_the_in_process_owner() {
         .unwrap()
         .acquire(WaitBound::Try)
         .expect("the refused owner released the lease");
+    assert_eq!(
+        next.read("a").unwrap().as_deref(),
+        Some(&b"made while serving"[..]),
+        "the drain's checkpoint is the moved dir's"
+    );
     drop(next);
 }
 
