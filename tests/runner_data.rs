@@ -616,3 +616,86 @@ fn p1_output_files_with_other_names_are_copied_and_the_rest_adopted() {
     }
     assert_eq!(seen, 3, "three distinct contents, three blobs");
 }
+
+/// `tenure run --dir STATE ARGS -- sh -c SCRIPT` as a user other than root: root reads and
+/// searches every directory whatever its mode, so only another user meets a directory its
+/// child made unreadable. Run as root, the runner is nobody's in a tmp made nobody's. Its
+/// trace is named here: [`Env::start`] adds one by building another command, without the uid.
+fn run_unprivileged(env: &Env, args: &[&str], script: &str) -> Finished {
+    use std::os::unix::process::CommandExt;
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut c = tenure();
+    c.arg("run")
+        .arg("--trace")
+        .arg(env.path(&format!("unprivileged{n}.trace")))
+        .arg("--dir")
+        .arg(&env.dir)
+        .args(args)
+        .arg("--")
+        .args(sh(script, &[]));
+    if rustix::process::geteuid().is_root() {
+        std::os::unix::fs::chown(env.tmp.path(), Some(65534), Some(65534)).unwrap();
+        c.uid(65534).gid(65534);
+    }
+    let mut r = env.start(c);
+    r.close_stdin();
+    r.wait()
+}
+
+/// Card P1: directories a child left unreadable in its output (`chmod 000`, as test suites
+/// and sandboxes do) never stop the dir. The owner gives its own directories search and
+/// write permission back where it must remove or keep them: the staging area of a child that
+/// exited 1 is removed (the next owner's sweep used to refuse to start, exit 74, every run
+/// after), an output dir the child made unreadable is kept in `failed/<epoch>` when its
+/// publish is refused (it stayed in `staging/` for the next owner to remove: lost), and an
+/// older kept output holding one is pruned (the prune used to fail the keep of the new one).
+#[test]
+fn p1_unreadable_directories_in_the_output_never_stop_the_dir() {
+    let env = Env::new();
+    let unreadable = r#"O="$TENURE_CHECKPOINT_OUT"
+        mkdir -p "$O/d/e" && echo deep > "$O/d/e/f" && chmod 000 "$O/d/e""#;
+    // A child that fails leaves an unreadable directory behind: nothing is published, and
+    // the next owner removes the area and runs.
+    let f = run_unprivileged(&env, &["-n"], &format!("{unreadable}\nexit 1"));
+    f.expect_code(1);
+    let f = run_unprivileged(
+        &env,
+        &["-n"],
+        r#"echo 1 > "$TENURE_CHECKPOINT_OUT/counter""#,
+    );
+    f.expect_code(0);
+    assert!(f.stderr.contains("published"), "{}", f.stderr);
+    // A child that locks its whole output (mode 000) and exits 0: the publish cannot read it,
+    // so it is refused, and the output is kept where the error says, whole.
+    let f = run_unprivileged(
+        &env,
+        &["-n"],
+        &format!("{unreadable}\necho 2 > \"$O/counter\" && chmod 000 \"$O\""),
+    );
+    f.expect_code(74);
+    let kept = kept_path(&f.stderr);
+    assert!(kept.ends_with("checkpoints/failed/3"), "{}", f.stderr);
+    assert_eq!(fs::read(kept.join("counter")).unwrap(), b"2\n");
+    // The next refused publish with `--keep 1` prunes that kept output, unreadable
+    // directory and all, and keeps its own.
+    let f = run_unprivileged(
+        &env,
+        &["-n", "--keep", "1"],
+        r#"mkfifo "$TENURE_CHECKPOINT_OUT/fifo""#,
+    );
+    f.expect_code(74);
+    let kept4 = kept_path(&f.stderr);
+    assert!(kept4.ends_with("checkpoints/failed/4"), "{}", f.stderr);
+    assert!(kept4.join("fifo").exists(), "{}", f.stderr);
+    assert!(!kept.exists(), "failed/3 was pruned: {}", f.stderr);
+    assert!(!f.stderr.contains("could not be kept"), "{}", f.stderr);
+    let staging = env.dir.join("checkpoints/staging");
+    let left: Vec<_> = fs::read_dir(&staging)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != ".spare")
+        .collect();
+    assert!(left.is_empty(), "left in staging/: {left:?}");
+    assert_eq!(fs::read(env.dir.join("checkpoints/CURRENT")).is_ok(), true);
+}
