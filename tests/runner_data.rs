@@ -699,3 +699,28 @@ fn p1_unreadable_directories_in_the_output_never_stop_the_dir() {
     assert!(left.is_empty(), "left in staging/: {left:?}");
     assert_eq!(fs::read(env.dir.join("checkpoints/CURRENT")).is_ok(), true);
 }
+
+/// Card P1: a staged file the runner cannot read (a child's `chmod 000`, the runner not root)
+/// is refused, and the error names it where it was kept, `failed/<epoch>/…`, where the fix
+/// is made. It named the file in the staging area, which the keep had just renamed away.
+#[test]
+fn p1_an_unreadable_output_file_is_named_where_it_was_kept() {
+    let env = Env::new();
+    let f = run_unprivileged(
+        &env,
+        &["-n"],
+        r#"echo x > "$TENURE_CHECKPOINT_OUT/locked" && chmod 000 "$TENURE_CHECKPOINT_OUT/locked""#,
+    );
+    f.expect_code(74);
+    let kept = kept_path(&f.stderr);
+    let named = kept.join("locked");
+    assert!(
+        f.stderr
+            .contains(&format!("{}: Permission denied", named.display())),
+        "the error names {}:\n{}",
+        named.display(),
+        f.stderr
+    );
+    assert!(!f.stderr.contains("checkpoints/staging/"), "{}", f.stderr);
+    assert!(fs::symlink_metadata(&named).unwrap().is_file());
+}

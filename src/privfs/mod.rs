@@ -221,6 +221,26 @@ impl FsError {
         }
     }
 
+    /// The path the error is about, to name it where it is now (a kept output).
+    pub(crate) fn path_mut(&mut self) -> &mut PathBuf {
+        match self {
+            FsError::Symlink { path }
+            | FsError::NotRegular { path, .. }
+            | FsError::NotDirectory { path, .. }
+            | FsError::NotOwned { path, .. }
+            | FsError::Permissive { path, .. }
+            | FsError::HardLinked { path, .. }
+            | FsError::NotFound { path }
+            | FsError::AlreadyExists { path }
+            | FsError::TooLarge { path, .. }
+            | FsError::Fsync { path, .. }
+            | FsError::Poisoned { path }
+            | FsError::NotUtf8 { path }
+            | FsError::Io { path, .. } => path,
+            FsError::BadName { dir, .. } => dir,
+        }
+    }
+
     /// True when the error says the path does not exist.
     pub fn is_not_found(&self) -> bool {
         matches!(self, FsError::NotFound { .. })
