@@ -724,3 +724,44 @@ fn p1_an_unreadable_output_file_is_named_where_it_was_kept() {
     assert!(!f.stderr.contains("checkpoints/staging/"), "{}", f.stderr);
     assert!(fs::symlink_metadata(&named).unwrap().is_file());
 }
+
+/// Card P1: once a refused output was renamed into `failed/`, it is kept there whatever fails
+/// after — here pruning an older kept output that holds a directory of another user (a fix
+/// made there with `sudo`, say). The run names where it was kept and why the prune failed; it
+/// said the output "could not be kept", named the staging area it had just left, and
+/// recorded that path as `kept`. Needs root, to give a directory to another user.
+#[test]
+fn p1_a_failed_prune_does_not_unkeep_the_new_output() {
+    use std::os::unix::fs::MetadataExt;
+    let env = Env::new();
+    if !rustix::process::geteuid().is_root() {
+        skip::skip(
+            "p1_a_failed_prune_does_not_unkeep_the_new_output",
+            "it needs root to give a directory to another user",
+        );
+        return;
+    }
+    let fifo = r#"mkdir "$TENURE_CHECKPOINT_OUT/sub" && mkfifo "$TENURE_CHECKPOINT_OUT/sub/f""#;
+    let f = env.run_to_end(&["-n", "--keep", "1"], &sh(fifo, &[]));
+    f.expect_code(74);
+    let old = kept_path(&f.stderr);
+    std::os::unix::fs::chown(old.join("sub"), Some(65534), Some(65534)).unwrap();
+    let f = env.run_to_end(&["-n", "--keep", "1"], &sh(fifo, &[]));
+    f.expect_code(74);
+    assert!(!f.stderr.contains("could not be kept"), "{}", f.stderr);
+    let kept = kept_path(&f.stderr);
+    assert!(kept.ends_with("checkpoints/failed/2"), "{}", f.stderr);
+    assert!(is_fifo(&kept.join("sub/f")), "{}", f.stderr);
+    assert!(
+        f.stderr.contains(&old.join("sub").display().to_string()),
+        "the prune's failure is named: {}",
+        f.stderr
+    );
+    let failed = env
+        .events()
+        .into_iter()
+        .rfind(|e| e["kind"] == "publish-failed")
+        .unwrap();
+    assert_eq!(failed["kept"], kept.display().to_string(), "{failed}");
+    assert_eq!(fs::metadata(old.join("sub")).unwrap().uid(), 65534);
+}

@@ -232,6 +232,9 @@ pub(crate) struct KeptFailure {
     pub(crate) beside: Vec<PathBuf>,
     /// The entries that could not be kept (they stay where they are), and why.
     pub(crate) failures: Vec<(PathBuf, CheckpointError)>,
+    /// What failed after the area was renamed into `failed/` (a sync, pruning an older kept
+    /// output): the area is kept all the same, at `area`.
+    pub(crate) after: Option<CheckpointError>,
 }
 
 /// A read-only copy of a checkpoint's files in the store's `views/` directory
@@ -1040,11 +1043,16 @@ impl<'s> CheckpointStore<'s> {
             }
             Err(e) => failures.push((self.path().join(STAGING_DIR), e)),
         }
-        let area = self.keep_failed_within(staging, epoch, self.keep.saturating_add(beside.len()));
+        let keep = self.keep.saturating_add(beside.len());
+        let (area, after) = match self.keep_failed_reporting(staging, epoch, keep) {
+            Ok((kept, after)) => (Ok(kept), after),
+            Err(e) => (Err(e), None),
+        };
         KeptFailure {
             area,
             beside,
             failures,
+            after,
         }
     }
 
@@ -1092,10 +1100,31 @@ impl<'s> CheckpointStore<'s> {
         epoch: u64,
         keep: usize,
     ) -> Result<Option<PathBuf>, CheckpointError> {
+        match self.keep_failed_reporting(staging, epoch, keep)? {
+            (kept, None) => Ok(kept),
+            (_, Some(e)) => Err(e),
+        }
+    }
+
+    /// [`CheckpointStore::keep_failed_within`], telling apart what failed after the area was
+    /// renamed into `failed/` (the second value): the area is kept there all the same.
+    fn keep_failed_reporting(
+        &self,
+        staging: &Staging,
+        epoch: u64,
+        keep: usize,
+    ) -> Result<(Option<PathBuf>, Option<CheckpointError>), CheckpointError> {
         let (mut exec, fds) = self.owned_fds()?;
         let mut p = plan::KeepFailedPlan::new(fds.root, staging.name.clone(), epoch, keep);
-        plan::run(&mut p, &mut exec)?;
-        Ok(p.kept().map(|n| self.path().join(FAILED_DIR).join(n)))
+        let after = match plan::run(&mut p, &mut exec) {
+            Ok(()) => None,
+            Err(e) if p.kept().is_some() => Some(e),
+            Err(e) => return Err(e),
+        };
+        Ok((
+            p.kept().map(|n| self.path().join(FAILED_DIR).join(n)),
+            after,
+        ))
     }
 
     /// The outputs kept by failed publishes, oldest first: their epoch and path (read-only).
