@@ -1593,8 +1593,7 @@ impl<'s> CheckpointStore<'s> {
         // Read at most one byte past the promised size: enough to notice a longer blob.
         let limit = e.size.saturating_add(1);
         let mut sink = |chunk: &[u8], _: u64| {
-            out.write_all(chunk)
-                .map_err(|err| FsError::io("write", out_path.clone(), err))
+            write_sparse(&mut out, chunk).map_err(|err| FsError::io("write", out_path.clone(), err))
         };
         let got = if e.size >= hash::PIPELINE_MIN {
             hash::pipe(&mut src, Some(limit), &mut sink)
@@ -1605,6 +1604,9 @@ impl<'s> CheckpointStore<'s> {
             hash::PipeError::Read(err) => FsError::io("read", self.blob_path(&e.sha256), err),
             hash::PipeError::Sink(err) => err,
         })?;
+        // Zeros at the end were skipped, not written.
+        out.set_len(got.size)
+            .map_err(|err| FsError::io("write", out_path.clone(), err))?;
         rustix::fs::fchmod(&out, Mode::from_raw_mode(e.mode & 0o500))
             .map_err(|err| FsError::io("make read-only", out_path.clone(), err))?;
         Ok(Summary {
@@ -1619,6 +1621,35 @@ impl<'s> CheckpointStore<'s> {
         let parent = root.open_dir(VIEWS_DIR)?;
         tree::remove_tree(&parent, &view.name, "view")
     }
+}
+
+/// Writes `chunk` at `out`'s position, seeking over every whole block of zeros instead of
+/// writing it, so a sparse file copied into a view stays sparse (as `cp` keeps holes); the
+/// caller sets the file's length at the end, for zeros that end it.
+fn write_sparse(out: &mut File, chunk: &[u8]) -> std::io::Result<()> {
+    use std::io::{Seek, SeekFrom};
+    const BLOCK: usize = 4096;
+    let zero = |b: &[u8]| b.iter().all(|&x| x == 0);
+    let mut rest = chunk;
+    while !rest.is_empty() {
+        let data: usize = rest
+            .chunks(BLOCK)
+            .take_while(|b| !zero(b))
+            .map(<[u8]>::len)
+            .sum();
+        out.write_all(&rest[..data])?;
+        rest = &rest[data..];
+        let zeros: usize = rest
+            .chunks(BLOCK)
+            .take_while(|b| zero(b))
+            .map(<[u8]>::len)
+            .sum();
+        if zeros > 0 {
+            out.seek(SeekFrom::Current(zeros as i64))?;
+        }
+        rest = &rest[zeros..];
+    }
+    Ok(())
 }
 
 /// The size from which a new blob gets its own fsync ([`plan::OWN_FSYNC_MIN`]). With the
