@@ -805,3 +805,44 @@ fn a_sparse_output_file_stays_sparse_in_the_next_view() {
         "the view's copy holds {allocated} bytes of disk for 8 bytes of data: {text}"
     );
 }
+
+/// `tenure checkpoint show` lists each file on one line whatever its name: a name with a
+/// newline, an escape sequence, a quote or a backslash is shown quoted and escaped (as git
+/// quotes such paths); plain names are shown as they are. A newline in a name printed a line
+/// that looked like another file, and an escape sequence went to the terminal raw.
+#[test]
+fn checkpoint_show_quotes_names_with_control_characters() {
+    let env = Env::new();
+    env.run_to_end(
+        &["-n"],
+        &sh(
+            r#"O="$TENURE_CHECKPOINT_OUT"
+               echo 1 > "$O/$(printf 'a\nfake')" && echo 2 > "$O/$(printf 'red\033[31m')"
+               echo 3 > "$O/plain name" && echo 4 > "$O/q\"uote""#,
+            &[],
+        ),
+    )
+    .expect_code(0);
+    let o = tenure()
+        .args(["checkpoint", "show", "1", "--dir"])
+        .arg(&env.dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(!out.contains('\u{1b}'), "a raw escape: {out:?}");
+    let files: Vec<&str> = out.lines().filter(|l| l.starts_with("  0")).collect();
+    assert_eq!(files.len(), 4, "{out}");
+    for want in [
+        r#""a\nfake""#,
+        r#""red\u{1b}[31m""#,
+        " plain name",
+        r#""q\"uote""#,
+    ] {
+        assert!(
+            files.iter().any(|l| l.ends_with(want)),
+            "no line ends with {want}: {out}"
+        );
+    }
+}
