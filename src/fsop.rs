@@ -55,7 +55,8 @@ pub enum Check {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op<'a> {
     /// Opens the existing subdirectory `name` of `dir` ([`Done::Opened`], size 0). With
-    /// `any_mode` its mode bits are not checked (a directory a child made).
+    /// `any_mode` its mode bits are not checked (a directory a child made), and one its owner
+    /// made unreadable is made 0700 first (a kept output is renamed, which needs that anyway).
     OpenDir {
         /// Parent directory.
         dir: Fd,

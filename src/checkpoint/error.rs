@@ -276,6 +276,12 @@ impl CheckpointError {
                 op,
                 source,
             },
+            // A staged file the publish could not open or read (mode 000, say).
+            CheckpointError::Fs(mut e) => {
+                let path = e.path_mut();
+                *path = moved(std::mem::take(path));
+                CheckpointError::Fs(e)
+            }
             other => other,
         }
     }

@@ -232,6 +232,9 @@ pub(crate) struct KeptFailure {
     pub(crate) beside: Vec<PathBuf>,
     /// The entries that could not be kept (they stay where they are), and why.
     pub(crate) failures: Vec<(PathBuf, CheckpointError)>,
+    /// What failed after the area was renamed into `failed/` (a sync, pruning an older kept
+    /// output): the area is kept all the same, at `area`.
+    pub(crate) after: Option<CheckpointError>,
 }
 
 /// A read-only copy of a checkpoint's files in the store's `views/` directory
@@ -1040,11 +1043,16 @@ impl<'s> CheckpointStore<'s> {
             }
             Err(e) => failures.push((self.path().join(STAGING_DIR), e)),
         }
-        let area = self.keep_failed_within(staging, epoch, self.keep.saturating_add(beside.len()));
+        let keep = self.keep.saturating_add(beside.len());
+        let (area, after) = match self.keep_failed_reporting(staging, epoch, keep) {
+            Ok((kept, after)) => (Ok(kept), after),
+            Err(e) => (Err(e), None),
+        };
         KeptFailure {
             area,
             beside,
             failures,
+            after,
         }
     }
 
@@ -1092,10 +1100,31 @@ impl<'s> CheckpointStore<'s> {
         epoch: u64,
         keep: usize,
     ) -> Result<Option<PathBuf>, CheckpointError> {
+        match self.keep_failed_reporting(staging, epoch, keep)? {
+            (kept, None) => Ok(kept),
+            (_, Some(e)) => Err(e),
+        }
+    }
+
+    /// [`CheckpointStore::keep_failed_within`], telling apart what failed after the area was
+    /// renamed into `failed/` (the second value): the area is kept there all the same.
+    fn keep_failed_reporting(
+        &self,
+        staging: &Staging,
+        epoch: u64,
+        keep: usize,
+    ) -> Result<(Option<PathBuf>, Option<CheckpointError>), CheckpointError> {
         let (mut exec, fds) = self.owned_fds()?;
         let mut p = plan::KeepFailedPlan::new(fds.root, staging.name.clone(), epoch, keep);
-        plan::run(&mut p, &mut exec)?;
-        Ok(p.kept().map(|n| self.path().join(FAILED_DIR).join(n)))
+        let after = match plan::run(&mut p, &mut exec) {
+            Ok(()) => None,
+            Err(e) if p.kept().is_some() => Some(e),
+            Err(e) => return Err(e),
+        };
+        Ok((
+            p.kept().map(|n| self.path().join(FAILED_DIR).join(n)),
+            after,
+        ))
     }
 
     /// The outputs kept by failed publishes, oldest first: their epoch and path (read-only).
@@ -1564,8 +1593,7 @@ impl<'s> CheckpointStore<'s> {
         // Read at most one byte past the promised size: enough to notice a longer blob.
         let limit = e.size.saturating_add(1);
         let mut sink = |chunk: &[u8], _: u64| {
-            out.write_all(chunk)
-                .map_err(|err| FsError::io("write", out_path.clone(), err))
+            write_sparse(&mut out, chunk).map_err(|err| FsError::io("write", out_path.clone(), err))
         };
         let got = if e.size >= hash::PIPELINE_MIN {
             hash::pipe(&mut src, Some(limit), &mut sink)
@@ -1576,6 +1604,9 @@ impl<'s> CheckpointStore<'s> {
             hash::PipeError::Read(err) => FsError::io("read", self.blob_path(&e.sha256), err),
             hash::PipeError::Sink(err) => err,
         })?;
+        // Zeros at the end were skipped, not written.
+        out.set_len(got.size)
+            .map_err(|err| FsError::io("write", out_path.clone(), err))?;
         rustix::fs::fchmod(&out, Mode::from_raw_mode(e.mode & 0o500))
             .map_err(|err| FsError::io("make read-only", out_path.clone(), err))?;
         Ok(Summary {
@@ -1590,6 +1621,35 @@ impl<'s> CheckpointStore<'s> {
         let parent = root.open_dir(VIEWS_DIR)?;
         tree::remove_tree(&parent, &view.name, "view")
     }
+}
+
+/// Writes `chunk` at `out`'s position, seeking over every whole block of zeros instead of
+/// writing it, so a sparse file copied into a view stays sparse (as `cp` keeps holes); the
+/// caller sets the file's length at the end, for zeros that end it.
+fn write_sparse(out: &mut File, chunk: &[u8]) -> std::io::Result<()> {
+    use std::io::{Seek, SeekFrom};
+    const BLOCK: usize = 4096;
+    let zero = |b: &[u8]| b.iter().all(|&x| x == 0);
+    let mut rest = chunk;
+    while !rest.is_empty() {
+        let data: usize = rest
+            .chunks(BLOCK)
+            .take_while(|b| !zero(b))
+            .map(<[u8]>::len)
+            .sum();
+        out.write_all(&rest[..data])?;
+        rest = &rest[data..];
+        let zeros: usize = rest
+            .chunks(BLOCK)
+            .take_while(|b| zero(b))
+            .map(<[u8]>::len)
+            .sum();
+        if zeros > 0 {
+            out.seek(SeekFrom::Current(zeros as i64))?;
+        }
+        rest = &rest[zeros..];
+    }
+    Ok(())
 }
 
 /// The size from which a new blob gets its own fsync ([`plan::OWN_FSYNC_MIN`]). With the

@@ -1195,6 +1195,12 @@ impl<'a> Runner<'a> {
                                 path.display()
                             );
                         }
+                        if let (Ok(Some(area)), Some(err)) = (&k.area, &k.after) {
+                            log::warn!(
+                                "after the child's output was moved to {} (it is kept there): {err}",
+                                area.display()
+                            );
+                        }
                         let beside: Vec<String> =
                             k.beside.iter().map(|p| p.display().to_string()).collect();
                         (k.area, beside)

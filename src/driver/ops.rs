@@ -1364,10 +1364,24 @@ pub fn checkpoint_show(dir: &Path, id: u64, json: bool) -> u8 {
             e.mode,
             e.size,
             &e.sha256.to_hex()[..16],
-            e.name
+            shown_name(&e.name)
         );
     }
     0
+}
+
+/// A file name as one line of a listing: quoted and escaped (as git quotes such paths) when
+/// it holds a control character (a newline would look like another file, an escape sequence
+/// would reach the terminal), a quote or a backslash; as it is otherwise.
+fn shown_name(name: &str) -> std::borrow::Cow<'_, str> {
+    if name
+        .chars()
+        .any(|c| c.is_control() || c == '"' || c == '\\')
+    {
+        format!("{name:?}").into()
+    } else {
+        name.into()
+    }
 }
 
 /// `tenure checkpoint rollback --to N`: an explicit operator action that makes checkpoint N

@@ -495,7 +495,7 @@ impl Executor for Exec<'_> {
             } => {
                 let d = self.dir(dir)?;
                 let sub = if any_mode {
-                    d.open_dir_any_mode(name)?
+                    d.open_dir_reclaiming(name)?
                 } else {
                     d.open_dir(name)?
                 };

@@ -221,6 +221,26 @@ impl FsError {
         }
     }
 
+    /// The path the error is about, to name it where it is now (a kept output).
+    pub(crate) fn path_mut(&mut self) -> &mut PathBuf {
+        match self {
+            FsError::Symlink { path }
+            | FsError::NotRegular { path, .. }
+            | FsError::NotDirectory { path, .. }
+            | FsError::NotOwned { path, .. }
+            | FsError::Permissive { path, .. }
+            | FsError::HardLinked { path, .. }
+            | FsError::NotFound { path }
+            | FsError::AlreadyExists { path }
+            | FsError::TooLarge { path, .. }
+            | FsError::Fsync { path, .. }
+            | FsError::Poisoned { path }
+            | FsError::NotUtf8 { path }
+            | FsError::Io { path, .. } => path,
+            FsError::BadName { dir, .. } => dir,
+        }
+    }
+
     /// True when the error says the path does not exist.
     pub fn is_not_found(&self) -> bool {
         matches!(self, FsError::NotFound { .. })
@@ -988,6 +1008,41 @@ impl Dir {
         })?;
         let st = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
         check_kind_owner(&path, &st, FileKind::Directory)?;
+        Ok(Dir::from_fd(fd, path))
+    }
+
+    /// [`Dir::open_dir_any_mode`] for a directory of a scratch tree that is about to be removed
+    /// or kept (card P1): one its owner made unreadable or unsearchable (`chmod 000`, as test
+    /// suites and sandboxes do) is made 0700 first, as its owner may. The mode is changed
+    /// through an `O_PATH` descriptor of that very directory (never a link), by its
+    /// `/proc/self/fd` name, and the directory is opened again through it.
+    pub(crate) fn open_dir_reclaiming(&self, name: impl AsRef<OsStr>) -> Result<Dir, FsError> {
+        let name = name.as_ref();
+        match self.open_dir_any_mode(name) {
+            Err(FsError::Io { source, .. })
+                if source.raw_os_error() == Some(rustix::io::Errno::ACCESS.raw_os_error()) => {}
+            other => return other,
+        }
+        let name = self.name(name)?;
+        let path = self.child_path(name);
+        let handle = self.open_nofollow(
+            name,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            &path,
+        )?;
+        let st = rustix::fs::fstat(&handle).map_err(|e| FsError::io("stat", path.clone(), e))?;
+        check_kind_owner(&path, &st, FileKind::Directory)?;
+        let proc = format!("/proc/self/fd/{}", fd_raw(&handle));
+        rustix::fs::chmod(&proc, Mode::from_raw_mode(0o700))
+            .map_err(|e| FsError::io("make writable", path.clone(), e))?;
+        let fd = rustix::fs::open(
+            &proc,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| FsError::io("open", path.clone(), e))?;
+        let again = rustix::fs::fstat(&fd).map_err(|e| FsError::io("stat", path.clone(), e))?;
+        check_kind_owner(&path, &again, FileKind::Directory)?;
         Ok(Dir::from_fd(fd, path))
     }
 

@@ -64,7 +64,7 @@ impl<'scope> Helper<'scope> {
 /// unlinked). Write permission is restored on each directory first because views are made
 /// read-only.
 pub(super) fn remove_tree(parent: &Dir, name: &OsStr, label: &str) -> Result<(), FsError> {
-    let top = match parent.open_dir_any_mode(name) {
+    let top = match parent.open_dir_reclaiming(name) {
         Ok(d) => d,
         Err(FsError::NotFound { .. }) => return Ok(()),
         Err(e) => return Err(e),
@@ -125,7 +125,7 @@ pub(super) fn remove_tree(parent: &Dir, name: &OsStr, label: &str) -> Result<(),
 /// Empties the subdirectory `name` of `top` by one level (files unlinked, subdirectories
 /// renamed into `top` under fresh names) and removes it.
 fn hoist(top: &Dir, name: &OsStr, label: &str) -> Result<(), FsError> {
-    let sub = match top.open_dir_any_mode(name) {
+    let sub = match top.open_dir_reclaiming(name) {
         Ok(d) => d,
         Err(FsError::NotFound { .. }) => return Ok(()),
         Err(e) => return Err(e),
@@ -139,7 +139,7 @@ fn hoist(top: &Dir, name: &OsStr, label: &str) -> Result<(), FsError> {
                 FileKind::Directory => {
                     // Moving a directory to another parent rewrites its `..`, which needs
                     // write permission on it.
-                    match sub.open_dir_any_mode(entry) {
+                    match sub.open_dir_reclaiming(entry) {
                         Ok(d) => make_writable(&d)?,
                         Err(FsError::NotFound { .. }) => return Ok(true),
                         Err(e) => return Err(e),
