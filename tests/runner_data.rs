@@ -850,3 +850,56 @@ fn checkpoint_show_quotes_names_with_control_characters() {
         );
     }
 }
+
+/// Card P1 with T1: a child that exits 0 but leaves a process the stop has to SIGKILL (a
+/// `setsid` grandchild ignoring TERM) is not published — the workload did not stop in order, so
+/// nothing vouches that its output was complete — and its output is not lost either: it is
+/// kept in `checkpoints/failed/<epoch>`, named, with a fix that publishes it. It was discarded
+/// with the staging area. A child that exits 1 the same way still has its output discarded
+/// (only exit 0 leaves output for a checkpoint).
+#[test]
+fn p1_an_exit_0_whose_tree_was_killed_keeps_its_output() {
+    let env = Env::new();
+    let before = seed_counter(&env);
+    let script = r#"echo "$2" > "$TENURE_CHECKPOINT_OUT/counter"
+setsid sh -c 'trap "" TERM; echo $$ > "$1"; exec sleep 1000' sh "$1" &
+while [ ! -s "$1" ]; do sleep 0.01; done
+exit "$3""#;
+    let run = |n: &str, code: &str| {
+        let pidfile = env.path(&format!("gc-{n}.pid"));
+        env.run_to_end(
+            &["-n", "--grace", "0.5"],
+            &sh(script, &[pidfile.to_str().unwrap(), n, code]),
+        )
+    };
+    let f = run("2", "0");
+    f.expect_code(137);
+    assert_eq!(f.end()["child"], "exited 0", "{}", f.stderr);
+    assert_eq!(f.end()["summary"], "killed/SIGKILL", "{}", f.stderr);
+    assert_eq!(env.current_bytes(), before, "nothing was published");
+    assert!(
+        f.stderr.contains("did not stop in order"),
+        "the message says why: {}",
+        f.stderr
+    );
+    let kept = kept_path(&f.stderr);
+    assert!(kept.ends_with("checkpoints/failed/2"), "{}", kept.display());
+    assert_eq!(fs::read(kept.join("counter")).unwrap(), b"2\n");
+    assert!(
+        env.kinds_of(f.pid).iter().any(|k| k == "output-kept"),
+        "{:?}",
+        env.kinds_of(f.pid)
+    );
+
+    // A main process that exited 1: nothing is kept, the staging area is removed.
+    let g = run("3", "1");
+    g.expect_code(137);
+    assert!(!g.stderr.contains("was kept in"), "{}", g.stderr);
+    assert!(!env.dir.join("checkpoints/failed/3").exists());
+    assert_eq!(env.current_bytes(), before);
+
+    // The printed fix publishes what was kept.
+    let out = run_the_fix(&f.stderr);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(env.checkpoint_file("counter").as_deref(), Some("2\n"));
+}

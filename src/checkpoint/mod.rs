@@ -85,11 +85,11 @@ pub use format::{
 };
 pub use hash::VerifyingReader;
 pub use limits::Limits;
-pub(crate) use store::OwnedDirs;
 pub use store::{
     Checkpoint, CheckpointStore, CheckpointSummary, CurrentPointer, GcReport, Listed, PublishFile,
     Published, Source, Staging, StoreOptions, VerifyReport, View, failed_name, highest_epoch,
 };
+pub(crate) use store::{KeptFailure, OwnedDirs};
 
 /// The store's directory inside a state dir.
 pub const STORE_DIR: &str = "checkpoints";

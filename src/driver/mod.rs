@@ -277,6 +277,8 @@ struct Runner<'a> {
     orphan_alive: Option<String>,
     /// Where the output of a failed publish was kept (card P1).
     kept_output: Option<String>,
+    /// The drain's publish ran (whatever its result).
+    publish_ran: bool,
     /// The workload's tree (created at spawn).
     tree: Option<Tree>,
     /// The main process exited and `main-exited` was fed: waiting for `tree-empty`.
@@ -346,6 +348,7 @@ impl<'a> Runner<'a> {
             child_status: None,
             orphan_alive: None,
             kept_output: None,
+            publish_ran: false,
             tree: None,
             tree_remains: false,
             rejected: BTreeSet::new(),
@@ -1141,6 +1144,7 @@ impl<'a> Runner<'a> {
 
     fn publish(&mut self) {
         self.flush_log();
+        self.publish_ran = true;
         let (Some(dir), Some(rec), Some(epoch)) = (&self.dir, &self.recovered, self.epoch) else {
             self.queue.push_back(Event::CheckpointSkipped);
             return;
@@ -1272,6 +1276,42 @@ impl<'a> Runner<'a> {
         }
     }
 
+    /// Reports the keep of an output the drain did not publish although its main process
+    /// exited 0 (card P1), as [`Runner::release`] made it from `staged`.
+    fn keep_unpublished(&mut self, k: crate::checkpoint::KeptFailure, staged: &std::path::Path) {
+        for (path, err) in &k.failures {
+            log::error!(
+                "what the child left beside its output, {}, could not be kept: {err}",
+                path.display()
+            );
+        }
+        match &k.area {
+            Ok(Some(area)) => {
+                let (d, a) = (self.dir_display(), area.display());
+                log::warn!(
+                    "the child exited 0, but the workload did not stop in order, so its output was not published: the child's output was kept in {a}; fix it there if needed, then publish it with: tenure run --dir {d} -- sh -c 'cp -a {a}/. \"$TENURE_CHECKPOINT_OUT\"'"
+                );
+                self.kept_output = Some(a.to_string());
+            }
+            Ok(None) => {}
+            Err(err) => log::error!(
+                "the child's unpublished output could not be kept: {err}; it is still in {}, and the next owner removes it",
+                staged.display()
+            ),
+        }
+        let beside: Vec<String> = k.beside.iter().map(|p| p.display().to_string()).collect();
+        if !beside.is_empty() {
+            log::warn!(
+                "the child also left files beside its output; they were kept in {}",
+                beside.join(", ")
+            );
+        }
+        self.log(
+            "output-kept",
+            json!({"reason": "not-published", "kept": self.kept_output, "kept_beside": beside}),
+        );
+    }
+
     fn release(&mut self) {
         // A recovery still running (a stop arrived while verifying) is told to stop writing and
         // joined, so nothing of this run writes into the dir after the lease is released.
@@ -1287,6 +1327,7 @@ impl<'a> Runner<'a> {
                 }
             }
         }
+        let mut unpublished_kept = None;
         if let Some(Recovered {
             view,
             staging,
@@ -1298,11 +1339,35 @@ impl<'a> Runner<'a> {
             if let Some(v) = view {
                 let _ = store.remove_view(v);
             }
-            // A staging area whose publish failed was moved to `failed/` (or, if that failed
-            // too, is left for the next owner's sweep): nothing is discarded then.
-            if self.kept_output.is_none() {
-                let _ = store.discard_staging(staging);
+            // Card P1: the output of a main process that exited 0 while serving is published
+            // or kept. One the drain did not publish — the workload did not stop in order (it was killed) or
+            // missed its watchdog — is kept under `failed/` like a refused one, and named.
+            // A recovery abandoned (a stop before the workload was ready) is refused whole:
+            // what its child staged is discarded (cards G2, G3).
+            let unpublished = !self.publish_ran
+                && matches!(self.core.machine().phase(), Phase::Draining { .. })
+                && self.child_status.is_some_and(ChildStatus::success)
+                && match std::fs::read_dir(staging.path()) {
+                    Ok(mut entries) => entries.next().is_some(),
+                    // Replaced by a file or a link: kept as it is, like a refused output.
+                    Err(e) => e.kind() != io::ErrorKind::NotFound,
+                };
+            match self.epoch {
+                Some(epoch) if unpublished => {
+                    let staged = staging.path().to_path_buf();
+                    unpublished_kept =
+                        Some((store.keep_failed_with_siblings(&staging, epoch), staged));
+                }
+                // A staging area whose publish failed was moved to `failed/` (or, if that
+                // failed too, is left for the next owner's sweep): nothing is discarded then.
+                _ if self.kept_output.is_none() => {
+                    let _ = store.discard_staging(staging);
+                }
+                _ => {}
             }
+        }
+        if let Some((k, staged)) = unpublished_kept {
+            self.keep_unpublished(k, &staged);
         }
         // The machine releases only once the whole workload is gone: the cgroup is empty.
         self.release_local();
