@@ -630,6 +630,15 @@ fn refusals_name_the_file_and_the_fault() {
         let msg = err.to_string();
         assert!(msg.contains(want), "{want}: got {msg}");
         assert!(msg.contains(&fx.store_dir().display().to_string()), "{msg}");
+        // And the fix: a damaged manifest or blob is restored, or an older checkpoint made
+        // current.
+        if want.starts_with("manifest") || want.starts_with("blob") {
+            assert!(
+                msg.contains("restore the file")
+                    && msg.contains("`tenure checkpoint rollback --to N`"),
+                "{want}: no fix named: {msg}"
+            );
+        }
         assert!(err.is_corrupt_state(), "{want}: {err:?}");
         assert!(!msg.ends_with('.'), "{msg}");
         // The read-only report refuses the current checkpoint the same way and changes

@@ -43,7 +43,7 @@ pub enum CheckpointError {
     },
     /// The manifest's bytes do not hash to the digest `CURRENT` records.
     #[error(
-        "{path}: manifest digest mismatch: sha256 {actual}, CURRENT records {expected}; the store was left as it is"
+        "{path}: manifest digest mismatch: sha256 {actual}, CURRENT records {expected}; the store was left as it is: restore the file, or make an older checkpoint current (`tenure checkpoint list` shows which ones verify, `tenure checkpoint rollback --to N`)"
     )]
     ManifestDigestMismatch {
         /// The manifest file.
@@ -54,7 +54,9 @@ pub enum CheckpointError {
         actual: Digest,
     },
     /// The manifest does not parse or breaks a format rule.
-    #[error("{path}: manifest {reason}; the store was left as it is")]
+    #[error(
+        "{path}: manifest {reason}; the store was left as it is: restore the file, or make an older checkpoint current (`tenure checkpoint list` shows which ones verify, `tenure checkpoint rollback --to N`)"
+    )]
     ManifestMalformed {
         /// The manifest file.
         path: PathBuf,
@@ -62,7 +64,9 @@ pub enum CheckpointError {
         reason: FormatError,
     },
     /// The manifest's own id disagrees with the file it is stored in.
-    #[error("{path}: manifest holds id {found}, expected {expected}; the store was left as it is")]
+    #[error(
+        "{path}: manifest holds id {found}, expected {expected}; the store was left as it is: restore the file, or make an older checkpoint current (`tenure checkpoint list` shows which ones verify, `tenure checkpoint rollback --to N`)"
+    )]
     ManifestIdMismatch {
         /// The manifest file.
         path: PathBuf,
@@ -72,7 +76,9 @@ pub enum CheckpointError {
         found: CheckpointId,
     },
     /// A blob the manifest lists is absent.
-    #[error("{path}: blob missing for entry {name:?}; the store was left as it is")]
+    #[error(
+        "{path}: blob missing for entry {name:?}; the store was left as it is: restore the file, or make an older checkpoint current (`tenure checkpoint list` shows which ones verify, `tenure checkpoint rollback --to N`)"
+    )]
     BlobMissing {
         /// The blob file.
         path: PathBuf,
@@ -81,7 +87,7 @@ pub enum CheckpointError {
     },
     /// A blob has another length than the manifest lists.
     #[error(
-        "{path}: blob size mismatch for entry {name:?}: {actual} bytes, the manifest lists {expected}; the store was left as it is"
+        "{path}: blob size mismatch for entry {name:?}: {actual} bytes, the manifest lists {expected}; the store was left as it is: restore the file, or make an older checkpoint current (`tenure checkpoint list` shows which ones verify, `tenure checkpoint rollback --to N`)"
     )]
     BlobSizeMismatch {
         /// The blob file.
@@ -95,7 +101,7 @@ pub enum CheckpointError {
     },
     /// A blob's bytes do not hash to its name.
     #[error(
-        "{path}: blob digest mismatch for entry {name:?}: sha256 {actual}; the store was left as it is"
+        "{path}: blob digest mismatch for entry {name:?}: sha256 {actual}; the store was left as it is: restore the file, or make an older checkpoint current (`tenure checkpoint list` shows which ones verify, `tenure checkpoint rollback --to N`)"
     )]
     BlobDigestMismatch {
         /// The blob file.
