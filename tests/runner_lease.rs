@@ -319,18 +319,25 @@ fn l5_recycled_pid_counts_as_dead_and_is_never_signalled() {
     sleeper.wait().unwrap();
 }
 
-/// Bad input loses nothing: a `--trace` path that is a hard link (here to a file standing in
-/// for a state record) or a FIFO is refused before anything is written or waited on, and the
-/// file behind the link keeps its bytes (the trace was opened with `O_TRUNC`, which emptied it).
-#[test]
-fn a_trace_path_that_is_a_hard_link_or_a_fifo_is_refused_untouched() {
-    let env = Env::new();
+/// Trace paths that must be refused: a hard link to a file standing in for a state record
+/// (holding `keep me`), and a FIFO. Returns the record, the link and the FIFO.
+fn trace_traps(env: &Env) -> (PathBuf, PathBuf, PathBuf) {
     let record = env.tmp.path().join("record");
     fs::write(&record, "keep me\n").unwrap();
     let link = env.tmp.path().join("trace-link");
     fs::hard_link(&record, &link).unwrap();
     let fifo = env.tmp.path().join("trace-fifo");
     mkfifo(&fifo);
+    (record, link, fifo)
+}
+
+/// Bad input loses nothing: a `--trace` path that is a hard link (here to a file standing in
+/// for a state record) or a FIFO is refused before anything is written or waited on, and the
+/// file behind the link keeps its bytes (the trace was opened with `O_TRUNC`, which emptied it).
+#[test]
+fn a_trace_path_that_is_a_hard_link_or_a_fifo_is_refused_untouched() {
+    let env = Env::new();
+    let (record, link, fifo) = trace_traps(&env);
     for (trace, why) in [(&link, "hard links"), (&fifo, "not a regular file")] {
         let out = tenure()
             .arg("run")
@@ -359,12 +366,7 @@ fn a_trace_path_that_is_a_hard_link_or_a_fifo_is_refused_untouched() {
 fn a_trace_path_that_cannot_be_opened_leaves_no_state_dir() {
     let env = Env::new();
     let missing = env.tmp.path().join("no-such-dir").join("trace.jsonl");
-    let record = env.tmp.path().join("record");
-    fs::write(&record, "keep me\n").unwrap();
-    let link = env.tmp.path().join("trace-link");
-    fs::hard_link(&record, &link).unwrap();
-    let fifo = env.tmp.path().join("trace-fifo");
-    mkfifo(&fifo);
+    let (record, link, fifo) = trace_traps(&env);
     let around = snapshot(env.tmp.path());
     for sub in ["up", "run"] {
         for trace in [&missing, &link, &fifo] {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tenure::machine::{NotAdmitted, OpClass, PhaseKind, Reason, ResidencyKind, RetireMode};
-use tenure::{CheckpointFile, Options, Recovered, Tenure, TenureError, WaitBound};
+use tenure::{CheckpointFile, Options, Ready, Recovered, Tenure, TenureError, WaitBound};
 
 /// Waits (at most 20 s, polling the lease status) until a waiter of the dir at `dir` shows.
 fn wait_for_a_waiter(dir: &std::path::Path) {
@@ -527,12 +527,8 @@ fn a_name_too_long_creates_no_parent() {
     assert!(!parent.exists(), "a parent was created");
 }
 
-/// Closes a ready owner of `dir` with `files`, and expects the publish to fail: the files it
-/// hands back, and the error's message.
-fn close_failing(
-    dir: &std::path::Path,
-    files: Vec<CheckpointFile>,
-) -> (Vec<CheckpointFile>, String) {
+/// A ready owner of `dir`, acquired at once.
+fn ready(dir: &std::path::Path) -> Tenure<Ready> {
     let Recovered::Ready(r) = Tenure::open(dir, options())
         .unwrap()
         .acquire(WaitBound::Try)
@@ -542,7 +538,16 @@ fn close_failing(
     else {
         panic!("not ready")
     };
-    match r.drain().unwrap().close(files) {
+    r
+}
+
+/// Closes a ready owner of `dir` with `files`, and expects the publish to fail: the files it
+/// hands back, and the error's message.
+fn close_failing(
+    dir: &std::path::Path,
+    files: Vec<CheckpointFile>,
+) -> (Vec<CheckpointFile>, String) {
+    match ready(dir).drain().unwrap().close(files) {
         Err(TenureError::Publish(p)) => {
             let msg = p.to_string();
             (p.into_files(), msg)
@@ -561,16 +566,8 @@ fn close_failing(
 fn p1_a_failed_publish_hands_the_files_back_in_process() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("s");
-    let Recovered::Ready(r) = Tenure::open(&dir, options())
-        .unwrap()
-        .acquire(WaitBound::Try)
-        .unwrap()
-        .recovered()
-        .unwrap()
-    else {
-        panic!("not ready")
-    };
-    r.drain()
+    ready(&dir)
+        .drain()
         .unwrap()
         .close([CheckpointFile::new("a", "old")])
         .unwrap();

@@ -189,6 +189,28 @@ pub enum FsError {
     },
 }
 
+/// The path field of an [`FsError`], shared or mutable as `$e` is.
+macro_rules! path_of {
+    ($e:expr) => {
+        match $e {
+            FsError::Symlink { path }
+            | FsError::NotRegular { path, .. }
+            | FsError::NotDirectory { path, .. }
+            | FsError::NotOwned { path, .. }
+            | FsError::Permissive { path, .. }
+            | FsError::HardLinked { path, .. }
+            | FsError::NotFound { path }
+            | FsError::AlreadyExists { path }
+            | FsError::TooLarge { path, .. }
+            | FsError::Fsync { path, .. }
+            | FsError::Poisoned { path }
+            | FsError::NotUtf8 { path }
+            | FsError::Io { path, .. } => path,
+            FsError::BadName { dir, .. } => dir,
+        }
+    };
+}
+
 impl FsError {
     /// An I/O failure of `op` on `path`; a missing path and a taken name get their own
     /// variants.
@@ -203,42 +225,12 @@ impl FsError {
 
     /// The path the error is about.
     pub fn path(&self) -> &Path {
-        match self {
-            FsError::Symlink { path }
-            | FsError::NotRegular { path, .. }
-            | FsError::NotDirectory { path, .. }
-            | FsError::NotOwned { path, .. }
-            | FsError::Permissive { path, .. }
-            | FsError::HardLinked { path, .. }
-            | FsError::NotFound { path }
-            | FsError::AlreadyExists { path }
-            | FsError::TooLarge { path, .. }
-            | FsError::Fsync { path, .. }
-            | FsError::Poisoned { path }
-            | FsError::NotUtf8 { path }
-            | FsError::Io { path, .. } => path,
-            FsError::BadName { dir, .. } => dir,
-        }
+        path_of!(self)
     }
 
     /// The path the error is about, to name it where it is now (a kept output).
     pub(crate) fn path_mut(&mut self) -> &mut PathBuf {
-        match self {
-            FsError::Symlink { path }
-            | FsError::NotRegular { path, .. }
-            | FsError::NotDirectory { path, .. }
-            | FsError::NotOwned { path, .. }
-            | FsError::Permissive { path, .. }
-            | FsError::HardLinked { path, .. }
-            | FsError::NotFound { path }
-            | FsError::AlreadyExists { path }
-            | FsError::TooLarge { path, .. }
-            | FsError::Fsync { path, .. }
-            | FsError::Poisoned { path }
-            | FsError::NotUtf8 { path }
-            | FsError::Io { path, .. } => path,
-            FsError::BadName { dir, .. } => dir,
-        }
+        path_of!(self)
     }
 
     /// True when the error says the path does not exist.
