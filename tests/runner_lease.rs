@@ -366,7 +366,7 @@ fn a_trace_path_that_is_a_hard_link_or_a_fifo_is_refused_untouched() {
 fn a_trace_path_that_cannot_be_opened_leaves_no_state_dir() {
     let env = Env::new();
     let missing = env.tmp.path().join("no-such-dir").join("trace.jsonl");
-    let (record, link, fifo) = trace_traps(&env);
+    let (_record, link, fifo) = trace_traps(&env);
     let around = snapshot(env.tmp.path());
     for sub in ["up", "run"] {
         for trace in [&missing, &link, &fifo] {
