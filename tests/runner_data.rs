@@ -861,7 +861,7 @@ fn checkpoint_show_quotes_names_with_control_characters() {
 fn p1_an_exit_0_whose_tree_was_killed_keeps_its_output() {
     let env = Env::new();
     let before = seed_counter(&env);
-    let script = r#"echo "$2" > "$TENURE_CHECKPOINT_OUT/counter"
+    let script = r#"[ -z "$2" ] || echo "$2" > "$TENURE_CHECKPOINT_OUT/counter"
 setsid sh -c 'trap "" TERM; echo $$ > "$1"; exec sleep 1000' sh "$1" &
 while [ ! -s "$1" ]; do sleep 0.01; done
 exit "$3""#;
@@ -897,6 +897,12 @@ exit "$3""#;
     assert!(!g.stderr.contains("was kept in"), "{}", g.stderr);
     assert!(!env.dir.join("checkpoints/failed/3").exists());
     assert_eq!(env.current_bytes(), before);
+
+    // An exit 0 that left nothing in its output: nothing to keep.
+    let e = run("", "0");
+    e.expect_code(137);
+    assert!(!e.stderr.contains("was kept in"), "{}", e.stderr);
+    assert!(!env.dir.join("checkpoints/failed/4").exists());
 
     // The printed fix publishes what was kept.
     let out = run_the_fix(&f.stderr);
