@@ -909,3 +909,46 @@ exit "$3""#;
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(env.checkpoint_file("counter").as_deref(), Some("2\n"));
 }
+
+/// Card P1's refusal of a state record a child hard-linked into its output (here the epoch
+/// file): the output is kept, and every later run is refused (a private record has one link)
+/// until the other link is gone — so the refusal says how to find it. The `find` command it
+/// prints lists the link in the kept output; once that is removed, the dir runs again.
+#[test]
+fn p1_a_state_record_linked_into_the_output_is_found_by_the_printed_command() {
+    let env = Env::new();
+    env.run_to_end(&["-n"], &["true"]).expect_code(0);
+    let epoch = env.dir.join(".tenure/epoch");
+    let f = env.run_to_end(
+        &["-n"],
+        &sh(
+            r#"ln "$1" "$TENURE_CHECKPOINT_OUT/e""#,
+            &[epoch.to_str().unwrap()],
+        ),
+    );
+    f.expect_code(74);
+    let kept = kept_path(&f.stderr);
+    let g = env.run_to_end(&["-n"], &["true"]);
+    g.expect_code(65);
+    let line = g
+        .stderr
+        .lines()
+        .find(|l| l.contains("-samefile"))
+        .unwrap_or_else(|| panic!("no command to find the links: {}", g.stderr));
+    let cmd = line.split('`').nth(1).unwrap();
+    assert!(cmd.starts_with("find "), "{cmd}");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .output()
+        .unwrap();
+    let found: Vec<PathBuf> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(PathBuf::from)
+        .collect();
+    assert!(found.contains(&kept.join("e")), "{cmd}: {found:?}");
+    assert!(found.contains(&epoch), "{cmd}: {found:?}");
+    fs::remove_file(kept.join("e")).unwrap();
+    env.run_to_end(&["-n"], &["true"]).expect_code(0);
+}

@@ -109,7 +109,8 @@ pub enum FsError {
     },
     /// The file has more than one hard link, so someone else can change it behind our back.
     #[error(
-        "{path} is hard-linked ({nlink} links); a private record has exactly one link: remove the other links after checking its content"
+        "{path} is hard-linked ({nlink} links); a private record has exactly one link: find the other links (`find {} -xdev -samefile {path}` — an output a child linked it into and the runner kept, in `checkpoints/failed/`, is a usual place), check its content, and remove them",
+        link_search_root(.path).display()
     )]
     HardLinked {
         /// The file or directory concerned.
@@ -187,6 +188,20 @@ pub enum FsError {
         #[source]
         source: io::Error,
     },
+}
+
+/// Where to look for the other links of a private record: its state dir (the parent of the
+/// `.tenure` or `checkpoints` folder it is in), else the folder it is in.
+fn link_search_root(path: &Path) -> &Path {
+    path.ancestors()
+        .skip(1)
+        .find(|a| {
+            a.file_name()
+                .is_some_and(|n| n == ".tenure" || n == "checkpoints")
+        })
+        .and_then(Path::parent)
+        .or_else(|| path.parent())
+        .unwrap_or(path)
 }
 
 /// The path field of an [`FsError`], shared or mutable as `$e` is.
