@@ -1199,3 +1199,64 @@ fn g4_a_stderr_nobody_reads_never_stops_the_stop() {
         }
     }
 }
+
+/// A stopped workload (`kill -STOP`, a terminal's ^Z) still stops in order: the stop signal is
+/// followed by SIGCONT, as systemd does, so a stopped child runs its TERM handler (here it
+/// writes its output and exits 0: published, `stopped/SIGTERM`) instead of sitting on the
+/// pending TERM until SIGKILL ends it after the grace (`killed/SIGKILL`, nothing published).
+/// A HUP forwarded while ready (`--hup forward`, a reload) does not continue it.
+#[test]
+fn a_stopped_workload_is_continued_after_the_stop_signal() {
+    let env = Env::new();
+    let pidfile = env.path("child.pid");
+    let script = r#"trap 'echo reload >> "$2"' HUP
+trap 'echo done > "$TENURE_CHECKPOINT_OUT/out"; exit 0' TERM
+echo $$ > "$1"
+kill -STOP $$
+while :; do sleep 0.05; done"#;
+    let r = env.run(
+        &["--grace", "60", "--hup", "forward"],
+        &sh(
+            script,
+            &[
+                pidfile.to_str().unwrap(),
+                env.path("reloads").to_str().unwrap(),
+            ],
+        ),
+    );
+    let child: u32 = wait_for(
+        "the child's pid",
+        DEADLINE,
+        || std::fs::read_to_string(&pidfile).ok()?.trim().parse().ok(),
+        String::new,
+    );
+    let stopped = || {
+        wait_for(
+            "the child to be stopped",
+            DEADLINE,
+            || (proc_state(child) == Some('T')).then_some(()),
+            || format!("{:?}", proc_state(child)),
+        )
+    };
+    stopped();
+    // A reload asked of a stopped workload leaves it stopped.
+    r.signal(Signal::HUP);
+    wait_for(
+        "the forwarded HUP",
+        DEADLINE,
+        || {
+            env.events()
+                .iter()
+                .any(|e| e["kind"] == "signal-forwarded" && e["signal"] == "SIGHUP")
+                .then_some(())
+        },
+        || env.events_text(),
+    );
+    assert_eq!(proc_state(child), Some('T'), "a reload continued the child");
+    r.signal(Signal::TERM);
+    let f = r.wait();
+    f.expect_code(143);
+    assert_eq!(f.end()["summary"], "stopped/SIGTERM", "{}", f.stderr);
+    assert_eq!(f.end()["killed"], false, "{}", f.stderr);
+    assert_eq!(env.checkpoint_file("out").as_deref(), Some("done\n"));
+}

@@ -1126,6 +1126,23 @@ impl<'a> Runner<'a> {
             (Target::Tree, Some(t)) => t.signal(sig, main, stop),
             (Target::Main | Target::Tree, _) => 0,
         };
+        // A stopped process (`kill -STOP`, a terminal's ^Z) acts on a stop signal only once it
+        // runs again: SIGCONT follows the stop signal to whatever it reached, as systemd does,
+        // so the workload stops in order rather than by SIGKILL after the grace. Not after a
+        // HUP forwarded while ready (`--hup forward`): that asks for a reload, not an end.
+        let cont = rustix::process::Signal::CONT;
+        let ending = !matches!(self.core.machine().phase(), Phase::Ready { .. });
+        if stop && ending && sig != rustix::process::Signal::KILL && sig != cont {
+            if main_sent
+                && let Some(c) = &self.child
+                && let Err(e) = c.signal(cont)
+            {
+                log::warn!("cannot send SIGCONT to the child: {e}");
+            }
+            if let (Target::Tree, Some(t)) = (target, &mut self.tree) {
+                t.signal(cont, main, false);
+            }
+        }
         if main_sent || descendants > 0 {
             self.log(
                 "signal-forwarded",
