@@ -861,17 +861,24 @@ fn checkpoint_show_quotes_names_with_control_characters() {
 fn p1_an_exit_0_whose_tree_was_killed_keeps_its_output() {
     let env = Env::new();
     let before = seed_counter(&env);
-    let script = r#"[ -z "$2" ] || echo "$2" > "$TENURE_CHECKPOINT_OUT/counter"
+    // $2: what the output holds (nothing if empty); $4 = file: the child replaces its output
+    // directory by a file holding $2.
+    let script = r#"if [ "$4" = file ]; then
+  rm -rf "$TENURE_CHECKPOINT_OUT"; echo "$2" > "$TENURE_CHECKPOINT_OUT"
+elif [ -n "$2" ]; then
+  echo "$2" > "$TENURE_CHECKPOINT_OUT/counter"
+fi
 setsid sh -c 'trap "" TERM; echo $$ > "$1"; exec sleep 1000' sh "$1" &
 while [ ! -s "$1" ]; do sleep 0.01; done
 exit "$3""#;
-    let run = |n: &str, code: &str| {
+    let run_as = |n: &str, code: &str, mode: &str| {
         let pidfile = env.path(&format!("gc-{n}.pid"));
         env.run_to_end(
             &["-n", "--grace", "0.5"],
-            &sh(script, &[pidfile.to_str().unwrap(), n, code]),
+            &sh(script, &[pidfile.to_str().unwrap(), n, code, mode]),
         )
     };
+    let run = |n: &str, code: &str| run_as(n, code, "dir");
     let f = run("2", "0");
     f.expect_code(137);
     assert_eq!(f.end()["child"], "exited 0", "{}", f.stderr);
@@ -890,6 +897,11 @@ exit "$3""#;
         "{:?}",
         env.kinds_of(f.pid)
     );
+    assert!(
+        !f.stderr.contains("beside"),
+        "nothing was left beside: {}",
+        f.stderr
+    );
 
     // A main process that exited 1: nothing is kept, the staging area is removed.
     let g = run("3", "1");
@@ -903,6 +915,14 @@ exit "$3""#;
     e.expect_code(137);
     assert!(!e.stderr.contains("was kept in"), "{}", e.stderr);
     assert!(!env.dir.join("checkpoints/failed/4").exists());
+
+    // An output directory replaced by a file: the file is kept, with a fix for a file.
+    let h = run_as("5", "0", "file");
+    h.expect_code(137);
+    let file = kept_path(&h.stderr);
+    assert!(file.ends_with("checkpoints/failed/5"), "{}", h.stderr);
+    assert_eq!(fs::read(&file).unwrap(), b"5\n");
+    assert!(h.stderr.contains("it is a file"), "{}", h.stderr);
 
     // The printed fix publishes what was kept.
     let out = run_the_fix(&f.stderr);

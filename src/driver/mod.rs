@@ -1235,23 +1235,12 @@ impl<'a> Runner<'a> {
                 log::error!("{e}");
                 let kept = match kept {
                     Ok(Some(k)) => {
-                        let d = dir.path().display();
-                        // What the child left in place of its output directory may be a file
-                        // of another kind: the fix copies what can be published.
-                        let kind = std::fs::symlink_metadata(&k).map(|m| m.file_type());
-                        let k = k.display();
-                        match kind {
-                            Ok(t) if t.is_dir() => log::error!(
-                                "the child's output was kept in {k}; fix it there, then publish it with: tenure run --dir {d} -- sh -c 'cp -a {k}/. \"$TENURE_CHECKPOINT_OUT\"'"
-                            ),
-                            Ok(t) if t.is_file() => log::error!(
-                                "the child's output was kept in {k}; fix it there (it is a file, where a directory of files was expected), then publish it with: tenure run --dir {d} -- sh -c 'cp {k} \"$TENURE_CHECKPOINT_OUT/\"'"
-                            ),
-                            _ => log::error!(
-                                "the child's output was kept in {k}; fix it there: it is not a directory of regular files and directories, so there is nothing to publish as it is"
-                            ),
-                        }
-                        Some(k.to_string())
+                        log::error!(
+                            "the child's output was kept in {}; {}",
+                            k.display(),
+                            kept_fix(dir.path(), &k)
+                        );
+                        Some(k.display().to_string())
                     }
                     Ok(None) => None,
                     Err(err) => {
@@ -1304,11 +1293,13 @@ impl<'a> Runner<'a> {
         }
         match &k.area {
             Ok(Some(area)) => {
-                let (d, a) = (self.dir_display(), area.display());
+                let d = std::path::PathBuf::from(self.dir_display());
                 log::warn!(
-                    "the child exited 0, but the workload did not stop in order, so its output was not published: the child's output was kept in {a}; fix it there if needed, then publish it with: tenure run --dir {d} -- sh -c 'cp -a {a}/. \"$TENURE_CHECKPOINT_OUT\"'"
+                    "the child exited 0, but the workload did not stop in order, so its output was not published: the child's output was kept in {}; {}",
+                    area.display(),
+                    kept_fix(&d, area)
                 );
-                self.kept_output = Some(a.to_string());
+                self.kept_output = Some(area.display().to_string());
             }
             Ok(None) => {}
             Err(err) => log::error!(
@@ -2097,6 +2088,22 @@ pub(crate) fn check_trace(path: &std::path::Path) -> io::Result<()> {
             Ok(())
         }
         Err(e) => Err(e),
+    }
+}
+
+/// What to do with an output kept in `kept` (card P1), for the run of `dir`: what the child
+/// left in place of its output directory may be a file of another kind, and the fix copies
+/// what can be published.
+fn kept_fix(dir: &std::path::Path, kept: &std::path::Path) -> String {
+    let (d, k) = (dir.display(), kept.display());
+    match std::fs::symlink_metadata(kept).map(|m| m.file_type()) {
+        Ok(t) if t.is_dir() => format!(
+            "fix it there, then publish it with: tenure run --dir {d} -- sh -c 'cp -a {k}/. \"$TENURE_CHECKPOINT_OUT\"'"
+        ),
+        Ok(t) if t.is_file() => format!(
+            "fix it there (it is a file, where a directory of files was expected), then publish it with: tenure run --dir {d} -- sh -c 'cp {k} \"$TENURE_CHECKPOINT_OUT/\"'"
+        ),
+        _ => "fix it there: it is not a directory of regular files and directories, so there is nothing to publish as it is".to_owned(),
     }
 }
 
