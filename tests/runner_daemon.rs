@@ -647,6 +647,27 @@ fn d8_failed_elections_report_why() {
     assert_same_tree(&before, &snapshot(&env.dir));
 }
 
+/// Card D8: `up --wait 0` (and `-n`) on a dir nobody holds launches its owner and does not wait
+/// for it: `startup_timeout` with one launch, the owner left running until `tenure stop` (the
+/// spec's "an owner that is still starting at the deadline is left running"). It reported
+/// `owner_unresponsive` with no launch: an owner that did not exist never became ready.
+#[test]
+fn d8_up_with_no_wait_launches_and_leaves_the_owner_starting() {
+    for flag in [&["--wait", "0"][..], &["-n"][..]] {
+        let env = Env::new();
+        let mut args = flag.to_vec();
+        args.extend(["--ready", "notify", "--", "sleep", "30"]);
+        let f = env.tool("up", &args);
+        f.expect_code(69);
+        let v = up_failure(&f);
+        assert_eq!(v["error"], "startup_timeout", "{flag:?}: {v}");
+        assert_eq!(v["launches"], 1, "{flag:?}: {v}");
+        env.wait_status("the launched owner", |s| s["phase"] == "recovering");
+        env.tool("stop", &[]).expect_code(0);
+        assert_eq!(env.status()["phase"], "released");
+    }
+}
+
 /// Replaces what differs between runs (pids, start times, times, paths, the executable) with
 /// placeholders and sorts the lists, so a snapshot pins the shape and the stable values.
 fn redact(v: &mut Value, tmp: &str) {
