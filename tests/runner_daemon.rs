@@ -452,7 +452,10 @@ fn d7_stop_escalates_to_kill_after_its_grace() {
 )]
 fn d7_stop_racing_the_owners_own_release_finds_its_cgroup_gone() {
     let env = Env::new();
-    let r = env.run(&["--grace", "60"], &sh(STUBBORN_CHILD, &[]));
+    let r = env.run(
+        &["--type", "notify", "--grace", "60"],
+        &sh(STUBBORN_CHILD, &[]),
+    );
     let spawned = env.wait_event("spawned", Some(r.pid()));
     if spawned["containment"]["mechanism"] != "cgroup" {
         common::skip::skip(
@@ -463,6 +466,8 @@ fn d7_stop_racing_the_owners_own_release_finds_its_cgroup_gone() {
         return;
     }
     let cgroup = std::path::PathBuf::from(spawned["containment"]["cgroup"].as_str().unwrap());
+    // Ready once its TERM trap is set: the stop's SIGTERM never ends it.
+    env.wait_status("ready", |s| s["phase"] == "ready");
     let gate = env.fifo("gate");
     let mut c = tenure();
     c.env(
