@@ -440,6 +440,60 @@ fn d7_stop_escalates_to_kill_after_its_grace() {
     env.run_to_end(&["-n"], &["true"]).expect_code(0);
 }
 
+/// Card D7: a `stop` that SIGKILLed the owner's child and then ends the owner's cgroup, while
+/// the owner itself — alive, its workload gone — releases in order and removes that cgroup,
+/// finds it gone, not an error. It printed `cannot use …/cgroup.procs` (or `cgroup.events: No
+/// such device`) on most such stops: cgroupfs answers ENOENT and ENODEV under a removed cgroup,
+/// and a removed cgroup is an empty one.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs the failpoints feature (cargo test --all-features)"
+)]
+fn d7_stop_racing_the_owners_own_release_finds_its_cgroup_gone() {
+    let env = Env::new();
+    let r = env.run(
+        &["--type", "notify", "--grace", "60"],
+        &sh(STUBBORN_CHILD, &[]),
+    );
+    let spawned = env.wait_event("spawned", Some(r.pid()));
+    if spawned["containment"]["mechanism"] != "cgroup" {
+        common::skip::skip(
+            "d7_stop_racing_the_owners_own_release_finds_its_cgroup_gone",
+            "cgroup v2 is not writable here (run as root, or in a subtree delegated by systemd)",
+        );
+        r.signal(Signal::KILL);
+        return;
+    }
+    let cgroup = std::path::PathBuf::from(spawned["containment"]["cgroup"].as_str().unwrap());
+    // Ready once its TERM trap is set: the stop's SIGTERM never ends it.
+    env.wait_status("ready", |s| s["phase"] == "ready");
+    let gate = env.fifo("gate");
+    let mut c = tenure();
+    c.env(
+        "TENURE_FAILPOINTS",
+        format!("cgroup.end.opened=gate:{}", gate.display()),
+    )
+    .args(["stop", "--grace", "0.5", "--dir"])
+    .arg(&env.dir);
+    let stop = env.start(c);
+    // Held with the owner's cgroup open, after SIGKILLing the owner's child.
+    wait_blocked_in_fifo_open(stop.pid());
+    // The owner sees its child die, releases in order and removes its cgroup meanwhile.
+    r.wait().expect_code(143);
+    assert!(!cgroup.exists(), "{}", cgroup.display());
+    release_fifo(&gate);
+    let f = stop.wait();
+    f.expect_code(137);
+    assert!(!f.stderr.contains("cannot use"), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("the owner released") && f.stderr.contains("is free"),
+        "{}",
+        f.stderr
+    );
+    assert_eq!(env.status()["phase"], "released");
+}
+
 /// Card D7 (identity): a record naming a live, unrelated process with another start time — while
 /// the lock is held by a test process, so the dir really looks owned — is never signalled: stop
 /// reports the mismatch and the process is still alive (invariant I4).
@@ -645,6 +699,27 @@ fn d8_failed_elections_report_why() {
         f.stderr
     );
     assert_same_tree(&before, &snapshot(&env.dir));
+}
+
+/// Card D8: `up --wait 0` (and `-n`) on a dir nobody holds launches its owner and does not wait
+/// for it: `startup_timeout` with one launch, the owner left running until `tenure stop` (the
+/// spec's "an owner that is still starting at the deadline is left running"). It reported
+/// `owner_unresponsive` with no launch: an owner that did not exist never became ready.
+#[test]
+fn d8_up_with_no_wait_launches_and_leaves_the_owner_starting() {
+    for flag in [&["--wait", "0"][..], &["-n"][..]] {
+        let env = Env::new();
+        let mut args = flag.to_vec();
+        args.extend(["--ready", "notify", "--", "sleep", "30"]);
+        let f = env.tool("up", &args);
+        f.expect_code(69);
+        let v = up_failure(&f);
+        assert_eq!(v["error"], "startup_timeout", "{flag:?}: {v}");
+        assert_eq!(v["launches"], 1, "{flag:?}: {v}");
+        env.wait_status("the launched owner", |s| s["phase"] == "recovering");
+        env.tool("stop", &[]).expect_code(0);
+        assert_eq!(env.status()["phase"], "released");
+    }
 }
 
 /// Replaces what differs between runs (pids, start times, times, paths, the executable) with

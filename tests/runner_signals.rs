@@ -817,6 +817,42 @@ fn d4_child_announces_its_own_stop() {
     }
 }
 
+/// Card D4 (readiness timeout): `STOPPING=1` from a workload that never sent `READY=1` does not
+/// lift `--ready-timeout`: the run is refused at the timeout (69, `refused/readiness-timed-out`),
+/// as systemd ignores `STOPPING=1` while a unit starts. It began an announced drain with no
+/// timer, and the runner waited for the never-ready child forever.
+#[test]
+fn d4_stopping_before_ready_does_not_lift_the_readiness_timeout() {
+    let env = Env::new();
+    let fx = Fixture::new(&env, Hostile::StopsBeforeReady);
+    let mut c = tenure();
+    c.arg("run")
+        .arg("--dir")
+        .arg(&env.dir)
+        .args([
+            "--ready",
+            "notify",
+            "--ready-timeout",
+            "3",
+            "--grace",
+            "30",
+            "--",
+        ])
+        .args(fx.command());
+    let r = env.start(c);
+    fx.wait("stopping-sent");
+    let f = r.wait();
+    f.expect_code(69);
+    let end = f.end();
+    assert_eq!(end["summary"], "refused/readiness-timed-out", "{end}");
+    assert!(
+        !env.events().iter().any(|e| e["kind"] == "draining"),
+        "{}",
+        env.events_text()
+    );
+    assert_eq!(env.status()["phase"], "released");
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -188,6 +188,10 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
             WaitBound::For(d) => d,
         };
     let mut launches = 0u32;
+    // The first look always happens, even with `--wait 0`: a dir nobody holds gets its owner
+    // launched (and left running, still starting, at the deadline) rather than a report that
+    // an owner which does not exist never became ready.
+    let mut first = true;
     loop {
         if intake.pending() {
             return interrupted(intake, launches);
@@ -195,11 +199,12 @@ pub fn up(opts: &RunOptions, intake: &SignalIntake) -> u8 {
         if let Some(code) = announce_ready(&dir) {
             return code;
         }
-        if Instant::now() >= deadline {
+        if Instant::now() >= deadline && !first {
             // Every launch returns below, so reaching the deadline here means an owner we did
             // not launch never became ready.
             return fail(Failure::OwnerUnresponsive, launches, None, None);
         }
+        first = false;
         // Somebody owns (recovering, draining) or is acquiring: wait for it to become ready or
         // to go away; launch only when nobody holds the lease.
         let st = match lease::status(&dir) {

@@ -401,6 +401,17 @@ pub enum EndedCgroup {
     },
 }
 
+/// Whether `e` says the cgroup was removed under an open descriptor of it (ENODEV from a file
+/// of a removed cgroup, ENOENT for a name in a removed directory).
+fn removed(e: &CgroupError) -> bool {
+    let CgroupError::Io { source, .. } = e else {
+        return false;
+    };
+    [rustix::io::Errno::NODEV, rustix::io::Errno::NOENT]
+        .iter()
+        .any(|n| source.raw_os_error() == Some(n.raw_os_error()))
+}
+
 /// A crashed owner's workload may outlive it (card T2): ends the cgroup the owner record names,
 /// if the directory there still carries the recorded identity — on cgroupfs, under the v2
 /// mount, named `tenure-<root_id>-<epoch>` and with the recorded inode — by SIGKILLing it and
@@ -442,14 +453,29 @@ pub fn end_recorded(
         Mode::empty(),
     )
     .map_err(io_err(&events_path))?;
+    // Tests hold a `tenure stop` here while the owner removes its cgroup.
+    let _ = crate::failpoint::hit("cgroup.end.opened");
+    // Its owner may still be alive and remove the emptied cgroup while this looks at it (a
+    // `tenure stop` racing the owner's own release): cgroupfs then answers ENODEV, or ENOENT
+    // for a name in it. A removed cgroup is an empty one (`rmdir` succeeds on no other), so
+    // that is the end, not an error.
     let populated = || -> Result<bool, CgroupError> {
         let mut buf = [0u8; 256];
-        let n = rustix::io::pread(&events, &mut buf, 0).map_err(io_err(&events_path))?;
-        Ok(parse_populated(&buf[..n]))
+        match rustix::io::pread(&events, &mut buf, 0) {
+            Ok(n) => Ok(parse_populated(&buf[..n])),
+            Err(rustix::io::Errno::NODEV) => Ok(false),
+            Err(e) => Err(io_err(&events_path)(e)),
+        }
     };
-    let killed = read_procs(dir.as_fd(), &rec.path)?;
+    let killed = match read_procs(dir.as_fd(), &rec.path) {
+        Err(e) if removed(&e) => Vec::new(),
+        r => r?,
+    };
     if populated()? {
-        kill_all(dir.as_fd(), &rec.path)?;
+        match kill_all(dir.as_fd(), &rec.path) {
+            Err(e) if removed(&e) => {}
+            r => r?,
+        }
     }
     let deadline = Instant::now() + bound;
     while populated()? {

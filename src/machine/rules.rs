@@ -706,17 +706,11 @@ impl Rules {
                 disarm(context);
                 self.became_ready(context, epoch, pending, Running::Main)
             }
-            (Event::ChildStopping, Running::Main) => {
-                disarm(context);
-                self.enter_drain(
-                    context,
-                    epoch,
-                    DrainCause::ChildStopping,
-                    pending,
-                    Some(Running::Main),
-                )
-            }
-            (Event::ChildReady | Event::ChildStopping, Running::Tree) => context.ignore(),
+            // A workload that was never ready has no service to stop: `STOPPING=1` before
+            // `READY=1` changes nothing (as systemd ignores it while starting), so the readiness
+            // timeout still bounds the start; the workload's own exit ends it as any exit does.
+            (Event::ChildStopping, _) => context.ignore(),
+            (Event::ChildReady, Running::Tree) => context.ignore(),
             (Event::ChildExited(status), Running::Main) => {
                 disarm(context);
                 self.child_ended_by_itself(context, epoch, pending, status)

@@ -47,6 +47,9 @@ pub enum Hostile {
     /// `STOPPING=1` itself (reports `stopping-sent`), waits for the gate again, stages and
     /// exits 0. Until the second gate opens, SIGTERM has its default disposition.
     SendsStopping,
+    /// Sends `STOPPING=1` before it ever sent `READY=1` (reports `stopping-sent`), then waits
+    /// with SIGTERM's default disposition, never ready.
+    StopsBeforeReady,
     /// Writes `bytes` bytes to stdout and to stderr at once (far beyond a 64 KiB pipe), each
     /// between marker lines, then stages and exits with `code`.
     Floods {
@@ -72,6 +75,7 @@ impl Hostile {
             Hostile::StagesThenExits(c) => format!("exits:{c}"),
             Hostile::StagesThenIgnoresTerm => "ignores-term".into(),
             Hostile::SendsStopping => "sends-stopping".into(),
+            Hostile::StopsBeforeReady => "stops-before-ready".into(),
             Hostile::Floods { bytes, code } => format!("floods:{bytes}:{code}"),
             Hostile::ForksGrandchild {
                 setsid,
@@ -408,6 +412,11 @@ fn run(role: &str) -> ! {
             wait_gate();
             stage();
             std::process::exit(0)
+        }
+        ["stops-before-ready"] => {
+            notify("STOPPING=1");
+            report("stopping-sent");
+            park_forever()
         }
         ["floods", bytes, code] => flood(
             bytes.parse().expect("a byte count"),
