@@ -399,6 +399,34 @@ fn a_trace_path_that_cannot_be_opened_leaves_no_state_dir() {
     }
     // Nothing beside the dir changed either: no trace file was left where none was.
     assert_same_tree(&around, &snapshot(env.tmp.path()));
+
+    // The check lets a trace path that can be the trace file through: a new file (the check
+    // makes and removes it; the owner makes it again) and one that exists (its content is the
+    // owner's to replace).
+    let existing = env.tmp.path().join("old-trace.jsonl");
+    fs::write(&existing, "an earlier trace\n").unwrap();
+    for trace in [env.tmp.path().join("new-trace.jsonl"), existing] {
+        let f = env.tool(
+            "up",
+            &[
+                "--wait",
+                "20",
+                "--trace",
+                trace.to_str().unwrap(),
+                "--",
+                "sleep",
+                "1000",
+            ],
+        );
+        f.expect_code(0);
+        env.tool("stop", &[]).expect_code(0);
+        let text = fs::read_to_string(&trace).unwrap();
+        assert!(
+            text.contains("\"released\"") && !text.contains("an earlier trace"),
+            "{}: {text}",
+            trace.display()
+        );
+    }
 }
 
 /// Card H6: negative, zero (where it makes no sense), non-numeric, infinite and contradictory
