@@ -1348,10 +1348,10 @@ impl<'a> Runner<'a> {
                 let _ = store.remove_view(v);
             }
             // Card P1: the output of a main process that exited 0 while serving is published
-            // or kept. One the drain did not publish — the workload did not stop in order (it was killed) or
-            // missed its watchdog — is kept under `failed/` like a refused one, and named.
-            // A recovery abandoned (a stop before the workload was ready) is refused whole:
-            // what its child staged is discarded (cards G2, G3).
+            // or kept. One the drain did not publish — the workload did not stop in order (a
+            // leftover was killed) or missed its watchdog — is kept under `failed/` like a
+            // refused one, and named. A recovery abandoned (a stop before the workload was
+            // ready) is refused whole: what its child staged is discarded (cards G2, G3).
             let unpublished = !self.publish_ran
                 && matches!(self.core.machine().phase(), Phase::Draining { .. })
                 && self.child_status.is_some_and(ChildStatus::success)
