@@ -186,12 +186,12 @@ fn durations_take_humantime_forms() {
     assert!(!other.dir.exists(), "a usage error touched the disk");
 }
 
-/// A positive duration below the clock's resolution (it rounds to zero nanoseconds) is
-/// refused as too small, naming the smallest duration, whatever its form: it was "expected a
+/// Card H6: a positive duration below the clock's resolution (it rounds to zero nanoseconds)
+/// is refused as too small, naming the smallest duration, whatever its form: it was "expected a
 /// duration" for `1e-10` and "must be greater than zero" for `0.0000000001`. Half a
 /// nanosecond rounds up to the smallest and is taken.
 #[test]
-fn durations_that_round_to_zero_are_too_small() {
+fn h6_durations_that_round_to_zero_are_too_small() {
     let env = Env::new();
     let d = env.dir.display().to_string();
     for opt in ["--watchdog", "--grace"] {

@@ -601,7 +601,7 @@ fn inodes(root: &Path) -> BTreeMap<PathBuf, Stamp> {
 /// does nothing: every file and directory under it keeps its inode, times and bytes, owned or
 /// not, and the output says so. It printed "adopted", as if it had changed the dir.
 #[test]
-fn init_adopt_of_a_dir_that_needs_none_changes_nothing() {
+fn l8_init_adopt_of_a_dir_that_needs_none_changes_nothing() {
     let env = Env::new();
     env.run_to_end(&[], &sh(r#"echo x > "$TENURE_CHECKPOINT_OUT/x""#, &[]))
         .expect_code(0);

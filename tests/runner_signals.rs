@@ -1236,13 +1236,14 @@ fn g4_a_stderr_nobody_reads_never_stops_the_stop() {
     }
 }
 
-/// A stopped workload (`kill -STOP`, a terminal's ^Z) still stops in order: the stop signal is
-/// followed by SIGCONT, as systemd does, so a stopped child runs its TERM handler (here it
+/// Card G4 for a stopped workload (`kill -STOP`, a terminal's ^Z): it still stops in order,
+/// the stop signal followed by SIGCONT, as systemd does, so a stopped child runs its TERM
+/// handler (here it
 /// writes its output and exits 0: published, `stopped/SIGTERM`) instead of sitting on the
 /// pending TERM until SIGKILL ends it after the grace (`killed/SIGKILL`, nothing published).
 /// A HUP forwarded while ready (`--hup forward`, a reload) does not continue it.
 #[test]
-fn a_stopped_workload_is_continued_after_the_stop_signal() {
+fn g4_a_stopped_workload_is_continued_after_the_stop_signal() {
     let env = Env::new();
     let pidfile = env.path("child.pid");
     let script = r#"trap 'echo reload >> "$2"' HUP

@@ -1210,20 +1210,7 @@ impl<'a> Runner<'a> {
                 let (kept, beside) = match self.attach().expect("attached above") {
                     Ok(s) => {
                         let k = s.keep_failed_with_siblings(&rec.staging, epoch);
-                        for (path, err) in k.failures {
-                            log::error!(
-                                "what the child left beside its output, {}, could not be kept: {err}",
-                                path.display()
-                            );
-                        }
-                        if let (Ok(Some(area)), Some(err)) = (&k.area, &k.after) {
-                            log::warn!(
-                                "after the child's output was moved to {} (it is kept there): {err}",
-                                area.display()
-                            );
-                        }
-                        let beside: Vec<String> =
-                            k.beside.iter().map(|p| p.display().to_string()).collect();
+                        let beside = report_keep(&k);
                         (k.area, beside)
                     }
                     Err(err) => (Err(err), Vec::new()),
@@ -1252,12 +1239,7 @@ impl<'a> Runner<'a> {
                         Some(rec.staging.path().display().to_string())
                     }
                 };
-                if !beside.is_empty() {
-                    log::error!(
-                        "the child also left files beside its output; they were kept in {}",
-                        beside.join(", ")
-                    );
-                }
+                report_beside(&beside);
                 self.kept_output = kept;
                 // A failure after CURRENT was renamed (its directory fsync) leaves the new
                 // checkpoint current but not durable: read what CURRENT names now rather than
@@ -1285,12 +1267,7 @@ impl<'a> Runner<'a> {
     /// Reports the keep of an output the drain did not publish although its main process
     /// exited 0 (card P1), as [`Runner::release`] made it from `staged`.
     fn keep_unpublished(&mut self, k: crate::checkpoint::KeptFailure, staged: &std::path::Path) {
-        for (path, err) in &k.failures {
-            log::error!(
-                "what the child left beside its output, {}, could not be kept: {err}",
-                path.display()
-            );
-        }
+        let beside = report_keep(&k);
         match &k.area {
             Ok(Some(area)) => {
                 let d = std::path::PathBuf::from(self.dir_display());
@@ -1307,13 +1284,7 @@ impl<'a> Runner<'a> {
                 staged.display()
             ),
         }
-        let beside: Vec<String> = k.beside.iter().map(|p| p.display().to_string()).collect();
-        if !beside.is_empty() {
-            log::warn!(
-                "the child also left files beside its output; they were kept in {}",
-                beside.join(", ")
-            );
-        }
+        report_beside(&beside);
         self.log(
             "output-kept",
             json!({"reason": "not-published", "kept": self.kept_output, "kept_beside": beside}),
@@ -2088,6 +2059,35 @@ pub(crate) fn check_trace(path: &std::path::Path) -> io::Result<()> {
             Ok(())
         }
         Err(e) => Err(e),
+    }
+}
+
+/// Reports what the keep of an output (card P1) could not keep beside it, and a failure after
+/// the output was moved into `failed/` (it is kept there all the same); returns where what the
+/// child left beside its output was kept.
+fn report_keep(k: &crate::checkpoint::KeptFailure) -> Vec<String> {
+    for (path, err) in &k.failures {
+        log::error!(
+            "what the child left beside its output, {}, could not be kept: {err}",
+            path.display()
+        );
+    }
+    if let (Ok(Some(area)), Some(err)) = (&k.area, &k.after) {
+        log::warn!(
+            "after the child's output was moved to {} (it is kept there): {err}",
+            area.display()
+        );
+    }
+    k.beside.iter().map(|p| p.display().to_string()).collect()
+}
+
+/// Names where what the child left beside its output was kept, if anything.
+fn report_beside(beside: &[String]) {
+    if !beside.is_empty() {
+        log::error!(
+            "the child also left files beside its output; they were kept in {}",
+            beside.join(", ")
+        );
     }
 }
 
